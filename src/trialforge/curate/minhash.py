@@ -1,0 +1,177 @@
+"""MinHash signatures and banded LSH, vectorised over whole batches of documents.
+
+A document is a set of 64-bit shingle hashes. Its signature holds, for each of
+``num_perm`` hash functions ``h_i(x) = (a_i * x + b_i) mod p``, the minimum over its
+shingles; two signatures agree in a position with probability equal to the Jaccard
+similarity of the two sets.
+
+``p`` is the Mersenne prime ``2**31 - 1``. Shingle hashes are folded into ``[0, p)``
+first, so ``a * x + b < 2**62`` and the whole family is computed *exactly* in uint64;
+a wider prime would overflow numpy's 64-bit products (datasketch lets them wrap).
+Signatures therefore fit in uint32: half the memory and comparison bandwidth.
+
+Speed comes from batching: the shingles of many documents are hashed as one
+``(num_perm, chunk)`` matrix in a reused buffer that stays in cache, and the per-document
+minima come from one ``np.minimum.reduceat``. LSH lookups are two ``searchsorted`` calls
+over a sorted array of band keys for the whole batch, not a dictionary probe per band
+per document.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trialforge.curate.ngrams import mix64
+
+MERSENNE_31 = (1 << 31) - 1
+EMPTY = np.uint32(0xFFFFFFFF)  # above every hash value: the signature of a shingle-less document
+_P = np.uint64(MERSENNE_31)
+_SHIFT = np.uint64(31)
+_CHUNK = 512  # shingles per hashing pass: two (128, 512) uint64 buffers, 1 MiB, stay in cache
+_POLY = np.uint64(0x9E3779B97F4A7C15)
+_BAND_SALT = np.uint64(0xD6E8FEB86659FD93)
+
+
+class MinHasher:
+    """``num_perm`` universal hash functions drawn from ``seed``; same seed, same signatures."""
+
+    def __init__(self, num_perm: int = 128, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.num_perm = num_perm
+        self._a = rng.integers(1, MERSENNE_31, size=(num_perm, 1), dtype=np.uint64)
+        self._b = rng.integers(0, MERSENNE_31, size=(num_perm, 1), dtype=np.uint64)
+        self._buf = np.empty((num_perm, _CHUNK), dtype=np.uint64)
+        self._tmp = np.empty_like(self._buf)
+
+    def signatures(self, shingles: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Signatures ``(len(counts), num_perm)`` uint32 of documents given back to back.
+
+        ``shingles`` holds every document's shingle hashes in turn, ``counts`` how many each
+        has. A document without shingles gets the all-``EMPTY`` signature, which the LSH
+        index never stores or matches.
+        """
+        counts = np.asarray(counts, dtype=np.int64)
+        out = np.full((len(counts), self.num_perm), EMPTY, dtype=np.uint32)
+        x = shingles % _P
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        docs = np.flatnonzero(counts)
+        i = 0
+        while i < len(docs):
+            first = int(docs[i])
+            lo = int(bounds[first])
+            end = max(int(np.searchsorted(bounds, lo + _CHUNK, side="right")) - 1, first + 1)
+            hi = int(bounds[end])
+            if hi - lo > _CHUNK:
+                out[first] = self._large_minimum(x[lo:hi])
+            else:
+                block = docs[i : int(np.searchsorted(docs, end))]
+                hashed = self._hash(x[lo:hi])
+                out[block] = np.minimum.reduceat(hashed, bounds[block] - lo, axis=1).T
+            i = int(np.searchsorted(docs, end))
+        return out
+
+    def _hash(self, x: np.ndarray) -> np.ndarray:
+        """``(a * x + b) mod p`` for every function and shingle, in the reused buffers.
+
+        With ``a, x, b < p`` the sum ``v`` is below ``2**62 - 2**31``, so one Mersenne fold
+        ``(v & p) + (v >> 31)`` lands in ``[0, 2p)`` and ``min(f, f - p)`` (the subtraction
+        wraps when ``f < p``) finishes the reduction: exact, and about twice as fast as
+        ``np.remainder``, which divides element by element.
+        """
+        m, tmp = self._buf[:, : len(x)], self._tmp[:, : len(x)]
+        np.multiply(self._a, x, out=m)
+        m += self._b
+        np.right_shift(m, _SHIFT, out=tmp)
+        m &= _P
+        m += tmp
+        np.subtract(m, _P, out=tmp)
+        np.minimum(m, tmp, out=m)
+        return m
+
+    def _large_minimum(self, x: np.ndarray) -> np.ndarray:
+        """The signature of one document with more shingles than a chunk: a running minimum."""
+        best = np.full(self.num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)
+        for start in range(0, len(x), _CHUNK):
+            np.minimum(best, self._hash(x[start : start + _CHUNK]).min(axis=1), out=best)
+        return best
+
+
+def lsh_params(threshold: float, num_perm: int, fp_weight: float = 0.1, fn_weight: float = 0.9) -> tuple[int, int]:
+    """Bands ``b`` and rows ``r`` (``b * r <= num_perm``) for a Jaccard ``threshold``.
+
+    Two documents with Jaccard ``s`` share at least one band with probability
+    ``1 - (1 - s**r)**b``. Like datasketch, this minimises the weighted area of false
+    positives (below the threshold) plus false negatives (above it). The default weights
+    favour recall: every candidate is verified against the full signature afterwards, so a
+    false candidate costs one comparison while a missed one is a leak nobody sees.
+    For 0.7 and 128 permutations this gives 20 bands of 6 rows: candidate probability
+    0.92 at s = 0.7 and 0.996 at s = 0.8, at the price of 0.27 at s = 0.5.
+    """
+    lo = np.linspace(0.0, threshold, 257)
+    hi = np.linspace(threshold, 1.0, 257)
+    best: tuple[float, int, int] | None = None
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            fp = np.trapezoid(1 - (1 - lo**r) ** b, lo)
+            fn = np.trapezoid((1 - hi**r) ** b, hi)
+            error = fp_weight * fp + fn_weight * fn
+            if best is None or error < best[0]:
+                best = (float(error), b, r)
+    assert best is not None
+    return best[1], best[2]
+
+
+def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """One 64-bit key per band: ``(n, bands)``; keys of different bands never collide by design."""
+    n = len(signatures)
+    block = signatures[:, : bands * rows].reshape(n, bands, rows).astype(np.uint64)
+    acc = block[:, :, 0].copy()
+    for j in range(1, rows):
+        acc *= _POLY
+        acc += block[:, :, j]
+    acc += np.arange(bands, dtype=np.uint64) * _BAND_SALT
+    return mix64(acc)
+
+
+class LSHIndex:
+    """Banded LSH over reference signatures, queried a batch at a time."""
+
+    def __init__(self, signatures: np.ndarray, bands: int, rows: int) -> None:
+        if bands * rows > signatures.shape[1]:
+            raise ValueError(f"{bands} bands x {rows} rows need {bands * rows} permutations, signatures have {signatures.shape[1]}")
+        self.bands, self.rows = bands, rows
+        self.signatures = signatures
+        valid = np.flatnonzero(signatures[:, 0] != EMPTY)
+        keys = band_keys(signatures[valid], bands, rows).ravel()
+        order = np.argsort(keys, kind="stable")
+        self.keys: np.ndarray = keys[order]
+        self.docs: np.ndarray = np.repeat(valid.astype(np.int32), bands)[order]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.docs.nbytes + self.signatures.nbytes)
+
+    def candidates(self, signatures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct (query, reference) pairs that share at least one band."""
+        valid = np.flatnonzero(signatures[:, 0] != EMPTY)
+        keys = band_keys(signatures[valid], self.bands, self.rows).ravel()
+        left = np.searchsorted(self.keys, keys, side="left")
+        counts = np.searchsorted(self.keys, keys, side="right") - left
+        hit = np.flatnonzero(counts)
+        if len(hit) == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        queries = np.repeat(valid[hit // self.bands], counts[hit])
+        first = np.cumsum(counts[hit]) - counts[hit]
+        refs = self.docs[np.repeat(left[hit] - first, counts[hit]) + np.arange(int(counts[hit].sum()))]
+        pairs = np.unique(queries.astype(np.int64) * len(self.signatures) + refs)
+        return pairs // len(self.signatures), pairs % len(self.signatures)
+
+    def query(self, signatures: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Candidate pairs whose estimated Jaccard (agreeing positions / num_perm) >= threshold."""
+        queries, refs = self.candidates(signatures)
+        scores = np.empty(len(queries), dtype=np.float64)
+        for start in range(0, len(queries), 65536):  # bounded memory for boilerplate-heavy batches
+            part = slice(start, start + 65536)
+            scores[part] = (signatures[queries[part]] == self.signatures[refs[part]]).mean(axis=1)
+        keep = scores >= threshold
+        return queries[keep], refs[keep], scores[keep]

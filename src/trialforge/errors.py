@@ -1,0 +1,42 @@
+"""One exception hierarchy for the whole library.
+
+Infrastructure faults (a sandbox that cannot start, a store that is down) are
+errors; a command that merely fails inside a sandbox is an observation and is
+returned, never raised.
+"""
+
+
+class TrialforgeError(Exception):
+    """Base of every error trialforge raises on purpose."""
+
+
+class ConfigError(TrialforgeError):
+    """params.yaml or a flow parameter is invalid."""
+
+
+class SandboxError(TrialforgeError):
+    """The sandbox infrastructure failed (engine gone, creation failed, sandbox died)."""
+
+    def __init__(self, message: str, *, cause: str = "unknown") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class TaskError(TrialforgeError):
+    """A task or its source record is malformed."""
+
+
+class PatchError(TaskError):
+    """A patch does not apply, or touches paths it must not."""
+
+
+class StoreError(TrialforgeError):
+    """The object store or a dataset in it failed."""
+
+
+class VerifierError(TrialforgeError):
+    """Grading could not produce a trustworthy verdict."""
+
+
+class PolicyError(TrialforgeError):
+    """The policy failed to produce a valid action."""

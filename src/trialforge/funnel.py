@@ -1,0 +1,35 @@
+"""What a pipeline step kept and dropped, and why: every step reports one of these."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Funnel:
+    stage: str
+    seen: int = 0
+    kept: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+    def keep(self) -> None:
+        self.seen += 1
+        self.kept += 1
+
+    def drop(self, ref: str, reason: str, detail: str = "") -> None:
+        """Count a dropped record under a short ``reason`` key; ``detail`` says exactly what was wrong."""
+        self.seen += 1
+        self.dropped[reason] += 1
+        self.details.append({"ref": ref, "reason": reason, "detail": detail})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "seen": self.seen,
+            "kept": self.kept,
+            "dropped": dict(self.dropped),
+            "details": self.details,
+        }

@@ -1,0 +1,1 @@
+"""Metrics, failure attribution and reports, computed from stored data."""

@@ -1,0 +1,33 @@
+"""Close a run: metrics from the stored episodes, metrics.json, and the printed summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trialforge.observe.metrics import episode_metrics, task_metrics
+from trialforge.observe.summary import print_summary, write_json
+from trialforge.runtime import Runtime
+from trialforge.store import datasets
+from trialforge.tasks.schema import Task, task_set_version
+
+
+def finish_run(
+    rt: Runtime, run_id: str, tasks: list[Task], funnels: list[dict[str, Any]], updates: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``funnels`` are Funnel.as_dict() of each task stage; ``updates`` the trainer's stats per iteration."""
+    out = Path(rt.params.run.out_dir)
+    version = task_set_version(tasks)
+    episodes = datasets.read_pandas(rt.store, "episodes", filters={"run": run_id})
+    metrics: dict[str, Any] = {
+        "run_id": run_id,
+        "task_set_version": version,
+        "tasks": task_metrics(funnels),
+        "episodes": episode_metrics(episodes),
+        "updates": updates,
+        "episodes_uri": rt.store.uri(f"datasets/episodes/run={run_id}"),
+        "metrics_path": str(out / "metrics.json"),
+    }
+    write_json(out / "metrics.json", metrics)
+    print_summary(metrics)
+    return metrics

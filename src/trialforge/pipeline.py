@@ -1,0 +1,172 @@
+"""The pipeline's steps as plain functions: flows, CLI steps, DVC stages and tests all call these.
+
+ingest -> validate -> decontaminate -> tier -> (rollout -> train) x iterations -> report
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trialforge.curate.tiers import proxy_difficulty, with_difficulty
+from trialforge.errors import ConfigError
+from trialforge.funnel import Funnel
+from trialforge.rollout.env import EnvLimits
+from trialforge.rollout.loop import Lineage, Rollout, run_batch
+from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
+from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
+from trialforge.runtime import Runtime, code_version
+from trialforge.store import datasets
+from trialforge.tasks.ingest.github import ingest_github_issues
+from trialforge.tasks.schema import Task, task_set_version
+from trialforge.tasks.taskset import to_table, write_tasks
+from trialforge.tasks.validate import ValidateConfig, record_verdicts, validate_task
+from trialforge.train.repair_trainer import RepairTrainer, UpdateStats
+
+log = logging.getLogger(__name__)
+
+
+def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
+    src = rt.params.sources
+    return ingest_github_issues(Path(src.tickets), Path(src.repos), rt.snapshots)
+
+
+def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
+    """Validate every task in sandboxes, ``concurrency`` at a time; return the valid ones."""
+    vp = rt.params.validate_
+    cfg = ValidateConfig(runs=vp.runs, max_duration_s=vp.max_duration_s, test_timeout_s=vp.test_timeout_s)
+    limits = rt.params.sandbox.limits()
+
+    def one(task: Task) -> Task:
+        return validate_task(task, rt.backend, rt.image.name, rt.snapshots, limits, cfg)
+
+    with ThreadPoolExecutor(max_workers=rt.params.sandbox.concurrency) as pool:
+        checked = list(pool.map(one, tasks))
+    funnel = Funnel("validate")
+    return record_verdicts(checked, funnel), funnel
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\W+", " ", text.lower()).strip()
+
+
+def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
+    """Drop tasks whose problem statement or fix is an exact (normalised) duplicate of a held-out eval item."""
+    funnel = Funnel("decontaminate")
+    eval_path = Path(rt.params.sources.eval_set)
+    held_out: dict[str, str] = {}
+    if eval_path.exists():
+        for line in eval_path.read_text().splitlines():
+            if line.strip():
+                item = json.loads(line)
+                for text in (item.get("problem_statement", ""), item.get("patch", "")):
+                    if text.strip():
+                        held_out[_hash(_normalise(text))] = item.get("instance_id", "?")
+    kept = []
+    for task in tasks:
+        hit = next(
+            (held_out[h] for h in (_hash(_normalise(task.problem_statement)), _hash(_normalise(task.gold_patch)))
+             if h in held_out),
+            None,
+        )  # fmt: skip
+        if hit:
+            funnel.drop(task.task_id, "duplicate_of_eval", f"matches held-out item {hit}")
+            continue
+        funnel.keep()
+        kept.append(task)
+    return kept, funnel
+
+
+def tier(tasks: list[Task]) -> list[Task]:
+    return [with_difficulty(t, proxy_difficulty(t)) for t in tasks]
+
+
+def publish_taskset(rt: Runtime, tasks: list[Task]) -> str:
+    """The final task set: in the object store (datasets/tasks, partition task_set=VERSION) and in out/."""
+    version = write_tasks(Path(rt.params.run.out_dir) / "tasks" / "taskset.parquet", tasks)
+    datasets.write_part(rt.store, "tasks", to_table(tasks), partition={"task_set": version}, part="all")
+    return version
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- rollout and training --------------------------------------------------------------
+
+
+def make_policies(names: list[str], tasks: list[Task], trainer: RepairTrainer) -> list[Policy]:
+    known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy(), "repair": trainer.policy()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"unknown policies {unknown}; known: {sorted(known)}")
+    return [known[n] for n in names]
+
+
+@dataclass
+class IterationResult:
+    iteration: int
+    episodes: list[EpisodeRecord]
+    update: UpdateStats | None
+    episode_parts: list[str] = field(default_factory=list)
+
+
+def rollout(rt: Runtime, tasks: list[Task], policies: list[Policy], lineage: Lineage) -> list[EpisodeRecord]:
+    rp = rt.params.rollout
+    sp = rt.params.sandbox
+    runner = Rollout(
+        backend=rt.backend,
+        image=rt.image.name,
+        image_digest=rt.image_digest,
+        snapshots=rt.snapshots,
+        grader=rt.grader(),
+        limits=sp.limits(),
+        env_limits=EnvLimits(
+            max_turns=rp.max_turns,
+            observation_cap=rp.observation_cap,
+            command_timeout_s=sp.exec_timeout_s,
+            episode_timeout_s=sp.episode_timeout_s,
+        ),
+        lineage=lineage,
+        env_retries=rp.env_retries,
+    )
+    seed = rt.params.run.seed * 1000 + lineage.iteration
+    return run_batch(runner, tasks, policies, rp.group_size, seed, sp.concurrency)
+
+
+def store_episodes(rt: Runtime, episodes: list[EpisodeRecord], lineage: Lineage, part: str) -> list[str]:
+    partition = {"run": lineage.run_id, "iteration": str(lineage.iteration)}
+    rows = [e.row() for e in episodes]
+    steps = [s.__dict__ for e in episodes for s in e.step_rows]
+    return [
+        datasets.write_rows(rt.store, "episodes", rows, EPISODE_SCHEMA, partition=partition, part=part),
+        datasets.write_rows(rt.store, "steps", steps, STEP_SCHEMA, partition=partition, part=part),
+    ]
+
+
+def train_loop(rt: Runtime, tasks: list[Task], run_id: str) -> list[IterationResult]:
+    """Rollout -> train for ``train.iterations`` iterations; checkpoints after every update."""
+    trainer = RepairTrainer(rt.params.train)
+    version = task_set_version(tasks)
+    results = []
+    for iteration in range(rt.params.train.iterations):
+        lineage = Lineage(run_id, iteration, version, rt.params.digest(), code_version())
+        policies = make_policies(rt.params.rollout.policies, tasks, trainer)
+        episodes = rollout(rt, tasks, policies, lineage)
+        parts = store_episodes(rt, episodes, lineage, part="batch-0")
+        learner = [e for e in episodes if e.policy == "repair"]
+        update = trainer.update(learner) if learner else None
+        if update is not None:
+            trainer.save(rt.store, f"checkpoints/{run_id}/repair-{update.policy_version}.pt")
+        results.append(IterationResult(iteration, episodes, update, parts))
+    return results
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,169 @@
+"""The coding environment: a task's repository in a sandbox, driven by tool calls.
+
+The sandbox holds the repository at its base state and nothing else (no test
+patch, no gold patch, no history). Observations are text; anything cut is
+marked, so a policy never mistakes a truncated file for a whole one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import TRUNCATION_MARK, Sandbox
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "run",
+            "description": "Run a shell command in the repository (cwd /work) and return its output.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "view",
+            "description": "Show a file with line numbers, optionally only lines start..end (1-based, inclusive).",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "start": {"type": "integer"},
+                    "end": {"type": "integer"},
+                },
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "replace",
+            "description": "Replace the single occurrence of `old` with `new` in a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "old": {"type": "string"}, "new": {"type": "string"}},
+                "required": ["path", "old", "new"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "create",
+            "description": "Create or overwrite a file with the given content.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Finish the episode; the repository as it is now will be graded.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+]
+TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOLS)
+
+
+class Action(BaseModel):
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnvLimits:
+    max_turns: int = 20
+    observation_cap: int = 8000
+    command_timeout_s: float = 60.0
+    episode_timeout_s: float = 600.0
+
+
+@dataclass
+class StepOutcome:
+    observation: str
+    done: bool
+    error: bool  # the action itself was invalid (a policy error the policy sees, not an infrastructure fault)
+    exec_s: float
+
+
+class CodingEnv:
+    def __init__(self, sandbox: Sandbox, problem_statement: str, limits: EnvLimits) -> None:
+        self.sandbox = sandbox
+        self.problem_statement = problem_statement
+        self.limits = limits
+        self.turn = 0
+        self.started = time.monotonic()
+
+    def first_observation(self) -> str:
+        return (
+            "You are in a Python repository at /work. Fix the issue below so that its tests pass, "
+            "then call submit.\n\n" + self.problem_statement
+        )
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() - self.started > self.limits.episode_timeout_s
+
+    def step(self, action: Action) -> StepOutcome:
+        self.turn += 1
+        start = time.monotonic()
+        if action.tool not in TOOL_NAMES:
+            return StepOutcome(f"error: unknown tool {action.tool!r}; tools: {sorted(TOOL_NAMES)}", False, True, 0.0)
+        if action.tool == "submit":
+            return StepOutcome("submitted", True, False, 0.0)
+        try:
+            text = getattr(self, f"_{action.tool}")(**action.args)
+            error = False
+        except (TypeError, ValueError, KeyError, FileNotFoundError, UnicodeDecodeError) as exc:
+            text, error = f"error: {exc}", True
+        except SandboxError as exc:
+            if exc.cause != "path":  # only a bad path is the policy's doing; the rest is infrastructure
+                raise
+            text, error = f"error: {exc}", True
+        return StepOutcome(self._cap(text), False, error, time.monotonic() - start)
+
+    def _cap(self, text: str) -> str:
+        cap = self.limits.observation_cap
+        if len(text) <= cap:
+            return text
+        half = cap // 2
+        return text[:half] + TRUNCATION_MARK.format(dropped=len(text) - 2 * half) + text[-half:]
+
+    # --- tools -----------------------------------------------------------------------
+    def _run(self, command: str) -> str:
+        result = self.sandbox.exec(["bash", "-c", command], timeout=self.limits.command_timeout_s)
+        status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+        return f"[{status}]\n{result.stdout}{result.stderr}"
+
+    def _view(self, path: str, start: int | None = None, end: int | None = None) -> str:
+        lines = self.sandbox.read_file(path).decode("utf-8").splitlines()
+        lo = max(start or 1, 1)
+        hi = min(end or len(lines), len(lines))
+        return "\n".join(f"{n:>5}  {lines[n - 1]}" for n in range(lo, hi + 1))
+
+    def _replace(self, path: str, old: str, new: str) -> str:
+        text = self.sandbox.read_file(path).decode("utf-8")
+        count = text.count(old)
+        if count != 1:
+            raise ValueError(f"`old` occurs {count} times in {path}; it must occur exactly once")
+        self.sandbox.write_file(path, text.replace(old, new).encode("utf-8"))
+        return f"replaced 1 occurrence in {path}"
+
+    def _create(self, path: str, content: str) -> str:
+        self.sandbox.write_file(path, content.encode("utf-8"))
+        return f"wrote {len(content)} characters to {path}"

@@ -1,0 +1,133 @@
+"""Trajectory records: one row per episode and one per step, with their Parquet schemas beside them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+Status = Literal["ok", "env_error", "timeout", "policy_error", "verifier_error"]
+
+
+@dataclass
+class StepRecord:
+    run_id: str
+    iteration: int
+    episode_id: str
+    step: int
+    tool: str
+    args: str  # JSON
+    observation: str
+    action_error: bool
+    exec_s: float
+    policy_s: float
+    tokens_in: int
+    tokens_out: int
+    logprob: float | None
+    info: str  # JSON: what the policy needs to learn from this step
+
+
+@dataclass
+class EpisodeRecord:
+    run_id: str
+    iteration: int
+    episode_id: str
+    task_id: str
+    task_set_version: str
+    tier: str
+    policy: str
+    policy_version: str
+    group_id: str
+    sample: int
+    seed: int
+    backend: str
+    image_digest: str
+    attempt: int
+    status: Status
+    cause: str  # why a non-ok episode ended as it did
+    termination: str  # submitted | max_turns | timeout | error
+    reward: float | None  # None when unknown: never 0, never trained on
+    verifier_version: str
+    verifier_report: str  # JSON
+    integrity_flags: str  # JSON list
+    final_diff: str
+    steps: int
+    tool_calls: int
+    tokens_in: int
+    tokens_out: int
+    duration_s: float
+    sandbox_s: float
+    policy_s: float
+    exec_s: float
+    verify_s: float
+    params_hash: str
+    code_version: str
+    step_rows: list[StepRecord] = field(default_factory=list, repr=False)
+
+    def row(self) -> dict:
+        data = asdict(self)
+        data.pop("step_rows")
+        return data
+
+
+EPISODE_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("iteration", pa.int32()),
+        ("episode_id", pa.string()),
+        ("task_id", pa.string()),
+        ("task_set_version", pa.string()),
+        ("tier", pa.string()),
+        ("policy", pa.string()),
+        ("policy_version", pa.string()),
+        ("group_id", pa.string()),
+        ("sample", pa.int32()),
+        ("seed", pa.int64()),
+        ("backend", pa.string()),
+        ("image_digest", pa.string()),
+        ("attempt", pa.int32()),
+        ("status", pa.string()),
+        ("cause", pa.string()),
+        ("termination", pa.string()),
+        ("reward", pa.float64()),
+        ("verifier_version", pa.string()),
+        ("verifier_report", pa.string()),
+        ("integrity_flags", pa.string()),
+        ("final_diff", pa.string()),
+        ("steps", pa.int32()),
+        ("tool_calls", pa.int32()),
+        ("tokens_in", pa.int64()),
+        ("tokens_out", pa.int64()),
+        ("duration_s", pa.float64()),
+        ("sandbox_s", pa.float64()),
+        ("policy_s", pa.float64()),
+        ("exec_s", pa.float64()),
+        ("verify_s", pa.float64()),
+        ("params_hash", pa.string()),
+        ("code_version", pa.string()),
+    ],
+    metadata={b"trialforge.schema_version": str(SCHEMA_VERSION).encode()},
+)
+
+STEP_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("iteration", pa.int32()),
+        ("episode_id", pa.string()),
+        ("step", pa.int32()),
+        ("tool", pa.string()),
+        ("args", pa.string()),
+        ("observation", pa.string()),
+        ("action_error", pa.bool_()),
+        ("exec_s", pa.float64()),
+        ("policy_s", pa.float64()),
+        ("tokens_in", pa.int64()),
+        ("tokens_out", pa.int64()),
+        ("logprob", pa.float64()),
+        ("info", pa.string()),
+    ],
+    metadata={b"trialforge.schema_version": str(SCHEMA_VERSION).encode()},
+)

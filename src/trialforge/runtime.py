@@ -1,0 +1,106 @@
+"""The resources a run holds: object store, snapshot cache, sandbox backend and image.
+
+Built once from params; every door (flow, CLI step, test) opens one and closes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trialforge.config import Params
+from trialforge.sandbox.base import Backend
+from trialforge.sandbox.images import Image, base_image, cache_root
+from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.verify.grader import Grader
+
+
+@dataclass
+class Runtime:
+    params: Params
+    store: ObjectStore
+    snapshots: SnapshotStore
+    backend: Backend
+    image: Image
+    image_digest: str
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
+
+    def grader(self) -> Grader:
+        return Grader(
+            backend=self.backend,
+            image=self.image.name,
+            image_digest=self.image_digest,
+            snapshots=self.snapshots,
+            limits=self.params.sandbox.limits(),
+            test_timeout_s=self.params.validate_.test_timeout_s,
+        )
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def store_url(params: Params) -> str:
+    """``file://relative/path`` is resolved against the working directory."""
+    url = params.run.store
+    if url.startswith("file://") and not url.startswith("file:///"):
+        return "file://" + str(Path(url[len("file://") :]).resolve())
+    return url
+
+
+@contextlib.contextmanager
+def open_runtime(params: Params) -> Iterator[Runtime]:
+    stack = contextlib.ExitStack()
+    try:
+        store = open_store(store_url(params))
+        snapshots = SnapshotStore(store, cache_root() / "snapshots")
+        image = base_image()
+        backend, digest = _backend(params, image, stack)
+        runtime = Runtime(params, store, snapshots, backend, image, digest, stack)
+        yield runtime
+    finally:
+        stack.close()
+
+
+def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple[Backend, str]:
+    if params.sandbox.backend == "bwrap":
+        from trialforge.sandbox.bwrap import BwrapBackend
+        from trialforge.sandbox.reaper import reap
+
+        reap()  # sandboxes a crashed run left behind
+        backend = BwrapBackend(image)
+        stack.callback(backend.close)
+        return backend, image.digest
+    from trialforge.sandbox.docker import DockerBackend
+    from trialforge.sandbox.engine import PodmanService, engine_client
+
+    host = params.sandbox.docker_host or os.environ.get("DOCKER_HOST", "")
+    if not host:
+        host = stack.enter_context(PodmanService()).base_url
+    backend = DockerBackend(engine_client(host), image)
+    stack.callback(backend.close)
+    return backend, backend.image_digest
+
+
+def code_version() -> str:
+    """The git commit of the code that ran (with ``-dirty`` when uncommitted changes were in play)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        from trialforge import __version__
+
+        return f"release-{__version__}"
+    return f"{sha}-dirty" if dirty else sha

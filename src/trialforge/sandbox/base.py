@@ -1,0 +1,124 @@
+"""The sandbox protocol every backend implements.
+
+A sandbox is an isolated Linux environment with the task workspace at
+``/work``. Backends differ in *where* it lives (bubblewrap, a container
+engine); what callers can do in it is this small protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, Sequence
+
+WORKDIR = "/work"
+TRUNCATION_MARK = "\n[... output truncated by trialforge: {dropped} bytes dropped ...]\n"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource bounds applied to every sandbox (all configurable in params.yaml)."""
+
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids: int = 256
+    disk_mb: int = 256
+    exec_timeout_s: float = 60.0
+    episode_timeout_s: float = 600.0
+    output_cap_bytes: int = 64 * 1024
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    oom: bool = False
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to start: an image rootfs plus a directory seeded into /work."""
+
+    image: str
+    workspace: Path | None = None
+    limits: Limits = field(default_factory=Limits)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+class Snapshot(Protocol):
+    """Opaque handle to a saved sandbox state, restorable in the same backend."""
+
+    id: str
+
+
+class Sandbox(Protocol):
+    image_digest: str
+    backend: str
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        cwd: str = WORKDIR,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult: ...
+
+    def read_file(self, path: str) -> bytes: ...
+
+    def write_file(self, path: str, data: bytes) -> None: ...
+
+    def snapshot(self) -> Snapshot: ...
+
+    def restore(self, snap: Snapshot) -> None: ...
+
+    def reset(self, workspace: Path | None) -> None:
+        """Make /work hold exactly the host directory ``workspace`` (empty when None): reuse by a pool."""
+        ...
+
+    def alive(self) -> bool:
+        """A cheap health check (no command run): the sandbox still exists and can take commands."""
+        ...
+
+    def export_workspace(self, dest: Path) -> None:
+        """Copy the current /work tree into the host directory ``dest``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def create(self, spec: SandboxSpec) -> Sandbox: ...
+
+    def from_snapshot(self, snap: Snapshot, spec: SandboxSpec) -> Sandbox:
+        """A new sandbox starting from ``snap`` (a snapshot taken in this backend): the fork of a group."""
+        ...
+
+    def release(self, snap: Snapshot) -> None:
+        """Drop a snapshot nobody needs any more."""
+        ...
+
+
+def cap_output(data: bytes, cap: int) -> tuple[str, bool]:
+    """Decode ``data`` keeping at most ``cap`` bytes (head and tail) with a visible mark."""
+    if len(data) <= cap:
+        return data.decode("utf-8", errors="replace"), False
+    head, tail = data[: cap // 2], data[-(cap // 2) :]
+    dropped = len(data) - len(head) - len(tail)
+    text = (
+        head.decode("utf-8", errors="replace")
+        + TRUNCATION_MARK.format(dropped=dropped)
+        + tail.decode("utf-8", errors="replace")
+    )
+    return text, True

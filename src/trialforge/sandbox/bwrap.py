@@ -1,0 +1,256 @@
+"""The bubblewrap backend: an image's unpacked rootfs, read-only, with the workspace as the only writable tree.
+
+Each command is its own ``bwrap`` process in fresh namespaces (no network, no
+host pids, no capabilities, an unprivileged uid), started inside the sandbox's
+cgroup. The workspace lives on the host: as root it is a size-limited tmpfs
+(the disk quota); snapshots are plain copies of it, which for task-sized trees
+cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox import cgroups
+from trialforge.sandbox.base import WORKDIR, ExecResult, Limits, SandboxSpec
+from trialforge.sandbox.images import Image
+from trialforge.sandbox.proc import run_capped
+from trialforge.sandbox.reaper import SandboxRecord, state_root
+
+LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+@dataclass(frozen=True)
+class BwrapSnapshot:
+    id: str
+    path: Path
+
+
+class BwrapBackend:
+    """Creates bubblewrap sandboxes over one image."""
+
+    name = "bwrap"
+
+    def __init__(self, image: Image, *, state_dir: Path | None = None) -> None:
+        if shutil.which("bwrap") is None:
+            raise SandboxError("bubblewrap is not installed: apt-get install bubblewrap", cause="missing_bwrap")
+        self.image = image
+        self.state_dir = state_dir or state_root()
+        self.snapshot_dir = self.state_dir / "snapshots" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.use_cgroups = cgroups.available()
+        self.use_tmpfs = os.geteuid() == 0
+
+    def create(self, spec: SandboxSpec) -> BwrapSandbox:
+        return BwrapSandbox(self, spec)
+
+    def from_snapshot(self, snap: BwrapSnapshot, spec: SandboxSpec) -> BwrapSandbox:
+        """A new sandbox whose workspace starts as ``snap`` (the fork of a rollout group)."""
+        return BwrapSandbox(self, SandboxSpec(image=spec.image, workspace=snap.path, limits=spec.limits, labels=spec.labels))
+
+    def release(self, snap: BwrapSnapshot) -> None:
+        shutil.rmtree(snap.path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Drop every snapshot this backend made."""
+        shutil.rmtree(self.snapshot_dir, ignore_errors=True)
+
+
+class BwrapSandbox:
+    backend = "bwrap"
+
+    def __init__(self, owner: BwrapBackend, spec: SandboxSpec) -> None:
+        self.owner = owner
+        self.limits: Limits = spec.limits
+        self.id = f"tf-{uuid.uuid4().hex[:12]}"
+        self.image_digest = owner.image.digest
+        self.home = owner.state_dir / "sandboxes" / self.id
+        self.workspace = self.home / "work"
+        self.cgroup: cgroups.SandboxCgroup | None = None
+        self.closed = False
+        self.mounted = False
+        self.record = SandboxRecord.for_current_process(
+            self.id, backend="bwrap", labels=spec.labels, deadline=time.time() + spec.limits.episode_timeout_s
+        )
+        try:
+            self._setup(spec)
+        except Exception:
+            self.close()
+            raise
+
+    # --- lifecycle -------------------------------------------------------------------
+    def _setup(self, spec: SandboxSpec) -> None:
+        self.workspace.mkdir(parents=True)
+        self.record.save(self.home)
+        if self.owner.use_tmpfs:
+            size = f"size={self.limits.disk_mb}m,mode=0755"
+            _check(["mount", "-t", "tmpfs", "-o", size, f"trialforge-{self.id}", str(self.workspace)], "mount workspace")
+            self.mounted = True
+            self.record.mounts.append(str(self.workspace))
+        if self.owner.use_cgroups:
+            self.cgroup = cgroups.SandboxCgroup.create(
+                self.id, memory_mb=self.limits.memory_mb, pids=self.limits.pids, cpus=self.limits.cpus
+            )
+            self.record.cgroups = [str(d) for d in self.cgroup.dirs]
+        self.record.save(self.home)
+        if spec.workspace is not None:
+            _copy_tree(spec.workspace, self.workspace)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.workspace)], check=False, capture_output=True)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def __enter__(self) -> BwrapSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def alive(self) -> bool:
+        return not self.closed and self.workspace.is_dir() and (self.cgroup is None or self.cgroup.dirs[0].is_dir())
+
+    # --- commands --------------------------------------------------------------------
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        cwd: str = WORKDIR,
+        env: dict[str, str] | None = None,
+    ) -> ExecResult:
+        if self.closed:
+            raise SandboxError(f"sandbox {self.id} is closed", cause="closed")
+        if not self.workspace.is_dir():
+            raise SandboxError(f"sandbox {self.id} lost its workspace", cause="died")
+        limit = timeout if timeout is not None else self.limits.exec_timeout_s
+        oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+        result = run_capped(
+            self._limit_prefix() + self._bwrap_args(cwd, env or {}) + ["--", *argv],
+            timeout=limit,
+            cap=self.limits.output_cap_bytes,
+            env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
+        )
+        if result.timed_out and self.cgroup is not None:
+            self.cgroup.kill_all()  # anything that escaped the process group dies with its sandbox
+        oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
+        if result.returncode == 1 and result.stderr.startswith("bwrap:"):
+            raise SandboxError(f"bubblewrap failed to start in {self.id}: {result.stderr.strip()}", cause="start")
+        return ExecResult(
+            exit_code=137 if result.timed_out else result.returncode,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            duration_s=result.duration_s,
+            timed_out=result.timed_out,
+            oom=oom,
+            truncated=result.truncated,
+        )
+
+    def _limit_prefix(self) -> list[str]:
+        if self.cgroup is not None:
+            return self.cgroup.enter_prefix()
+        lim = self.limits  # unprivileged fallback: per-process rlimits (weaker than a cgroup, still bounded)
+        return [
+            "prlimit",
+            f"--as={lim.memory_mb * 1024 * 1024}",
+            f"--nproc={lim.pids}",
+            f"--fsize={lim.disk_mb * 1024 * 1024}",
+            "--",
+        ]
+
+    def _bwrap_args(self, cwd: str, env: dict[str, str]) -> list[str]:
+        args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
+        if self.limits.network:
+            args.append("--share-net")
+        args += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
+        for key, value in {**SANDBOX_ENV, **env}.items():
+            args += ["--setenv", key, value]
+        args += [
+            "--ro-bind", str(self.owner.image.rootfs), "/",
+            "--bind", str(self.workspace), WORKDIR,
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--size", str(self.limits.disk_mb * 1024 * 1024), "--tmpfs", "/tmp",
+            "--chdir", cwd,
+        ]  # fmt: skip
+        return args
+
+    # --- files -----------------------------------------------------------------------
+    def _host_path(self, path: str) -> Path:
+        """Map a sandbox path under /work to the host, refusing anything that resolves outside it."""
+        rel = os.path.relpath(os.path.join(WORKDIR, path), WORKDIR)
+        if rel == ".." or rel.startswith("../"):
+            raise SandboxError(f"path {path!r} is outside {WORKDIR}", cause="path")
+        host = self.workspace / rel
+        real = Path(os.path.realpath(host))
+        if real != self.workspace and self.workspace not in real.parents:
+            raise SandboxError(f"path {path!r} resolves outside {WORKDIR}", cause="path")
+        return host
+
+    def read_file(self, path: str) -> bytes:
+        host = self._host_path(path)
+        try:
+            return host.read_bytes()
+        except OSError as exc:
+            raise FileNotFoundError(f"{path}: {exc.strerror}") from exc
+
+    def write_file(self, path: str, data: bytes) -> None:
+        host = self._host_path(path)
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(data)
+
+    def export_workspace(self, dest: Path) -> None:
+        _copy_tree(self.workspace, dest)
+
+    # --- snapshots ---------------------------------------------------------------------
+    def snapshot(self) -> BwrapSnapshot:
+        snap_id = uuid.uuid4().hex[:12]
+        path = self.owner.snapshot_dir / snap_id
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _copy_tree(self.workspace, path)
+        return BwrapSnapshot(id=snap_id, path=path)
+
+    def restore(self, snap: BwrapSnapshot) -> None:
+        if not snap.path.is_dir():
+            raise SandboxError(f"snapshot {snap.id} is gone", cause="snapshot")
+        self.reset(snap.path)
+
+    def reset(self, workspace: Path | None) -> None:
+        if self.closed or not self.workspace.is_dir():
+            raise SandboxError(f"sandbox {self.id} is closed or lost its workspace", cause="died")
+        for child in self.workspace.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        if workspace is not None:
+            _copy_tree(workspace, self.workspace)
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+
+
+def _check(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SandboxError(f"cannot {what}: {done.stderr.strip()}", cause="start")
+

@@ -1,0 +1,132 @@
+"""Per-sandbox cgroups: memory, process count and CPU bounds for bubblewrap sandboxes.
+
+Container engines set these themselves; bubblewrap does not, so the bwrap backend
+creates one child group per sandbox below this process's own groups (cgroup v1,
+as on hybrid hosts, or the unified v2 hierarchy) and starts every command inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from trialforge.errors import SandboxError
+
+ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids", "cpu")
+
+
+def _own_path(controller: str) -> str:
+    """This process's group in ``controller`` ('' for the v2 unified hierarchy)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(",") or (controller == "" and names == ""):
+            return path
+    raise SandboxError(f"this process is in no {controller or 'unified'} cgroup", cause="cgroup")
+
+
+def _is_v1() -> bool:
+    return (ROOT / "memory" / "memory.limit_in_bytes").exists() or (ROOT / "memory").is_dir()
+
+
+def available() -> bool:
+    """True when this process may create child cgroups (root, writable hierarchy)."""
+    try:
+        base = ROOT / "memory" / _own_path("memory").lstrip("/") if _is_v1() else ROOT / _own_path("").lstrip("/")
+    except (OSError, SandboxError):
+        return False
+    return os.access(base, os.W_OK)
+
+
+@dataclass
+class SandboxCgroup:
+    """The cgroup directories of one sandbox; ``dirs`` has one entry per v1 controller or a single v2 group."""
+
+    name: str
+    dirs: list[Path]
+    v1: bool
+
+    @classmethod
+    def create(cls, name: str, *, memory_mb: int, pids: int, cpus: float) -> SandboxCgroup:
+        v1 = _is_v1()
+        if v1:
+            dirs = [ROOT / c / _own_path(c).lstrip("/") / name for c in CONTROLLERS]
+        else:
+            dirs = [ROOT / _own_path("").lstrip("/") / name]
+        group = cls(name=name, dirs=dirs, v1=v1)
+        try:
+            for d in dirs:
+                d.mkdir(exist_ok=True)
+            group._set_limits(memory_mb, pids, cpus)
+        except OSError as exc:
+            group.remove()
+            raise SandboxError(f"cannot create cgroup {name}: {exc}", cause="cgroup") from exc
+        return group
+
+    def _set_limits(self, memory_mb: int, pids: int, cpus: float) -> None:
+        mem = str(memory_mb * 1024 * 1024)
+        quota = str(int(cpus * 100_000))
+        if self.v1:
+            memory, pid_dir, cpu = self.dirs
+            (memory / "memory.limit_in_bytes").write_text(mem)
+            swap = memory / "memory.memsw.limit_in_bytes"
+            if swap.exists():  # absent when swap accounting is off; then there is no swap to escape to
+                swap.write_text(mem)
+            (pid_dir / "pids.max").write_text(str(pids))
+            (cpu / "cpu.cfs_period_us").write_text("100000")
+            (cpu / "cpu.cfs_quota_us").write_text(quota)
+        else:
+            (group,) = self.dirs
+            (group / "memory.max").write_text(mem)
+            (group / "memory.swap.max").write_text("0")
+            (group / "pids.max").write_text(str(pids))
+            (group / "cpu.max").write_text(f"{quota} 100000")
+
+    def enter_prefix(self) -> list[str]:
+        """Argv prefix that moves the shell into this group, then execs the rest of the command.
+
+        The move happens before the sandboxed command exists, so nothing it forks escapes.
+        """
+        procs = " ".join(f"echo $$ > {d}/cgroup.procs &&" for d in self.dirs)
+        return ["/bin/sh", "-c", f'{procs} exec "$@"', "cgroup-enter"]
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer has killed in this group so far."""
+        name = "memory.oom_control" if self.v1 else "memory.events"
+        try:
+            fields = dict(line.split() for line in (self.dirs[0] / name).read_text().splitlines())
+        except OSError:
+            return 0
+        return int(fields.get("oom_kill", "0"))
+
+    def pids(self) -> list[int]:
+        found: set[int] = set()
+        for d in self.dirs:
+            try:
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            except OSError:
+                continue
+        return sorted(found)
+
+    def kill_all(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def remove(self) -> None:
+        """Kill what is left inside and delete the group directories."""
+        self.kill_all()
+        for d in self.dirs:
+            for _ in range(50):  # a killed process leaves the group a moment later
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self.kill_all()
+                    os.sched_yield()

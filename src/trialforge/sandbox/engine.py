@@ -1,0 +1,200 @@
+"""A container engine to talk to: the user's Docker, or a Podman API service we start ourselves.
+
+The docker backend speaks the Docker Engine API (through the ``docker`` SDK), which
+both Docker and Podman serve. On a single host without a Docker daemon (this
+machine, CI), :class:`PodmanService` runs ``podman system service`` on a private
+unix socket for as long as a ``with`` block (or a test session) lasts, with our own
+``containers.conf`` (images/podman/containers.conf: ulimits, cgroupfs, runc), and
+stops exactly that process afterwards. When ``DOCKER_HOST`` is set the user has
+chosen an engine, and we use it instead of starting anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox.reaper import state_root
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1.41"
+CONF_ENV = "CONTAINERS_CONF"
+_REPO_CONF = Path(__file__).resolve().parents[3] / "images" / "podman" / "containers.conf"
+_ENGINE_DOWN = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+
+
+def containers_conf(path: Path | None = None) -> Path:
+    """The containers.conf a Podman service should use: ``path``, else ``$CONTAINERS_CONF``, else the repo's."""
+    chosen = path or (Path(os.environ[CONF_ENV]) if os.environ.get(CONF_ENV) else _REPO_CONF)
+    if not chosen.is_file():
+        raise SandboxError(
+            f"containers.conf not found at {chosen}: pass containers_conf= or set {CONF_ENV} "
+            "(the repository ships images/podman/containers.conf)",
+            cause="engine",
+        )
+    return chosen
+
+
+def engine_client(base_url: str | None = None, *, timeout: float = 120.0) -> docker.DockerClient:
+    """A client for the engine at ``base_url`` (``None``: the environment's, i.e. ``DOCKER_HOST`` and its TLS).
+
+    Pings once, so an unreachable engine fails here with a clear cause rather
+    than in the middle of a rollout.
+    """
+    target = base_url or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if base_url is None:
+            client = docker.from_env(version=API_VERSION, timeout=int(timeout))
+        else:
+            client = docker.DockerClient(base_url=base_url, version=API_VERSION, timeout=int(timeout))
+    except _ENGINE_DOWN as exc:
+        raise SandboxError(
+            f"cannot configure a client for the container engine at {target}: {exc}", cause="engine"
+        ) from exc
+    try:
+        client.ping()
+    except _ENGINE_DOWN as exc:
+        client.close()
+        raise SandboxError(
+            f"container engine at {target} is unreachable ({exc}); start one with "
+            "`trialforge.sandbox.engine.PodmanService` or point DOCKER_HOST at a running Docker",
+            cause="engine",
+        ) from exc
+    return client
+
+
+class PodmanService:
+    """``podman system service`` on a private socket, for one ``with`` block; or the user's ``DOCKER_HOST``.
+
+    >>> with PodmanService() as engine:
+    ...     client = engine.client()
+    """
+
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        *,
+        containers_conf: Path | None = None,
+        start_timeout_s: float = 60.0,
+        use_docker_host: bool = True,
+    ) -> None:
+        self.state_dir = state_dir
+        self.conf = containers_conf
+        self.start_timeout_s = start_timeout_s
+        self.external = os.environ.get("DOCKER_HOST") if use_docker_host else None
+        self.base_url: str | None = self.external
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._made_dir: Path | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What podman (service or CLI) needs to see this service's configuration."""
+        return {**os.environ, CONF_ENV: str(containers_conf(self.conf))}
+
+    def start(self) -> str:
+        """Start the service (unless one is already running or DOCKER_HOST is set); returns its URL."""
+        if self.external is not None:
+            engine_client(None).close()  # fail now, with a clear message, if the user's engine is down
+            return self.external
+        if self.proc is not None:
+            assert self.base_url is not None
+            return self.base_url
+        if shutil.which("podman") is None:
+            raise SandboxError(
+                "podman is not installed (apt-get install podman runc) and DOCKER_HOST is unset", cause="engine"
+            )
+        home = self._home()
+        socket = home / "podman.sock"
+        socket.unlink(missing_ok=True)
+        self.base_url = f"unix://{socket}"
+        with (home / "service.log").open("ab") as logfile:
+            self.proc = subprocess.Popen(
+                ["podman", "system", "service", "--time=0", self.base_url],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches us, and we stop it in order
+            )
+        try:
+            self._wait_ready(home / "service.log")
+        except BaseException:
+            self.stop()
+            raise
+        log.info("podman service ready", extra={"url": self.base_url, "pid": self.proc.pid})
+        return self.base_url
+
+    def client(self) -> docker.DockerClient:
+        return engine_client(self.start() if self.external is None else None)
+
+    def stop(self) -> None:
+        """Terminate the service process we started (and only it); containers are the caller's to remove first."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+        if self._made_dir is not None:
+            shutil.rmtree(self._made_dir, ignore_errors=True)
+            self._made_dir = None
+
+    def __enter__(self) -> PodmanService:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _home(self) -> Path:
+        if self.state_dir is not None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            return self.state_dir
+        root = state_root()
+        root.mkdir(parents=True, exist_ok=True)
+        self._made_dir = Path(tempfile.mkdtemp(prefix="podman-", dir=root))  # short: unix socket paths max 107 bytes
+        return self._made_dir
+
+    def _wait_ready(self, logfile: Path) -> None:
+        """Poll ``/_ping`` until the service answers; fail fast if the process exits."""
+        assert self.proc is not None and self.base_url is not None
+        probe = docker.APIClient(base_url=self.base_url, version=API_VERSION, timeout=2)
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise SandboxError(
+                        f"podman system service exited with {self.proc.returncode}: {_tail(logfile)}", cause="engine"
+                    )
+                try:
+                    if probe.ping():
+                        return
+                except _ENGINE_DOWN:
+                    pass
+                time.sleep(0.02)  # poll interval, not a guess at how long startup takes
+        finally:
+            probe.close()
+        raise SandboxError(
+            f"podman system service did not answer /_ping within {self.start_timeout_s:.0f}s: {_tail(logfile)}",
+            cause="engine",
+        )
+
+
+def _tail(path: Path, size: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-size:].strip() or "(no output)"
+    except OSError:
+        return "(no log)"

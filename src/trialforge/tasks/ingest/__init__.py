@@ -1,0 +1,1 @@
+"""Ingestion adapters: one module per source, each turning raw records into Tasks plus a Funnel."""

@@ -1,0 +1,612 @@
+"""What every ingest adapter needs: a repository at a commit, a commit's fix, and export records with locations.
+
+A task's base state is a repository tree at one commit with no git history. We do not use
+``git archive | tar -x`` for it: ``git archive`` honours the repository's own ``.gitattributes``
+(``export-ignore`` drops paths, ``export-subst`` rewrites files), and many projects export-ignore
+their tests, which would silently remove the very files a task is graded with. Instead we read the
+tree object by object (``git ls-tree`` + one ``git cat-file --batch`` process) and write each file
+ourselves, which also lets us refuse a path or symlink that leaves the tree before it exists.
+
+Every failure here is a :class:`RepoError` carrying a short ``reason`` (the funnel's key) and a
+message that names the commit, file or field, so an adapter drops one record and keeps the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from trialforge.errors import PatchError, TaskError
+from trialforge.funnel import Funnel
+from trialforge.tasks.patches import (
+    MAX_PATCH_BYTES,
+    apply_patch,
+    check_paths,
+    filter_patch,
+    is_test_path,
+    touched_paths,
+)
+
+if TYPE_CHECKING:
+    from trialforge.tasks.snapshots import SnapshotStore
+
+RepoSource = str | Path  # a local git repository (bare mirror or work tree) or a clone URL
+
+MAX_TREE_BYTES = 1 << 30  # a base state larger than this is not a practical task
+MAX_CHANGED_LINES = 2000  # a fix that changes more lines than this is a refactor or a vendoring, not a task
+GIT_TIMEOUT_S = 600
+_EXTRAS_MARK = " extras="
+_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
+_BLOCK = re.compile(r"(?=^diff --git )", re.MULTILINE)
+_BINARY = re.compile(r"^(?:GIT binary patch|Binary files .* differ)$", re.MULTILINE)
+_SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode) 120000$", re.MULTILINE)
+
+
+class RepoError(TaskError):
+    """One source record cannot become a task; ``reason`` is the funnel key, the message says why."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# --- the funnel with links ------------------------------------------------------------------------
+
+
+@dataclass
+class IngestFunnel(Funnel):
+    """A funnel that also lists what was linked to what (ticket -> fix), with confidence and rule."""
+
+    links: list[dict[str, Any]] = field(default_factory=list)
+
+    def link(self, task_id: str, ticket: str, fix: str, confidence: float, rule: str, *, used: bool = True) -> None:
+        self.links.append(
+            {"task_id": task_id, "ticket": ticket, "fix": fix, "confidence": confidence, "rule": rule, "used": used}
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "links": self.links}
+
+
+# --- lossless extras on a task (until Task has a field for them) ------------------------------------
+
+
+def with_extras(ref: str, extras: Mapping[str, Any]) -> str:
+    """``ref`` plus facts the Task has no field for (base commit, SWE-bench version...), as compact JSON.
+
+    Temporary: ``Task`` has no free-form field, so these ride in ``Source.ref`` after a marker that
+    :func:`split_extras` reverses exactly. Move them to ``Task.extra`` once it exists.
+    """
+    if not extras:
+        return ref
+    return ref + _EXTRAS_MARK + json.dumps(dict(extras), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def split_extras(ref: str) -> tuple[str, dict[str, Any]]:
+    """The human part of a ref and its extras (empty when it has none)."""
+    head, mark, tail = ref.partition(_EXTRAS_MARK)
+    if not mark:
+        return ref, {}
+    return head, json.loads(tail)
+
+
+# --- running git ------------------------------------------------------------------------------------
+
+
+def git_env() -> dict[str, str]:
+    """No user or system config (a host's settings must not change a snapshot), no prompts, no exotic transports."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+        "LC_ALL": "C",
+    }
+
+
+def git_argv(repo: Path, *args: str) -> list[str]:
+    # safe.directory=*: mirrors may belong to another user. We run only plumbing that executes no
+    # program a repository's config could name (no hooks, fsmonitor, pager, textconv or external diff).
+    return [
+        "git", "-c", "safe.directory=*", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+        "-C", str(repo), *args,
+    ]  # fmt: skip
+
+
+def git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    """Run one git command in ``repo`` and return its stdout; a failure is a ``git_error`` naming the command."""
+    done = subprocess.run(
+        git_argv(repo, *args), input=stdin, capture_output=True, check=False, env=git_env(), timeout=GIT_TIMEOUT_S
+    )
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip()
+        raise RepoError(f"git {' '.join(args[:3])} in {repo} failed: {err}", reason="git_error")
+    return done.stdout
+
+
+def repo_name_of(source: RepoSource) -> str:
+    """A default task-repo name for a mirror path or URL: its last component without ``.git``."""
+    return re.sub(r"\.git$", "", str(source).rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]) or "repo"
+
+
+def resolve_commit(repo: Path, rev: str) -> str:
+    """The full sha of ``rev`` in ``repo``; an ``unknown_commit`` when the mirror does not have it."""
+    if not rev or rev.startswith("-"):
+        raise RepoError(f"{rev!r} is not a commit", reason="unknown_commit")
+    try:
+        return git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}").decode().strip()
+    except RepoError:
+        raise RepoError(f"commit {rev} is not in {repo} (stale mirror?)", reason="unknown_commit") from None
+
+
+def rev_list(repo: Path, rev: str = "HEAD") -> list[tuple[str, tuple[str, ...]]]:
+    """(sha, parents) of every commit reachable from ``rev``, oldest first."""
+    out = git(repo, "rev-list", "--reverse", "--topo-order", "--parents", "--end-of-options", rev).decode()
+    return [(shas[0], tuple(shas[1:])) for shas in (line.split() for line in out.splitlines()) if shas]
+
+
+class Mirrors:
+    """Repository names -> local git repositories; clone URLs are cloned (``--mirror``, once) on first use.
+
+    Clones live in ``clone_dir`` when given (kept for the next run), else in a scratch directory removed
+    when this object is closed.
+    """
+
+    def __init__(self, sources: Mapping[str, RepoSource], clone_dir: Path | None = None) -> None:
+        self._sources = dict(sources)
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._clone_dir = clone_dir
+        self._ready: dict[str, Path] = {}
+
+    def __enter__(self) -> Mirrors:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+    def get(self, name: str) -> Path:
+        if name not in self._ready:
+            if name not in self._sources:
+                known = ", ".join(sorted(self._sources)) or "none"
+                raise RepoError(
+                    f"no mirror or clone URL for repository {name!r} (known: {known})", reason="unknown_repository"
+                )
+            self._ready[name] = self._open(name, self._sources[name])
+        return self._ready[name]
+
+    def _open(self, name: str, source: RepoSource) -> Path:
+        if isinstance(source, str) and _URL.match(source):
+            return self._clone(name, source)
+        path = Path(source).expanduser().resolve()
+        if not path.is_dir():
+            raise RepoError(f"mirror of {name!r} at {path} does not exist", reason="unknown_repository")
+        # A plain directory inside some other repository would silently resolve to that repository.
+        git_dir = Path(git(path, "rev-parse", "--absolute-git-dir").decode().strip())
+        if git_dir not in (path, path / ".git"):
+            raise RepoError(
+                f"{path} (mirror of {name!r}) is not a git repository; it lies inside {git_dir}",
+                reason="unknown_repository",
+            )
+        return path
+
+    def _clone(self, name: str, url: str) -> Path:
+        if self._clone_dir is None:
+            self._scratch = self._scratch or tempfile.TemporaryDirectory(prefix="tf-clones-")
+            base = Path(self._scratch.name)
+        else:
+            base = self._clone_dir
+        dest = base / re.sub(r"[^\w.-]", "_", name)
+        if (dest / "HEAD").is_file():
+            git(dest, "fetch", "--quiet", "--prune", "origin")
+            return dest
+        base.mkdir(parents=True, exist_ok=True)
+        git(base, "clone", "--mirror", "--quiet", "--", url, str(dest))
+        return dest
+
+
+# --- reading objects ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    parents: tuple[str, ...]
+    author_date: datetime
+    message: str
+
+    @property
+    def subject(self) -> str:
+        return self.message.split("\n", 1)[0].strip()
+
+    @property
+    def body(self) -> str:
+        return self.message.partition("\n")[2].strip()
+
+
+class ObjectReader:
+    """One ``git cat-file --batch`` process: object contents by id without a process per object."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self._proc = subprocess.Popen(
+            git_argv(repo, "cat-file", "--batch"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=git_env(),
+        )
+
+    def __enter__(self) -> ObjectReader:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._proc.stdin:
+            self._proc.stdin.close()
+        if self._proc.stdout:
+            self._proc.stdout.close()
+        self._proc.wait(timeout=GIT_TIMEOUT_S)
+
+    def read(self, oid: str) -> tuple[str, bytes]:
+        """(type, content) of one object."""
+        assert self._proc.stdin and self._proc.stdout
+        self._proc.stdin.write(oid.encode() + b"\n")
+        self._proc.stdin.flush()
+        header = self._proc.stdout.readline().split()
+        if len(header) != 3:
+            raise RepoError(f"object {oid} is missing from {self.repo}", reason="unknown_commit")
+        data = self._proc.stdout.read(int(header[2]))
+        self._proc.stdout.read(1)  # the newline after each object
+        return header[1].decode(), data
+
+    def commit(self, sha: str) -> Commit:
+        """A parsed commit; a message that is not valid text in its declared encoding is ``bad_encoding``."""
+        kind, raw = self.read(sha)
+        if kind != "commit":
+            raise RepoError(f"{sha} is a {kind}, not a commit", reason="unknown_commit")
+        head, _, message = raw.partition(b"\n\n")
+        headers = [line.split(b" ", 1) for line in head.split(b"\n") if b" " in line]
+        parents = tuple(v.decode() for k, v in headers if k == b"parent")
+        author = next((v for k, v in headers if k == b"author"), b"")
+        encoding = next((v.decode("ascii", "replace") for k, v in headers if k == b"encoding"), "utf-8")
+        try:
+            text = message.decode(encoding)
+        except (UnicodeDecodeError, LookupError) as exc:
+            raise RepoError(f"commit {sha}: message is not valid {encoding} ({exc})", reason="bad_encoding") from None
+        return Commit(sha=sha, parents=parents, author_date=_signature_date(author), message=text)
+
+
+def _signature_date(signature: bytes) -> datetime:
+    """``Name <email> 1700000000 +0100`` -> an aware datetime (epoch when the signature is mangled)."""
+    parts = signature.rsplit(b" ", 2)
+    try:
+        offset = int(parts[2][:3]) * 60 + (1 if parts[2][:1] != b"-" else -1) * int(parts[2][3:5])
+        return datetime.fromtimestamp(int(parts[1]), timezone(timedelta(minutes=offset)))
+    except (IndexError, ValueError):
+        return datetime.fromtimestamp(0, UTC)
+
+
+# --- a repository at a commit ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Entry:
+    mode: str
+    oid: str
+    path: str
+
+
+def materialize(repo: Path, commit: str, dest: Path, *, max_bytes: int = MAX_TREE_BYTES) -> None:
+    """Write the tree of ``commit`` into ``dest`` (which must not exist or be empty), without ``.git``.
+
+    Submodules become empty directories, as after a clone without ``--recurse-submodules``.
+    Refused with ``unsafe_tree``: paths leaving the tree or naming ``.git``, symlinks resolving outside.
+    """
+    entries = _ls_tree(repo, commit)
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    total = 0
+    links: list[Path] = []
+    with ObjectReader(repo) as objects:
+        for entry in entries:
+            target = _safe_target(root, entry.path, commit)
+            if entry.mode == "160000":
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            _, data = objects.read(entry.oid)
+            total += len(data)
+            if total > max_bytes:
+                raise RepoError(f"tree of {commit} is over {max_bytes} bytes", reason="tree_too_large")
+            if entry.mode == "120000":
+                links.append(_write_link(target, entry.path, data, commit))
+            else:
+                target.write_bytes(data)
+                target.chmod(0o755 if entry.mode == "100755" else 0o644)
+    for link in links:  # only now can a chain of links be followed
+        if not Path(os.path.realpath(link)).is_relative_to(root):
+            rel = link.relative_to(root)
+            raise RepoError(f"commit {commit}: symlink {rel} resolves outside the repository", reason="unsafe_tree")
+
+
+def _ls_tree(repo: Path, commit: str) -> list[_Entry]:
+    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit)
+    entries = []
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, _, raw_path = record.partition(b"\t")
+        mode, _, oid = meta.decode().split(" ")
+        try:
+            path = raw_path.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RepoError(f"commit {commit}: file name {raw_path!r} is not UTF-8", reason="bad_encoding") from None
+        entries.append(_Entry(mode, oid, path))
+    return entries
+
+
+def _safe_target(root: Path, rel: str, commit: str) -> Path:
+    """``root / rel``, its parent directories made, after checking that nothing on the way leaves ``root``.
+
+    Each directory is checked before it is entered, so a symlinked directory (possible only in a
+    crafted tree) can never make us create or write anything outside.
+    """
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts or ".git" in pure.parts or not pure.parts:
+        raise RepoError(
+            f"commit {commit}: tree path {rel!r} escapes the repository or names .git", reason="unsafe_tree"
+        )
+    current = root
+    for part in pure.parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise RepoError(f"commit {commit}: {rel!r} would be written through a symlink", reason="unsafe_tree")
+        current.mkdir(exist_ok=True)
+    target = current / pure.parts[-1]
+    if target.is_symlink() or target.exists():
+        raise RepoError(f"commit {commit}: the tree names {rel!r} twice", reason="unsafe_tree")
+    return target
+
+
+def _write_link(target: Path, rel: str, data: bytes, commit: str) -> Path:
+    try:
+        dest = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RepoError(f"commit {commit}: symlink {rel} has an undecodable target", reason="bad_encoding") from None
+    if _link_escapes(rel, dest):
+        raise RepoError(f"commit {commit}: symlink {rel} -> {dest} points outside the repository", reason="unsafe_tree")
+    os.symlink(dest, target)
+    return target
+
+
+def _link_escapes(link_path: str, dest: str) -> bool:
+    """Whether ``dest`` (a symlink's text) leaves the tree, judged by its text alone."""
+    if dest.startswith("/"):
+        return True
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), dest))
+    return joined == ".." or joined.startswith("../")
+
+
+def snapshot_at(repo: Path, commit: str, patches: Sequence[str], snapshots: SnapshotStore) -> str:
+    """Store the tree at ``commit`` and return its digest, after proving every patch applies to it.
+
+    The patches are tried on a copy, so the stored base state is exactly the commit's tree.
+    """
+    with tempfile.TemporaryDirectory(prefix="tf-ingest-") as tmp:
+        base, trial = Path(tmp) / "base", Path(tmp) / "trial"
+        materialize(repo, commit, base)
+        shutil.copytree(base, trial, symlinks=True)
+        for patch in patches:
+            if not patch:
+                continue
+            try:
+                apply_patch(trial, patch)
+            except PatchError as exc:
+                raise RepoError(f"on base {commit[:12]}: {exc}", reason="patch_does_not_apply") from None
+        return snapshots.put(base)
+
+
+# --- patches ----------------------------------------------------------------------------------------------
+
+
+def patch_blocks(patch: str) -> list[str]:
+    return [block for block in _BLOCK.split(patch) if block.strip()]
+
+
+def vet_patch(patch: str, what: str, *, max_bytes: int = MAX_PATCH_BYTES) -> None:
+    """Refuse a patch we must not use, with the reason an adapter reports.
+
+    ``empty_patch``, ``binary_change`` (a binary file: a task's patches are text), ``patch_too_large``,
+    ``unsafe_patch`` (paths leaving the tree or naming ``.git``, a symlink pointing outside).
+    """
+    if not patch.strip():
+        raise RepoError(f"{what} is empty", reason="empty_patch")
+    size = len(patch.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise RepoError(f"{what} is {size} bytes, over the {max_bytes}-byte limit", reason="patch_too_large")
+    for block in patch_blocks(patch):
+        paths = touched_paths(block)
+        name = paths[-1] if paths else "?"
+        if _BINARY.search(block):
+            raise RepoError(f"{what} changes binary file {name}", reason="binary_change")
+        if _SYMLINK_MODE.search(block):
+            dest = next(
+                (line[1:] for line in block.splitlines() if line.startswith("+") and not line.startswith("+++")), ""
+            )
+            if _link_escapes(name, dest):
+                raise RepoError(f"{what} makes symlink {name} -> {dest} pointing outside", reason="unsafe_patch")
+    try:
+        check_paths(patch)
+    except PatchError as exc:
+        raise RepoError(f"{what}: {exc}", reason="unsafe_patch") from None
+
+
+def split_patch(patch: str) -> tuple[str, str]:
+    """(code patch, test patch) by path; a file whose old and new paths disagree is refused."""
+    code, _ = filter_patch(patch, lambda path: not is_test_path(path))
+    tests, _ = filter_patch(patch, is_test_path)
+    lost = set(touched_paths(patch)) - set(touched_paths(code)) - set(touched_paths(tests))
+    if lost:
+        raise RepoError(f"renames between test and code paths: {sorted(lost)}", reason="mixed_rename")
+    return code, tests
+
+
+def require_code_and_tests(code: str, tests: str, what: str) -> None:
+    """A task needs a fix to grade against and tests to grade with."""
+    if not tests.strip():
+        raise RepoError(f"{what} changes no test file", reason="no_test_changes")
+    if not code.strip():
+        raise RepoError(f"{what} changes only tests", reason="no_code_changes")
+
+
+def commit_fix(repo: Path, commit: Commit, *, max_changed_lines: int = MAX_CHANGED_LINES) -> tuple[str, str]:
+    """(code patch, test patch) of a non-merge commit against its parent, refused when unusable.
+
+    Cheap checks first (``git diff-tree --numstat``): merges, root commits, binary changes, huge
+    diffs and commits without both code and test changes never have their full diff read.
+    """
+    if len(commit.parents) != 1:
+        kind = "merge_commit" if commit.parents else "root_commit"
+        raise RepoError(f"commit {commit.sha} has {len(commit.parents)} parents", reason=kind)
+    parent = commit.parents[0]
+    stats = _numstat(repo, parent, commit.sha)
+    binary = [path for added, _, path in stats if added == "-"]
+    if binary:
+        raise RepoError(f"commit {commit.sha} changes binary file {binary[0]}", reason="binary_change")
+    changed = sum(int(added) + int(deleted) for added, deleted, _ in stats)
+    if changed > max_changed_lines:
+        raise RepoError(f"commit {commit.sha} changes {changed} lines (limit {max_changed_lines})", reason="huge_diff")
+    paths = [path for _, _, path in stats]
+    require_code_and_tests(
+        "x" if any(not is_test_path(p) for p in paths) else "", "x" if any(map(is_test_path, paths)) else "",
+        f"commit {commit.sha}",
+    )  # fmt: skip
+    patch = _decode_diff(commit.sha, _diff(repo, parent, commit.sha))
+    vet_patch(patch, f"diff of commit {commit.sha}")
+    return split_patch(patch)
+
+
+def _numstat(repo: Path, parent: str, sha: str) -> list[tuple[str, str, str]]:
+    out = git(repo, "diff-tree", "-r", "-z", "--numstat", "--no-renames", parent, sha)
+    rows = []
+    for record in out.split(b"\0"):
+        if record.count(b"\t") == 2:
+            added, deleted, path = record.decode("utf-8", "replace").split("\t")
+            rows.append((added, deleted, path))
+    return rows
+
+
+def _diff(repo: Path, parent: str, sha: str) -> bytes:
+    # Plumbing with explicit prefixes: a repository's diff.noprefix or color settings cannot change it.
+    return git(
+        repo, "diff-tree", "-p", "--no-renames", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+        "--src-prefix=a/", "--dst-prefix=b/", parent, sha,
+    )  # fmt: skip
+
+
+def _decode_diff(sha: str, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        block = raw[: exc.start].rsplit(b"\ndiff --git ", 1)[-1].split(b"\n", 1)[0]
+        raise RepoError(
+            f"commit {sha}: diff is not valid UTF-8 at byte {exc.start} (in {block.decode('utf-8', 'replace')})",
+            reason="bad_encoding",
+        ) from None
+
+
+# --- export files -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    where: str  # file:line, for the report
+    data: dict[str, Any]
+
+
+def read_json_records(path: Path, funnel: Funnel) -> Iterator[Record]:
+    """Records of a JSON-lines file or of one JSON array; unreadable ones go to ``funnel`` with their line.
+
+    Bytes that are not UTF-8 are kept as lone surrogates while parsing, so one bad record is reported
+    (``bad_encoding``, naming its field) and its neighbours survive.
+    """
+    text = path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
+    parsed = (
+        _array_records(path.name, text, funnel)
+        if text.lstrip().startswith("[")
+        else _line_records(path.name, text, funnel)
+    )
+    for where, value in parsed:
+        if not isinstance(value, dict):
+            funnel.drop(where, "invalid_record", f"expected a JSON object, got {type(value).__name__}")
+            continue
+        bad = find_undecodable(value)
+        if bad is not None:
+            funnel.drop(where, "bad_encoding", f"field {bad} is not valid UTF-8")
+            continue
+        yield Record(where, value)
+
+
+def _line_records(name: str, text: str, funnel: Funnel) -> Iterator[tuple[str, Any]]:
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{lineno}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as exc:
+            funnel.drop(where, "malformed_json", f"line {lineno}: {exc}")
+
+
+def _array_records(name: str, text: str, funnel: Funnel) -> Iterator[tuple[str, Any]]:
+    """Elements of a top-level JSON array one at a time, so each has a line number."""
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    while True:
+        pos = _skip(text, pos, ",")
+        if pos >= len(text) or text[pos] == "]":
+            return
+        where = f"{name}:{text.count(chr(10), 0, pos) + 1}"
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            funnel.drop(where, "malformed_json", f"{exc}; the rest of the array cannot be read")
+            return
+        yield where, value
+
+
+def _skip(text: str, pos: int, separators: str) -> int:
+    while pos < len(text) and (text[pos].isspace() or text[pos] in separators):
+        pos += 1
+    return pos
+
+
+def find_undecodable(value: Any, where: str = "") -> str | None:
+    """The path of the first string holding a lone surrogate (an undecodable byte), or None."""
+    if isinstance(value, str):
+        return where or "(value)" if any("\ud800" <= ch <= "\udfff" for ch in value) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = find_undecodable(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None

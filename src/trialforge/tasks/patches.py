@@ -1,0 +1,135 @@
+"""Unified diffs: which paths they touch, applying them safely, and diffing two trees.
+
+Patches are applied on the host with ``git apply`` run in a plain directory (no
+repository, no history): it refuses paths outside the tree and edits through
+symlinks. We check the paths ourselves first so the error names the culprit.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from trialforge.errors import PatchError
+
+_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+_FILE_LINE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)", re.MULTILINE)
+MAX_PATCH_BYTES = 1 << 20
+
+# Files the test runner reads: an agent that edits these could change how tests are collected or judged.
+TEST_CONFIG_NAMES = frozenset(
+    {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py"}
+)
+IGNORED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".trialforge"})
+
+
+def touched_paths(patch: str) -> list[str]:
+    """Every path a patch names (old and new sides), in order, without duplicates."""
+    paths: list[str] = []
+    for a, b in _HEADER.findall(patch):
+        paths += [a, b]
+    if not paths:
+        paths = [p for p in _FILE_LINE.findall(patch) if p != "/dev/null"]
+    return list(dict.fromkeys(paths))
+
+
+def check_paths(patch: str) -> None:
+    """Refuse patches that are empty, huge, binary, or that escape the repository."""
+    if not patch.strip():
+        raise PatchError("patch is empty")
+    if len(patch.encode()) > MAX_PATCH_BYTES:
+        raise PatchError(f"patch is {len(patch.encode())} bytes, over the {MAX_PATCH_BYTES}-byte limit")
+    if "GIT binary patch" in patch or re.search(r"^Binary files .* differ$", patch, re.MULTILINE):
+        raise PatchError("patch changes a binary file")
+    paths = touched_paths(patch)
+    if not paths:
+        raise PatchError("patch names no file (not a unified diff?)")
+    for path in paths:
+        pure = PurePosixPath(path)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise PatchError(f"patch path {path!r} escapes the repository")
+        if pure.parts and pure.parts[0] == ".git":
+            raise PatchError(f"patch path {path!r} touches git metadata")
+
+
+def is_test_path(path: str) -> bool:
+    """A test file or a piece of test-runner configuration (restored from pristine before grading)."""
+    pure = PurePosixPath(path)
+    name = pure.name
+    return (
+        any(part in ("tests", "test", "testing") for part in pure.parts[:-1])
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name in TEST_CONFIG_NAMES
+        or name.endswith(".pth")
+    )
+
+
+def apply_patch(tree: Path, patch: str, *, reverse: bool = False) -> None:
+    """Apply ``patch`` to the directory ``tree`` in place, all or nothing."""
+    check_paths(patch)
+    argv = ["git", "apply", "--whitespace=nowarn", "-p1"]
+    if reverse:
+        argv.append("-R")
+    done = subprocess.run(
+        argv, cwd=tree, input=patch.encode(), capture_output=True, check=False, env=_git_env()
+    )
+    if done.returncode != 0:
+        direction = "reverse-apply" if reverse else "apply"
+        raise PatchError(f"patch does not {direction}: {done.stderr.decode(errors='replace').strip()}")
+
+
+def diff_trees(before: Path, after: Path) -> str:
+    """A git-style unified diff from ``before`` to ``after`` with paths relative to the trees."""
+    with tempfile.TemporaryDirectory(prefix="tf-diff-") as tmp:
+        a, b = Path(tmp) / "a", Path(tmp) / "b"
+        _copy_clean(before, a)
+        _copy_clean(after, b)
+        done = subprocess.run(
+            ["git", "diff", "--no-index", "--no-color", "--no-ext-diff", "--binary", "a", "b"],
+            cwd=tmp,
+            capture_output=True,
+            check=False,
+            env=_git_env(),
+        )
+    if done.returncode not in (0, 1):
+        raise PatchError(f"git diff failed: {done.stderr.decode(errors='replace').strip()}")
+    return _strip_tree_prefix(done.stdout.decode("utf-8", errors="replace"))
+
+
+def filter_patch(patch: str, keep) -> tuple[str, list[str]]:
+    """Split a git diff by file; keep the files for which ``keep(path)`` is true. Returns (patch, dropped paths)."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for block in re.split(r"(?=^diff --git )", patch, flags=re.MULTILINE):
+        if not block.strip():
+            continue
+        match = _HEADER.match(block)
+        paths = match.groups() if match else tuple(touched_paths(block))
+        if all(keep(p) for p in paths):
+            kept.append(block)
+        else:
+            dropped.extend(p for p in paths if p not in dropped)
+    return "".join(kept), dropped
+
+
+def _strip_tree_prefix(diff: str) -> str:
+    """``git diff --no-index a b`` names files a/a/x, b/b/x (a/b/x for new files); make them a/x and b/x."""
+    diff = re.sub(r"^diff --git a/[ab]/(\S+) b/[ab]/(\S+)$", r"diff --git a/\1 b/\2", diff, flags=re.MULTILINE)
+    diff = re.sub(r"^--- a/a/", "--- a/", diff, flags=re.MULTILINE)
+    return re.sub(r"^\+\+\+ b/b/", "+++ b/", diff, flags=re.MULTILINE)
+
+
+def _copy_clean(src: Path, dest: Path) -> None:
+    if src.exists():
+        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(*IGNORED_DIRS, "*.pyc"))
+    else:
+        dest.mkdir()
+
+
+def _git_env() -> dict[str, str]:
+    # No user or system git config: a host's settings must not change how patches apply.
+    return {"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}

@@ -1,0 +1,97 @@
+"""The task record: one executable, verifiable unit of training or evaluation.
+
+Stored as Parquet rows (nested fields as JSON text, see ``to_row``); converts
+losslessly to and from SWE-bench instances.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Split = Literal["train", "eval"]
+
+
+class Source(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kind: str  # github | jira | swebench | git | synthetic
+    ref: str  # ticket id / URL / commit
+    link_confidence: float = 1.0
+
+
+class Validation(BaseModel):
+    runs: int = 0
+    valid: bool = False
+    reason: str = ""
+    fail_to_pass_rates: dict[str, float] = Field(default_factory=dict)  # pass rate with the fix
+    pass_to_pass_rates: dict[str, float] = Field(default_factory=dict)
+    flaky_tests: list[str] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class Decontamination(BaseModel):
+    verdict: Literal["clean", "contaminated", "unchecked"] = "unchecked"
+    matches: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Difficulty(BaseModel):
+    tier: str = "unknown"
+    pass_at_k: float | None = None
+    k: int = 0
+    policy_version: str = "proxy"
+
+
+class Task(BaseModel):
+    task_id: str
+    source: Source
+    repo: str
+    snapshot: str = ""  # content digest of the base-state repository in the object store
+    image: str = ""
+    image_digest: str = ""
+    problem_statement: str
+    hints: str = ""
+    gold_patch: str
+    test_patch: str
+    fail_to_pass: list[str] = Field(default_factory=list)
+    pass_to_pass: list[str] = Field(default_factory=list)
+    test_cmd: list[str] = Field(default_factory=lambda: ["python3", "-m", "pytest"])
+    created_at: str = ""
+    split: Split = "train"
+    validation: Validation = Field(default_factory=Validation)
+    decontamination: Decontamination = Field(default_factory=Decontamination)
+    difficulty: list[Difficulty] = Field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    # --- Parquet rows -------------------------------------------------------------
+    _NESTED: ClassVar[tuple[str, ...]] = ("source", "validation", "decontamination", "difficulty", "fail_to_pass", "pass_to_pass", "test_cmd")
+
+    def to_row(self) -> dict[str, Any]:
+        row = self.model_dump()
+        for name in self._NESTED:
+            row[name] = json.dumps(row[name], sort_keys=True)
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Task:
+        data = dict(row)
+        for name in cls._NESTED:
+            if isinstance(data.get(name), str):
+                data[name] = json.loads(data[name])
+        return cls.model_validate(data)
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_row(), sort_keys=True).encode()).hexdigest()
+
+
+def task_set_version(tasks: list[Task]) -> str:
+    """Content hash of a task set: same tasks in any order give the same version."""
+    digest = hashlib.sha256()
+    for h in sorted(t.content_hash() for t in tasks):
+        digest.update(h.encode())
+    return digest.hexdigest()[:16]

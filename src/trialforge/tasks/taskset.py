@@ -1,0 +1,45 @@
+"""Task sets as Parquet: one row per task, nested fields as JSON; the version is the content hash."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trialforge.errors import TaskError
+from trialforge.tasks.schema import Task, task_set_version
+
+
+def to_table(tasks: list[Task]) -> pa.Table:
+    rows = [t.to_row() for t in tasks]
+    if not rows:
+        return pa.table({"task_id": pa.array([], pa.string())})
+    table = pa.Table.from_pylist(rows)
+    return table.replace_schema_metadata({b"trialforge.task_set_version": task_set_version(tasks).encode()})
+
+
+def from_table(table: pa.Table) -> list[Task]:
+    return [Task.from_row(row) for row in table.to_pylist() if row.get("task_id")]
+
+
+def write_tasks(path: Path, tasks: list[Task]) -> str:
+    """Write atomically (a reader never sees half a file); return the task-set version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        pq.write_table(to_table(tasks), tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return task_set_version(tasks)
+
+
+def read_tasks(path: Path) -> list[Task]:
+    if not path.exists():
+        raise TaskError(f"no task set at {path}: run the step that writes it first")
+    return from_table(pq.read_table(path))

@@ -1,0 +1,127 @@
+"""Validate a task by execution: its tests must fail before the fix and pass after it, every time.
+
+Each configuration (base + test patch, then + gold patch) runs the whole suite
+``runs`` times in a fresh sandbox. Fail-to-pass and pass-to-pass lists come
+from what actually happened, and a test whose outcome changes between runs of
+the same code is flaky: quarantined when it is a pass-to-pass test, fatal when
+the task depends on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trialforge.errors import PatchError
+from trialforge.funnel import Funnel
+from trialforge.sandbox.base import Backend, Limits, SandboxSpec
+from trialforge.tasks.patches import apply_patch
+from trialforge.tasks.schema import Task, Validation
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.verify.runner import TestReport, run_tests
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    runs: int = 3
+    max_duration_s: float = 120.0
+    test_timeout_s: float = 120.0
+
+
+def validate_task(
+    task: Task, backend: Backend, image: str, snapshots: SnapshotStore, limits: Limits, cfg: ValidateConfig
+) -> Task:
+    """Return ``task`` with its test lists and validation record filled in (``validation.valid`` says the verdict)."""
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tf-validate-") as tmp:
+        before = Path(tmp) / "before"
+        shutil.copytree(snapshots.materialize(task.snapshot), before, symlinks=True)
+        try:
+            if task.test_patch:
+                apply_patch(before, task.test_patch)
+            after = Path(tmp) / "after"
+            shutil.copytree(before, after, symlinks=True)
+            apply_patch(after, task.gold_patch)
+        except PatchError as exc:
+            return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
+        runs_before = _run(backend, image, before, limits, cfg)
+        runs_after = _run(backend, image, after, limits, cfg)
+    return _judge(task, runs_before, runs_after, cfg, start)
+
+
+def _run(backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig) -> list[TestReport]:
+    sandbox = backend.create(SandboxSpec(image=image, workspace=tree, limits=limits, labels={"purpose": "validate"}))
+    try:
+        return [run_tests(sandbox, None, timeout=cfg.test_timeout_s) for _ in range(cfg.runs)]
+    finally:
+        sandbox.close()
+
+
+def _stable(reports: list[TestReport]) -> tuple[dict[str, str], set[str]]:
+    """Outcome per test across runs, and the tests whose outcome changed (flaky)."""
+    outcomes: dict[str, str] = {}
+    flaky: set[str] = set()
+    for report in reports:
+        for test, outcome in report.outcomes.items():
+            if outcomes.setdefault(test, outcome) != outcome:
+                flaky.add(test)
+    return outcomes, flaky
+
+
+def _judge(task: Task, before: list[TestReport], after: list[TestReport], cfg: ValidateConfig, start: float) -> Task:
+    runs = len(before) + len(after)
+    if not all(r.reported for r in before + after):
+        log = next(r.log_tail for r in before + after if not r.reported)
+        return _verdict(task, False, f"tests_did_not_run: {log[-300:]}", runs, start)
+    was, flaky_before = _stable(before)
+    now, flaky_after = _stable(after)
+    flaky = sorted(flaky_before | flaky_after)
+    f2p = sorted(t for t, o in now.items() if o == "passed" and was.get(t, "missing") != "passed" and t not in flaky)
+    p2p = sorted(t for t, o in now.items() if o == "passed" and was.get(t) == "passed" and t not in flaky)
+    broken = sorted(t for t, o in was.items() if o == "passed" and now.get(t) != "passed" and t not in flaky)
+    validated = task.model_copy(update={"fail_to_pass": f2p, "pass_to_pass": p2p})
+    duration = max(r.duration_s for r in before + after)
+    validation = Validation(
+        runs=runs,
+        fail_to_pass_rates={t: _pass_rate(after, t) for t in f2p},
+        pass_to_pass_rates={t: _pass_rate(after, t) for t in p2p},
+        flaky_tests=flaky,
+        duration_s=round(time.monotonic() - start, 3),
+    )
+    reason = ""
+    if any(t.startswith("<collection>") for t in now):
+        reason = "collection_error_after_fix"
+    elif broken:
+        reason = f"fix_breaks_tests: {broken[:3]}"
+    elif not f2p:
+        reason = "no_fail_to_pass: " + ("only flaky tests changed" if flaky else "no test fails before the fix")
+    elif duration > cfg.max_duration_s:
+        reason = f"too_slow: a test run took {duration:.1f}s > {cfg.max_duration_s}s"
+    validation.valid = not reason
+    validation.reason = reason
+    return validated.model_copy(update={"validation": validation})
+
+
+def _pass_rate(reports: list[TestReport], test: str) -> float:
+    return sum(r.outcome(test) == "passed" for r in reports) / len(reports)
+
+
+def _verdict(task: Task, valid: bool, reason: str, runs: int, start: float) -> Task:
+    validation = Validation(runs=runs, valid=valid, reason=reason, duration_s=round(time.monotonic() - start, 3))
+    return task.model_copy(update={"validation": validation})
+
+
+def record_verdicts(tasks: list[Task], funnel: Funnel) -> list[Task]:
+    """Count each verdict in ``funnel``; return the valid tasks."""
+    valid = []
+    for task in tasks:
+        if task.validation.valid:
+            funnel.keep()
+            valid.append(task)
+        else:
+            reason = task.validation.reason
+            funnel.drop(task.task_id, reason.split(":", 1)[0], reason)
+    return valid

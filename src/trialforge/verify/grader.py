@@ -1,0 +1,108 @@
+"""Grade an agent's diff without trusting anything from the rollout sandbox.
+
+The diff is re-applied to the pristine base snapshot with every test file and
+test-runner setting dropped from it, the task's test patch goes on top, and the
+named tests run in a fresh sandbox. Reward is 1 only when pytest exits 0 and
+every fail-to-pass and pass-to-pass test passed: a missing, skipped or errored
+test fails. The same diff always gets the same score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trialforge.errors import PatchError, SandboxError
+from trialforge.sandbox.base import Backend, Limits, SandboxSpec
+from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path
+from trialforge.tasks.schema import Task
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.verify.integrity import integrity_flags
+from trialforge.verify.runner import run_tests
+
+VERIFIER_VERSION = "1"
+
+
+@dataclass
+class Verdict:
+    reward: float | None  # None: the verifier could not decide (verifier_error)
+    status: str  # ok | verifier_error | env_error
+    reason: str
+    outcomes: dict[str, str] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    provenance: dict[str, str] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def report(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Grader:
+    backend: Backend
+    image: str
+    image_digest: str
+    snapshots: SnapshotStore
+    limits: Limits
+    test_timeout_s: float = 120.0
+
+    def grade(self, task: Task, diff: str) -> Verdict:
+        start = time.monotonic()
+        flags = integrity_flags(diff)
+        code_diff, dropped = filter_patch(diff, lambda p: not is_test_path(p))
+        provenance = {
+            "verifier_version": VERIFIER_VERSION,
+            "image_digest": self.image_digest,
+            "base_snapshot": task.snapshot,
+            "diff_sha256": hashlib.sha256(code_diff.encode()).hexdigest(),
+            "dropped_paths": ",".join(dropped),
+        }
+        verdict = self._grade(task, code_diff)
+        verdict.flags = flags
+        verdict.provenance = provenance
+        verdict.duration_s = round(time.monotonic() - start, 3)
+        return verdict
+
+    def _grade(self, task: Task, code_diff: str) -> Verdict:
+        with tempfile.TemporaryDirectory(prefix="tf-grade-") as tmp:
+            tree = Path(tmp) / "repo"
+            shutil.copytree(self.snapshots.materialize(task.snapshot), tree, symlinks=True)
+            if code_diff.strip():
+                try:
+                    apply_patch(tree, code_diff)
+                except PatchError as exc:
+                    return Verdict(0.0, "ok", f"diff_does_not_apply: {exc}")
+            try:
+                if task.test_patch:
+                    apply_patch(tree, task.test_patch)
+            except PatchError as exc:
+                return Verdict(None, "verifier_error", f"test_patch_does_not_apply: {exc}")
+            return self._run(task, tree)
+
+    def _run(self, task: Task, tree: Path) -> Verdict:
+        tests = task.fail_to_pass + task.pass_to_pass
+        if not task.fail_to_pass:
+            return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
+        spec = SandboxSpec(image=self.image, workspace=tree, limits=self.limits, labels={"purpose": "verify"})
+        try:
+            sandbox = self.backend.create(spec)
+        except SandboxError as exc:
+            return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
+        try:
+            report = run_tests(sandbox, tests, timeout=self.test_timeout_s)
+        except SandboxError as exc:
+            return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
+        finally:
+            sandbox.close()
+        outcomes = {t: report.outcome(t) for t in tests}
+        if not report.reported:
+            reason = "timed_out" if report.timed_out else "no_report: the test process died before reporting"
+            return Verdict(0.0, "ok", reason, outcomes)
+        if report.exit_code == 0 and report.all_passed(tests):
+            return Verdict(1.0, "ok", "all_tests_passed", outcomes)
+        failing = sorted(t for t, o in outcomes.items() if o != "passed")
+        return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}", outcomes)

@@ -1,0 +1,53 @@
+"""Session fixtures: real services started once per test session, and a check that nothing leaks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+pytest_plugins = ["s3_server", "engine_fixture"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def base_image():
+    from trialforge.sandbox.images import base_image as build
+
+    return build()
+
+
+@pytest.fixture(scope="session")
+def state_dir(tmp_path_factory) -> Path:
+    """Sandboxes of this session live here, so the leak check sees only ours."""
+    path = tmp_path_factory.mktemp("sandbox-state")
+    os.environ["TRIALFORGE_STATE_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def bwrap_backend(base_image, state_dir):
+    from trialforge.sandbox.bwrap import BwrapBackend
+
+    backend = BwrapBackend(base_image, state_dir=state_dir)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_sandboxes(state_dir):
+    """After the whole session, no bwrap sandbox may remain (each test closes what it opens)."""
+    yield
+    left = sorted(p.name for p in (state_dir / "sandboxes").glob("tf-*"))
+    from trialforge.sandbox.reaper import reap
+
+    reap(state_dir, everything=True)
+    assert not left, f"sandboxes leaked by the test session: {left}"

@@ -1,0 +1,108 @@
+"""Patches: safe application, tree diffs that re-apply, splitting code from tests, replay as tool calls."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trialforge.errors import PatchError
+from trialforge.rollout.policies import patch_to_actions
+from trialforge.tasks.patches import apply_patch, check_paths, diff_trees, filter_patch, is_test_path
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_diff_then_apply_reproduces_the_after_tree(tmp_path):
+    before = _tree(tmp_path / "before", {"pkg/a.py": "x = 1\ny = 2\n", "pkg/gone.py": "z\n", "tail.txt": "no newline"})
+    after = _tree(tmp_path / "after", {"pkg/a.py": "x = 1\ny = 3\n", "pkg/new.py": "w = 0\n", "tail.txt": "changed"})
+    diff = diff_trees(before, after)
+    target = tmp_path / "target"
+    shutil.copytree(before, target)
+    apply_patch(target, diff)
+    assert diff_trees(target, after) == ""
+    assert (target / "pkg" / "new.py").read_text() == "w = 0\n"
+    assert not (target / "pkg" / "gone.py").exists()
+
+
+def test_reverse_apply_restores_the_before_tree(tmp_path):
+    before = _tree(tmp_path / "b", {"m.py": "a\nb\nc\n"})
+    after = _tree(tmp_path / "a", {"m.py": "a\nB\nc\n"})
+    diff = diff_trees(before, after)
+    apply_patch(after, diff, reverse=True)
+    assert (after / "m.py").read_text() == "a\nb\nc\n"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../outside.py", "/etc/passwd", "pkg/../../x.py", ".git/config"],
+)
+def test_paths_escaping_the_repository_are_refused(path):
+    patch = f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
+    with pytest.raises(PatchError, match="escapes|git metadata"):
+        check_paths(patch)
+
+
+def test_binary_and_empty_patches_are_refused():
+    with pytest.raises(PatchError, match="binary"):
+        check_paths("diff --git a/x.bin b/x.bin\nGIT binary patch\nliteral 0\n")
+    with pytest.raises(PatchError, match="empty"):
+        check_paths("  \n")
+
+
+def test_patch_that_does_not_apply_names_the_problem(tmp_path):
+    _tree(tmp_path, {"m.py": "hello\n"})
+    patch = "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-goodbye\n+x\n"
+    with pytest.raises(PatchError, match="does not apply"):
+        apply_patch(tmp_path, patch)
+    assert (tmp_path / "m.py").read_text() == "hello\n"
+
+
+def test_symlink_escape_is_refused(tmp_path):
+    repo = _tree(tmp_path / "repo", {"ok.py": "x\n"})
+    (repo / "link").symlink_to(tmp_path)
+    patch = "diff --git a/link/evil.py b/link/evil.py\nnew file mode 100644\n--- /dev/null\n+++ b/link/evil.py\n@@ -0,0 +1 @@\n+x\n"
+    with pytest.raises(PatchError):
+        apply_patch(repo, patch)
+    assert not (tmp_path / "evil.py").exists()
+
+
+def test_split_code_from_tests_and_runner_config(tmp_path):
+    before = _tree(tmp_path / "b", {"pkg/m.py": "a\n", "tests/test_m.py": "t\n", "conftest.py": "c\n"})
+    after = _tree(tmp_path / "a", {"pkg/m.py": "b\n", "tests/test_m.py": "T\n", "conftest.py": "C\n"})
+    code, dropped = filter_patch(diff_trees(before, after), lambda p: not is_test_path(p))
+    assert "pkg/m.py" in code and "tests/" not in code
+    assert sorted(dropped) == ["conftest.py", "tests/test_m.py"]
+
+
+@pytest.mark.parametrize(
+    ("path", "is_test"),
+    [("tests/test_x.py", True), ("pkg/test_x.py", True), ("pkg/x_test.py", True), ("conftest.py", True),
+     ("sub/conftest.py", True), ("pytest.ini", True), ("setup.cfg", True), ("pyproject.toml", True),
+     ("sitecustomize.py", True), ("pkg/evil.pth", True), ("pkg/core.py", False), ("pkg/testing_utils.py", False)],
+)  # fmt: skip
+def test_is_test_path(path, is_test):
+    assert is_test_path(path) is is_test
+
+
+def test_gold_patch_replays_as_tool_calls(tmp_path):
+    before = _tree(tmp_path / "b", {"m.py": "def f(x):\n    return x < 1\n", "end.py": "a = 1"})
+    after = _tree(tmp_path / "a", {"m.py": "def f(x):\n    return x <= 1\n", "end.py": "a = 2", "n.py": "new\n"})
+    actions = patch_to_actions(diff_trees(before, after))
+    tools = sorted(a.tool for a in actions)
+    assert tools == ["create", "replace", "replace"]
+    for action in actions:  # play them on a copy: the result must equal the after tree
+        path = tmp_path / "b" / action.args["path"]
+        if action.tool == "create":
+            path.write_text(action.args["content"])
+        else:
+            text = path.read_text()
+            assert text.count(action.args["old"]) == 1
+            path.write_text(text.replace(action.args["old"], action.args["new"]))
+    assert diff_trees(tmp_path / "b", after) == ""

@@ -1,0 +1,188 @@
+"""The bubblewrap backend: every escape attempt fails, limits hold, state snapshots and restores."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.sandbox.reaper import reap
+
+LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=4096)
+
+
+@pytest.fixture
+def sandbox(bwrap_backend, base_image, tmp_path):
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "seed" / "hello.txt").write_text("hello\n")
+    sb = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=tmp_path / "seed", limits=LIMITS))
+    yield sb
+    sb.close()
+
+
+def test_workspace_is_seeded_and_writable(sandbox):
+    result = sandbox.exec(["sh", "-c", "cat hello.txt && echo more > new.txt && pwd"])
+    assert result.exit_code == 0
+    assert result.stdout == "hello\n/work\n"
+    assert sandbox.read_file("new.txt") == b"more\n"
+
+
+def test_failing_command_is_an_observation_not_an_error(sandbox):
+    result = sandbox.exec(["sh", "-c", "echo oops >&2; exit 3"])
+    assert (result.exit_code, result.stderr, result.timed_out) == (3, "oops\n", False)
+
+
+def test_cannot_reach_a_server_on_host_loopback(sandbox):
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('reached')"
+        result = sandbox.exec(["python3", "-c", probe])
+    finally:
+        server.shutdown()
+    assert "reached" not in result.stdout
+    assert result.exit_code != 0
+
+
+def test_cannot_read_host_home_or_environment(sandbox, monkeypatch):
+    canary = Path.home() / f".trialforge-canary-{os.getpid()}"
+    canary.write_text("secret-canary")
+    monkeypatch.setenv("TRIALFORGE_CANARY_SECRET", "hunter2")
+    try:
+        result = sandbox.exec(["sh", "-c", f"cat {canary}; env; cat /proc/1/environ"])
+    finally:
+        canary.unlink()
+    assert "secret-canary" not in result.stdout
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "AWS_" not in result.stdout
+
+
+def test_cannot_see_or_signal_host_processes(sandbox):
+    host = subprocess.Popen(["sleep", "30"])
+    try:
+        result = sandbox.exec(["sh", "-c", f"ls /proc | grep -x {host.pid}; kill -9 {host.pid}; echo rc=$?"])
+        assert host.poll() is None, "the sandbox killed a host process"
+        assert str(host.pid) + "\n" not in result.stdout.split("rc=")[0]
+        assert "rc=0" not in result.stdout
+    finally:
+        host.kill()
+
+
+def test_cannot_reach_the_container_engine_socket(sandbox):
+    result = sandbox.exec(["sh", "-c", "ls /run/podman/podman.sock /var/run/docker.sock 2>&1; echo done"])
+    assert "No such file" in result.stdout
+    assert "srw" not in result.stdout
+
+
+def test_fork_bomb_is_contained(sandbox):
+    bomb = "import os\nfor _ in range(10000):\n    os.fork()\n"
+    result = sandbox.exec(["python3", "-c", bomb], timeout=10)
+    assert result.exit_code != 0
+    assert sandbox.exec(["true"]).exit_code == 0  # the sandbox (and the host) still work
+
+
+def test_memory_limit_reports_oom(sandbox):
+    result = sandbox.exec(["python3", "-c", "x = bytearray(600 * 1024 * 1024)"])
+    assert result.exit_code != 0
+    assert result.oom
+
+
+def test_disk_quota_holds(sandbox):
+    result = sandbox.exec(["sh", "-c", "head -c 40000000 /dev/zero > big; echo rc=$?"])
+    assert "rc=0" not in result.stdout
+    assert "No space left" in result.stderr
+
+
+def test_command_that_never_ends_is_killed_with_its_children(sandbox):
+    start = time.monotonic()
+    result = sandbox.exec(["sh", "-c", "sleep 300 & echo started; sleep 300"], timeout=1.5)
+    assert result.timed_out and result.exit_code == 137
+    assert time.monotonic() - start < 10
+    assert "started" in result.stdout
+    leftovers = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout
+    assert leftovers == ""
+
+
+def test_output_is_capped_with_a_visible_mark(sandbox):
+    result = sandbox.exec(["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' x"])
+    assert result.truncated
+    assert "output truncated by trialforge" in result.stdout
+    assert len(result.stdout) < 5000
+
+
+def test_paths_outside_the_workspace_are_refused(sandbox):
+    sandbox.exec(["ln", "-s", "/etc", "escape"])
+    with pytest.raises(SandboxError):
+        sandbox.read_file("../etc/passwd")
+    with pytest.raises(SandboxError):
+        sandbox.write_file("escape/evil", b"x")
+
+
+def test_snapshot_restore_returns_state(sandbox):
+    snap = sandbox.snapshot()
+    sandbox.exec(["sh", "-c", "echo changed > hello.txt; mkdir d; touch d/f; rm -f nothing"])
+    sandbox.restore(snap)
+    assert sandbox.exec(["sh", "-c", "cat hello.txt; ls"]).stdout == "hello\nhello.txt\n"
+
+
+def test_fork_from_snapshot_gives_independent_sandboxes(bwrap_backend, base_image, sandbox):
+    sandbox.write_file("state.txt", b"setup")
+    snap = sandbox.snapshot()
+    spec = SandboxSpec(image=base_image.name, limits=LIMITS)
+    forks = [bwrap_backend.from_snapshot(snap, spec) for _ in range(3)]
+    try:
+        for i, fork in enumerate(forks):
+            fork.write_file("state.txt", f"fork{i}".encode())
+        assert [f.read_file("state.txt") for f in forks] == [b"fork0", b"fork1", b"fork2"]
+        assert sandbox.read_file("state.txt") == b"setup"
+    finally:
+        for fork in forks:
+            fork.close()
+        bwrap_backend.release(snap)
+
+
+def test_image_digest_is_recorded_and_has_no_git(sandbox, base_image):
+    assert sandbox.image_digest == base_image.digest
+    assert base_image.digest.startswith("sha256:")
+    assert not list(base_image.rootfs.glob("**/.git"))
+
+
+def test_closed_sandbox_is_gone(bwrap_backend, base_image, state_dir):
+    sb = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
+    home = sb.home
+    sb.close()
+    sb.close()  # idempotent
+    assert not home.exists()
+    with pytest.raises(SandboxError):
+        sb.exec(["true"])
+
+
+def test_reaper_removes_sandboxes_of_a_killed_owner(base_image, state_dir):
+    """A child process creates a sandbox and is SIGKILLed; the reaper cleans up after it."""
+    code = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from trialforge.sandbox.bwrap import BwrapBackend\n"
+        "from trialforge.sandbox.images import base_image\n"
+        "from trialforge.sandbox.base import SandboxSpec\n"
+        "sb = BwrapBackend(base_image(), state_dir=Path(sys.argv[1])).create(SandboxSpec(image='x'))\n"
+        "print(sb.id, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, str(state_dir)], stdout=subprocess.PIPE, text=True)
+    sandbox_id = child.stdout.readline().strip()
+    assert (state_dir / "sandboxes" / sandbox_id).exists()
+    child.kill()
+    child.wait()
+    removed = reap(state_dir)
+    assert sandbox_id in removed
+    assert not (state_dir / "sandboxes" / sandbox_id).exists()

@@ -1,0 +1,391 @@
+"""The docker backend keeps a sandboxed command in, bounded, and observable; each escape test proves an attempt fails.
+
+Runs against the session's container engine (tests/engine_fixture.py: a private
+Podman service, or DOCKER_HOST).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import stat
+import subprocess
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import docker
+import pytest
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import TRUNCATION_MARK, Limits, SandboxSpec
+from trialforge.sandbox.bwrap import SANDBOX_ENV
+from trialforge.sandbox.docker import (
+    IDLE_INIT,
+    LABEL_DEADLINE,
+    LABEL_OWNER,
+    DockerBackend,
+    DockerSandbox,
+    owner_label,
+    reap_containers,
+)
+from trialforge.sandbox.engine import PodmanService, engine_client
+
+SMALL = Limits(cpus=1.0, memory_mb=192, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=4096)
+# One line per process in the sandbox: its command line, NULs as spaces.
+PY_PROCESS_LIST = (
+    "import os\n"
+    "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    print(repr(open(f'/proc/{p}/cmdline').read().replace(chr(0), ' ').strip()))"
+)
+
+
+@contextmanager
+def sandbox(backend: DockerBackend, workspace: Path | None = None, **limits: object) -> Iterator[DockerSandbox]:
+    spec = SandboxSpec(image=backend.image.name, workspace=workspace, limits=Limits(**{**SMALL.__dict__, **limits}))
+    box = backend.create(spec)
+    try:
+        yield box
+    finally:
+        box.close()
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    ws = tmp_path / "seed"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "a.txt").write_text("original a\n")
+    (ws / "c.txt").write_text("keep me\n")
+    (ws / "pkg" / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (ws / "pkg" / "run.sh").chmod(0o755)
+    (ws / "link").symlink_to("a.txt")
+    (ws / ".git").mkdir()
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    return ws
+
+
+# --- commands ------------------------------------------------------------------------------
+def test_exec_reports_exit_code_demuxed_output_cwd_and_env(docker_backend: DockerBackend, seed: Path) -> None:
+    with sandbox(docker_backend, seed) as box:
+        result = box.exec(
+            ["sh", "-c", 'echo "out $PWD $EXTRA"; echo err >&2; exit 3'], cwd="/work/pkg", env={"EXTRA": "x"}
+        )
+        assert (result.exit_code, result.stdout, result.stderr) == (3, "out /work/pkg x\n", "err\n")
+        assert not result.timed_out and not result.oom and not result.truncated
+        assert box.exec(["./pkg/run.sh"]).stdout == "ran\n"
+        assert box.exec(["no-such-command"]).exit_code == 127  # a failing command is an observation
+        assert box.image_digest.startswith("sha256:")
+
+
+def test_output_is_capped_with_a_visible_mark(docker_backend: DockerBackend) -> None:
+    with sandbox(docker_backend, output_cap_bytes=1000) as box:
+        result = box.exec(["python3", "-c", "import sys; print('x' * 10000); print('tail'); sys.stderr.write('err')"])
+    assert result.truncated and result.exit_code == 0
+    assert TRUNCATION_MARK.format(dropped=10006 - 1000) in result.stdout
+    assert result.stdout.startswith("x" * 500) and result.stdout.endswith("tail\n")
+    assert result.stderr == "err"
+
+
+def test_command_that_never_ends_is_killed_with_its_children(docker_backend: DockerBackend) -> None:
+    with sandbox(docker_backend) as box:
+        start = time.monotonic()
+        result = box.exec(["sh", "-c", "sleep 1000 & setsid sleep 1001 & sleep 1002"], timeout=2)
+        assert result.timed_out and result.exit_code == 137
+        assert 2 <= time.monotonic() - start < 6
+        survivors = box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
+        assert "sleep 100" not in survivors  # the background child and the setsid escapee are gone too
+
+
+def test_background_job_does_not_outlive_its_command(docker_backend: DockerBackend) -> None:
+    with sandbox(docker_backend) as box:
+        result = box.exec(["sh", "-c", "sleep 1000 & echo started"])
+        assert result.stdout == "started\n" and result.duration_s < 5
+        assert "sleep 1000" not in box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
+
+
+# --- isolation -------------------------------------------------------------------------------
+def test_cannot_reach_a_server_on_host_loopback(docker_backend: DockerBackend) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    probe = (
+        "import socket\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port}), timeout=3); print('CONNECTED')\n"
+        "except OSError as e:\n"
+        "    print('refused', e)\n"
+        "print(open('/proc/net/dev').read())"
+    )
+    try:
+        with sandbox(docker_backend) as box:
+            result = box.exec(["python3", "-c", probe])
+        knocked, _, _ = select.select([server], [], [], 0)  # a pending connection makes the listener readable
+    finally:
+        server.close()
+    assert "CONNECTED" not in result.stdout and "refused" in result.stdout
+    assert knocked == []
+    interfaces = [line.split(":")[0].strip() for line in result.stdout.splitlines() if ":" in line]
+    assert interfaces == ["lo"]  # no route out at all
+
+
+def test_cannot_read_host_home_or_host_environment(
+    docker_backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = uuid.uuid4().hex
+    canary = Path.home() / f".trialforge-canary-{secret[:8]}"
+    canary.write_text(secret)
+    monkeypatch.setenv("TRIALFORGE_CANARY", secret)
+    try:
+        with sandbox(docker_backend) as box:
+            read = box.exec(["cat", str(canary)])
+            found = box.exec(["find", "/", "-xdev", "-name", canary.name])
+            env = box.exec(["env"])
+    finally:
+        canary.unlink()
+    assert read.exit_code != 0 and secret not in read.stdout
+    assert found.stdout == ""
+    assert secret not in env.stdout
+    keys = {line.split("=", 1)[0] for line in env.stdout.splitlines()}
+    assert keys <= {*SANDBOX_ENV, "HOSTNAME", "PWD", "container", "TERM", "SHLVL"}
+
+
+def test_cannot_see_or_signal_host_processes(docker_backend: DockerBackend) -> None:
+    host = subprocess.Popen(["sleep", "60"])
+    try:
+        with sandbox(docker_backend) as box:
+            signal_it = box.exec(["sh", "-c", f"kill -9 {host.pid}"])
+            listed = box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
+        assert signal_it.exit_code != 0
+        assert host.poll() is None  # still alive
+        assert "'sleep 60'" not in listed
+        assert len(listed.splitlines()) <= 5  # pid 1, its idle child, this exec's wrapper, timeout and python
+    finally:
+        host.kill()
+        host.wait()
+
+
+def test_cannot_reach_the_engine_socket(docker_backend: DockerBackend, container_engine: PodmanService) -> None:
+    paths = ["/run/podman/podman.sock", "/var/run/docker.sock", "/run/docker.sock"]
+    if container_engine.base_url and container_engine.base_url.startswith("unix://"):
+        paths.append(container_engine.base_url.removeprefix("unix://"))
+    probe = (
+        "import socket, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    s = socket.socket(socket.AF_UNIX)\n"
+        "    try:\n"
+        "        s.connect(path); print('CONNECTED', path)\n"
+        "    except OSError as e:\n"
+        "        print('no', path, e.strerror)\n"
+        "for port in (2375, 2376):\n"
+        "    try:\n"
+        "        socket.create_connection(('127.0.0.1', port), timeout=2); print('CONNECTED', port)\n"
+        "    except OSError:\n"
+        "        print('no', port)\n"
+    )
+    with sandbox(docker_backend) as box:
+        result = box.exec(["python3", "-c", probe, *paths])
+    assert "CONNECTED" not in result.stdout
+    assert result.stdout.count("no ") == len(paths) + 2
+
+
+# --- quotas ----------------------------------------------------------------------------------
+def test_fork_bomb_is_bounded_by_the_pids_limit(docker_backend: DockerBackend) -> None:
+    bomb = (
+        "import os\n"
+        "told = False\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        if not told:\n"
+        "            told = True\n"
+        "            n = sum(p.isdigit() for p in os.listdir('/proc'))\n"
+        "            os.write(1, f'limit at {n}\\n'.encode())\n"
+    )
+    with sandbox(docker_backend, pids=48) as box:
+        result = box.exec(["python3", "-c", bomb], timeout=3)
+        assert result.timed_out
+        counts = [int(line.split()[-1]) for line in result.stdout.splitlines() if line.startswith("limit at ")]
+        assert counts and max(counts) <= 48
+        assert box.exec(["echo", "alive"]).stdout == "alive\n"  # the bomb is gone and the sandbox usable
+
+
+def test_allocating_past_the_memory_limit_is_reported_as_oom(docker_backend: DockerBackend) -> None:
+    with sandbox(docker_backend, memory_mb=128) as box:
+        result = box.exec(["python3", "-c", "data = b'x' * (512 * 2**20)"])
+        assert result.oom and result.exit_code == 137 and not result.timed_out
+        assert not box.exec(["true"]).oom  # reported once, for the command that hit it
+
+
+def test_filling_the_disk_past_its_quota_fails(docker_backend: DockerBackend) -> None:
+    with sandbox(docker_backend, disk_mb=16) as box:
+        fill = box.exec(["sh", "-c", "head -c 64M /dev/zero > /work/big"])
+        used = box.exec(["du", "-sk", "/work"]).stdout.split()[0]
+        scratch = box.exec(["sh", "-c", "head -c 64M /dev/zero > /tmp/big"])
+        root = box.exec(["touch", "/usr/escape"])
+    assert fill.exit_code != 0 and "No space left" in fill.stderr
+    assert int(used) <= 16 * 1024
+    assert scratch.exit_code != 0 and "No space left" in scratch.stderr
+    assert root.exit_code != 0 and "Read-only" in root.stderr
+
+
+# --- files ------------------------------------------------------------------------------------
+def test_files_are_confined_to_the_workspace(docker_backend: DockerBackend, seed: Path, tmp_path: Path) -> None:
+    with sandbox(docker_backend, seed) as box:
+        assert box.read_file("a.txt") == b"original a\n"
+        assert box.read_file("link") == b"original a\n"  # a symlink inside /work is fine
+        box.write_file("new/deep/file.bin", b"\x00\x01")
+        assert box.read_file("/work/new/deep/file.bin") == b"\x00\x01"
+        assert box.exec(["stat", "-c", "%u", "/work/new/deep/file.bin"]).stdout == "1000\n"
+        box.exec(["sh", "-c", "ln -s /etc/passwd /work/out; ln -s /tmp /work/outdir"])
+        for bad in ("../etc/passwd", "/etc/passwd", "out", "outdir/x"):
+            with pytest.raises(SandboxError) as err:
+                box.read_file(bad)
+            assert err.value.cause == "path"
+        with pytest.raises(SandboxError):
+            box.write_file("outdir/planted", b"x")
+        assert box.exec(["ls", "/tmp"]).stdout == ""
+        with pytest.raises(FileNotFoundError):
+            box.read_file("missing.txt")
+        box.export_workspace(tmp_path / "out")
+    assert (tmp_path / "out" / "a.txt").read_text() == "original a\n"
+    assert os.access(tmp_path / "out" / "pkg" / "run.sh", os.X_OK)
+
+
+def test_no_git_history_in_image_workspace_or_snapshots(docker_backend: DockerBackend, seed: Path) -> None:
+    with sandbox(docker_backend, seed) as box:
+        assert box.exec(["find", "/", "-xdev", "-name", ".git"]).stdout == ""  # the image's root filesystem
+        assert box.exec(["find", "/work", "-name", ".git"]).stdout == ""  # the seed's history stayed out
+        box.exec(["sh", "-c", "mkdir -p /work/.git /work/pkg/.git && echo x > /work/.git/HEAD"])
+        snap = box.snapshot()
+        with tarfile.open(snap.path) as tar:
+            names = tar.getnames()
+        docker_backend.release(snap)
+    assert "a.txt" in names and not [n for n in names if ".git" in n.split("/")]
+
+
+# --- snapshots -----------------------------------------------------------------------------
+def test_restore_returns_the_snapshot_state(docker_backend: DockerBackend, seed: Path) -> None:
+    with sandbox(docker_backend, seed) as box:
+        snap = box.snapshot()
+        box.write_file("a.txt", b"changed")
+        box.exec(["sh", "-c", "rm c.txt; echo new > b.txt; chmod -x pkg/run.sh; echo junk > /tmp/junk"])
+        box.exec(["sh", "-c", "setsid sleep 1003 >/dev/null 2>&1 & sleep 0.5"])  # a daemon outliving its command
+        assert "sleep 1003" in box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
+        box.restore(snap)
+        assert box.read_file("a.txt") == b"original a\n"
+        assert box.read_file("c.txt") == b"keep me\n"
+        with pytest.raises(FileNotFoundError):
+            box.read_file("b.txt")
+        assert box.exec(["./pkg/run.sh"]).stdout == "ran\n"  # modes come back
+        assert box.exec(["readlink", "link"]).stdout == "a.txt\n"  # and symlinks
+        assert box.exec(["ls", "-A", "/tmp"]).stdout == ""
+        assert "sleep 1003" not in box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
+        docker_backend.release(snap)
+        assert not snap.path.exists()
+
+
+def test_from_snapshot_forks_independent_sandboxes(docker_backend: DockerBackend, seed: Path) -> None:
+    with sandbox(docker_backend, seed) as parent:
+        parent.write_file("a.txt", b"parent state")
+        snap = parent.snapshot()
+        spec = SandboxSpec(image=docker_backend.image.name, limits=SMALL)
+        forks = [docker_backend.from_snapshot(snap, spec) for _ in range(3)]
+        try:
+            for i, box in enumerate(forks):
+                box.write_file("a.txt", f"fork {i}".encode())
+                box.write_file(f"only-{i}.txt", b"mine")
+            for i, box in enumerate(forks):
+                assert box.read_file("a.txt") == f"fork {i}".encode()
+                listing = box.exec(["ls", "/work"]).stdout.split()
+                assert [n for n in listing if n.startswith("only-")] == [f"only-{i}.txt"]
+            assert len({box.id for box in forks}) == 3
+            assert parent.read_file("a.txt") == b"parent state"
+        finally:
+            for box in forks:
+                box.close()
+            docker_backend.release(snap)
+
+
+def test_reset_gives_a_clean_reseeded_workspace_and_alive_tracks_the_container(
+    docker_backend: DockerBackend, docker_client: docker.DockerClient, seed: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "task.txt").write_text("next task\n")
+    with sandbox(docker_backend, seed) as box:
+        box.exec(["sh", "-c", "echo junk > /tmp/junk; setsid sleep 1004 >/dev/null 2>&1 & sleep 0.5"])
+        box.reset(other)
+        assert box.exec(["ls", "-A", "/work", "/tmp"]).stdout == "/tmp:\n\n/work:\ntask.txt\n"
+        assert "sleep 1004" not in box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
+        box.reset(None)
+        assert box.exec(["ls", "-A", "/work"]).stdout == ""
+        assert box.alive()
+        docker_client.api.kill(box.container_id)
+        assert not box.alive()
+        with pytest.raises(SandboxError) as err:
+            box.reset(None)
+        assert err.value.cause == "died"
+
+
+# --- failures and cleanup ------------------------------------------------------------------
+def test_a_vanished_sandbox_raises_died_and_close_is_idempotent(
+    docker_backend: DockerBackend, docker_client: docker.DockerClient
+) -> None:
+    box = docker_backend.create(SandboxSpec(image=docker_backend.image.name, limits=SMALL))
+    docker_client.api.remove_container(box.container_id, force=True)
+    with pytest.raises(SandboxError) as err:
+        box.exec(["true"])
+    assert err.value.cause == "died"
+    box.close()
+    box.close()
+    with pytest.raises(SandboxError) as err:
+        box.exec(["true"])
+    assert err.value.cause == "closed"
+
+
+def test_unreachable_engine_is_a_clear_engine_error(tmp_path: Path) -> None:
+    with pytest.raises(SandboxError) as err:
+        engine_client(f"unix://{tmp_path}/no-engine.sock")
+    assert err.value.cause == "engine" and "unreachable" in str(err.value)
+
+
+def test_reaper_removes_containers_of_dead_owners_and_past_deadlines(
+    docker_backend: DockerBackend, docker_client: docker.DockerClient
+) -> None:
+    api = docker_client.api
+    future = str(int(time.time()) + 3600)
+    dead = f"{socket.gethostname()}:{2**22 + 1}:1"  # above any pid_max: that owner cannot be alive
+    cases = {"dead": (dead, future), "expired": (owner_label(), "1"), "live": (owner_label(), future)}
+    ids = {}
+    for name, (owner, deadline) in cases.items():
+        ids[name] = api.create_container(
+            docker_backend.ensure_image(),
+            command=IDLE_INIT,
+            name=f"tf-reaptest-{name}-{uuid.uuid4().hex[:6]}",
+            labels={LABEL_OWNER: owner, LABEL_DEADLINE: deadline},
+            host_config=api.create_host_config(network_mode="none"),
+        )["Id"]
+    try:
+        reap_containers(docker_client)
+        left = {c["Id"] for c in api.containers(all=True, filters={"label": LABEL_OWNER})}
+        assert ids["dead"] not in left and ids["expired"] not in left
+        assert ids["live"] in left
+    finally:
+        for cid in ids.values():
+            with suppress(docker.errors.NotFound):
+                api.remove_container(cid, force=True)
+
+
+def test_seed_archive_members_belong_to_the_sandbox_user(docker_backend: DockerBackend, seed: Path) -> None:
+    with sandbox(docker_backend, seed) as box:
+        owners = box.exec(["find", "/work", "-printf", "%U\\n"]).stdout.split()
+        snap = box.snapshot()
+    with tarfile.open(snap.path) as tar:
+        modes = {m.name: m.mode for m in tar.getmembers()}
+    docker_backend.release(snap)
+    assert set(owners) == {"1000"}
+    assert modes["pkg/run.sh"] & stat.S_IXUSR
