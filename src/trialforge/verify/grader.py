@@ -18,10 +18,10 @@ from pathlib import Path
 
 from trialforge.errors import PatchError, SandboxError
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
-from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path
+from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, touched_paths
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.verify.integrity import integrity_flags
+from trialforge.verify.integrity import blocking, integrity_flags
 from trialforge.verify.runner import run_tests
 
 VERIFIER_VERSION = "1"
@@ -62,6 +62,8 @@ class Grader:
             "dropped_paths": ",".join(dropped),
         }
         verdict = self._grade(task, code_diff)
+        if verdict.reward and blocking(flags):
+            verdict = Verdict(0.0, "ok", f"integrity: the diff tampers with the test run ({', '.join(blocking(flags))})")
         verdict.flags = flags
         verdict.provenance = provenance
         verdict.duration_s = round(time.monotonic() - start, 3)
@@ -81,6 +83,9 @@ class Grader:
                     apply_patch(tree, task.test_patch)
             except PatchError as exc:
                 return Verdict(None, "verifier_error", f"test_patch_does_not_apply: {exc}")
+            broken = _syntax_errors(tree, touched_paths(code_diff))
+            if broken:  # the cheap layer: no sandbox for code that cannot even compile
+                return Verdict(0.0, "ok", f"syntax_error: {broken[0]}")
             return self._run(task, tree)
 
     def _run(self, task: Task, tree: Path) -> Verdict:
@@ -93,7 +98,7 @@ class Grader:
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         try:
-            report = run_tests(sandbox, tests, timeout=self.test_timeout_s)
+            report = run_tests(sandbox, tests, timeout=self.test_timeout_s, stop_at_first_failure=True)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         finally:
@@ -106,3 +111,16 @@ class Grader:
             return Verdict(1.0, "ok", "all_tests_passed", outcomes)
         failing = sorted(t for t, o in outcomes.items() if o != "passed")
         return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}", outcomes)
+
+
+def _syntax_errors(tree: Path, paths: list[str]) -> list[str]:
+    """Compile (never run) each changed Python file on the host."""
+    errors = []
+    for rel in paths:
+        path = tree / rel
+        if rel.endswith(".py") and path.is_file() and not path.is_symlink():
+            try:
+                compile(path.read_bytes(), rel, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                errors.append(f"{rel}: {exc}")
+    return errors

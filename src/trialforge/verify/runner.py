@@ -66,19 +66,31 @@ class TestReport:
         return self.reported and all(self.outcome(t) == "passed" for t in test_ids)
 
 
-def run_tests(sandbox: Sandbox, test_ids: list[str] | None = None, *, timeout: float) -> TestReport:
-    """Run ``test_ids`` (all tests when None) in ``sandbox`` at /work and return per-test outcomes."""
+def run_tests(
+    sandbox: Sandbox, test_ids: list[str] | None = None, *, timeout: float, stop_at_first_failure: bool = False
+) -> TestReport:
+    """Run ``test_ids`` (all tests when None) in ``sandbox`` at /work and return per-test outcomes.
+
+    ``stop_at_first_failure`` suits grading, where one failure decides the reward: the
+    remaining tests then report as missing.
+    """
     marker = f"@@trialforge-report-{secrets.token_hex(16)}@@"
-    argv = ["python3", "-c", RECORDER, *PYTEST_ARGS, *(test_ids or [])]
+    argv = ["python3", "-c", RECORDER, *PYTEST_ARGS, *(["-x"] if stop_at_first_failure else []), *(test_ids or [])]
     result = sandbox.exec(argv, timeout=timeout, env={"TF_REPORT_MARKER": marker})
     return parse_report(result, marker)
 
 
 def parse_report(result: ExecResult, marker: str) -> TestReport:
-    """The last report line after ``marker``; anything else printed is only a log."""
+    """The one report line after ``marker``; anything else printed is only a log.
+
+    Exactly one marker must appear: a second one means something in the process
+    printed a report of its own, and then neither can be trusted.
+    """
     head, sep, tail = result.stdout.rpartition(marker)
     log_tail = (head[-4000:] + result.stderr[-2000:]).strip()
-    if not sep:
+    if not sep or result.stdout.count(marker) != 1:
+        if sep:
+            log_tail = "more than one report marker: the run's report was forged or duplicated\n" + log_tail
         return TestReport(-1, {}, result.duration_s, result.timed_out, reported=False, log_tail=log_tail)
     try:
         data = json.loads(tail.strip().splitlines()[0])

@@ -1,0 +1,1 @@
+"""Rollouts: the coding environment, policies, and the agent loop that records trajectories."""

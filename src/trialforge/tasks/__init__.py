@@ -1,0 +1,1 @@
+"""Tasks: the record, ingestion adapters, synthesis, validation, snapshots and task sets."""
