@@ -9,19 +9,20 @@ because the shas depend on the repositories built at test time.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from trialforge.errors import TaskError
+from trialforge.store.objstore import open_store
 from trialforge.tasks.ingest.github_rest import closing_refs, ingest_github_rest
 from trialforge.tasks.ingest.gitlog import GITLOG_CONFIDENCE, ingest_git_history
 from trialforge.tasks.ingest.jira import ingest_jira, link_confidence, parse_jira_date
@@ -36,46 +37,17 @@ from trialforge.tasks.ingest.repos import (
 )
 from trialforge.tasks.ingest.swebench import ingest_swebench, task_from_swebench, task_to_swebench
 from trialforge.tasks.patches import apply_patch, touched_paths
+from trialforge.tasks.snapshots import SnapshotStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
 
 
 # --- snapshots ------------------------------------------------------------------------------------------
 
-try:
-    from trialforge.store.objstore import open_store
-
-    from trialforge.tasks.snapshots import SnapshotStore
-except ImportError:  # TEMPORARY: store/objstore.py is being written; remove this stand-in once it lands
-    open_store = None  # type: ignore[assignment]
-
-
-class _StandInSnapshots:
-    """TEMPORARY stand-in for SnapshotStore (put -> digest, materialize -> tree) until the object store exists."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def put(self, tree: Path) -> str:
-        assert not any(p.name == ".git" for p in tree.rglob("*")), "snapshot carries git history"
-        digest = hashlib.sha256()
-        for path in sorted(tree.rglob("*")):
-            data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes() if path.is_file() else b""
-            digest.update(str(path.relative_to(tree)).encode() + b"\0" + data + b"\0")
-        name = digest.hexdigest()
-        if not (self.root / name).exists():
-            shutil.copytree(tree, self.root / name, symlinks=True)
-        return name
-
-    def materialize(self, digest: str) -> Path:
-        return self.root / digest
-
 
 @pytest.fixture(scope="module")
-def snapshots(tmp_path_factory):
+def snapshots(tmp_path_factory) -> SnapshotStore:
     root = tmp_path_factory.mktemp("snapshots")
-    if open_store is None:
-        return _StandInSnapshots(root)
     return SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
 
 
@@ -287,7 +259,7 @@ def _reasons(funnel: IngestFunnel) -> dict[str, str]:
     return {d["ref"].split(" ")[0]: d["reason"] for d in funnel.details}
 
 
-def _fixed_tree(snapshots: Any, digest: str, dest: Path, gold: str, tests: str) -> Path:
+def _fixed_tree(snapshots: SnapshotStore, digest: str, dest: Path, gold: str, tests: str) -> Path:
     """A copy of the base-state snapshot with the test patch and gold patch applied."""
     tree = dest / "fixed"
     shutil.copytree(snapshots.materialize(digest), tree, symlinks=True)
@@ -443,7 +415,7 @@ def test_swebench_instances_round_trip_losslessly(swebench_run):
             instances.append(json.loads(line))
         except json.JSONDecodeError:
             continue
-    odd = {
+    odd: dict[str, Any] = {
         "instance_id": "x__y-1",
         "repo": "x/y",
         "base_commit": "abc",
@@ -573,6 +545,7 @@ def test_github_unusable_records_are_reported_with_reasons(github_run):
         "21": "fix_pr_dropped",
     }
     assert funnel.dropped["pull_request_listed_as_issue"] == 1
+    assert any("closes other/lib#4" in d["detail"] for d in funnel.details)
     assert all(re.match(r"github_export\.json:\d+", d["ref"]) for d in funnel.details)
 
 
@@ -649,8 +622,10 @@ def test_jira_rows_that_cannot_become_tasks_are_reported_by_line(jira_run):
 
 
 def test_jira_dates_parse_in_the_export_zone():
-    assert parse_jira_date("05/Mar/24 4:05 PM").isoformat() == "2024-03-05T16:05:00+00:00"
-    assert parse_jira_date("2024-03-05T16:05:00+01:00").isoformat() == "2024-03-05T16:05:00+01:00"
+    assert parse_jira_date("05/Mar/24 4:05 PM") == datetime(2024, 3, 5, 16, 5, tzinfo=UTC)
+    berlin = timezone(timedelta(hours=1))
+    assert parse_jira_date("05/Mar/24 4:05 PM", berlin) == datetime(2024, 3, 5, 15, 5, tzinfo=UTC)
+    assert parse_jira_date("2024-03-05T16:05:00+01:00") == datetime(2024, 3, 5, 16, 5, tzinfo=berlin)
     assert parse_jira_date("yesterday") is None
 
 

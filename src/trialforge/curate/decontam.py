@@ -145,12 +145,14 @@ class _Encoded:
     shingle_counts: np.ndarray
 
 
-def _encode(texts: Sequence[str], kind: Kind, cfg: DecontamConfig) -> _Encoded:
-    tokens = [normalize(text, kind) for text in texts]
+def _encode(tokens: list[Tokens], kind: Kind, cfg: DecontamConfig) -> _Encoded:
     lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
     hashes = token_hashes([tok for t in tokens for tok in t.text])
-    back = None if kind == "text" else np.concatenate([t.back for t in tokens if t.back is not None] + [np.empty(0, np.int64)])
-    grams, gram_counts = ngram_hashes(hashes, lengths, cfg.ngram_n, back=back)
+    grams, gram_counts = ngram_hashes(hashes, lengths, cfg.ngram_n)
+    back = None
+    if kind == "code":  # shingles hash the canonical view (see trialforge.curate.ngrams)
+        hashes = token_hashes([tok for t in tokens for tok in t.shingle_view()])
+        back = np.concatenate([t.back for t in tokens if t.back is not None] + [np.empty(0, np.int64)])
     # Fields below min_tokens get no shingles, hence the EMPTY signature LSH ignores.
     short = lengths < cfg.min_tokens
     keep = np.repeat(~short, lengths)
@@ -165,7 +167,7 @@ class _Shard:
 
     def __init__(self, refs: list[RefDoc], cfg: DecontamConfig, hasher: MinHasher, bands: int, rows: int) -> None:
         self.refs = refs
-        enc = _encode([r.text for r in refs], refs[0].kind, cfg)
+        enc = _encode([normalize(r.text, r.kind) for r in refs], refs[0].kind, cfg)
         self.ngrams = NgramIndex(enc.grams, enc.gram_counts)
         self.lsh = LSHIndex(hasher.signatures(enc.shingles, enc.shingle_counts), bands, rows)
 
@@ -228,18 +230,31 @@ class DecontamIndex:
         ``threshold`` overrides the config's for verification only; the LSH bands stay
         tuned for the threshold the index was built with.
         """
-        threshold = self.cfg.threshold if threshold is None else threshold
-        shard = self._shards.get(kind)
-        if shard is None:
-            return [[] for _ in texts]
         hits: list[list[Hit]] = []
         for start in range(0, len(texts), _BATCH):
-            enc = _encode(texts[start : start + _BATCH], kind, self.cfg)
+            hits.extend(self.query_tokens([normalize(text, kind) for text in texts[start : start + _BATCH]], kind, threshold))
+        return hits
+
+    def query_tokens(
+        self,
+        tokens: list[Tokens],
+        kind: Kind,
+        threshold: float | None = None,
+        methods: tuple[Literal["ngram", "minhash"], ...] = ("ngram", "minhash"),
+    ) -> list[list[Hit]]:
+        """:meth:`query` for texts normalised already (by :func:`normalize` with this kind)."""
+        threshold = self.cfg.threshold if threshold is None else threshold
+        shard = self._shards.get(kind)
+        found: list[list[Hit]] = [[] for _ in tokens]
+        if shard is None or not tokens:
+            return found
+        enc = _encode(tokens, kind, self.cfg)
+        if "ngram" in methods:
             found = _ngram_hits(shard, enc, self.cfg.ngram_n)
+        if "minhash" in methods:
             for doc, more in enumerate(_minhash_hits(shard, enc, self._hasher, threshold)):
                 found[doc].extend(more)
-            hits.extend(found)
-        return hits
+        return found
 
 
 def _ngram_hits(shard: _Shard, enc: _Encoded, n: int) -> list[list[Hit]]:

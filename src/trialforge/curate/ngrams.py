@@ -5,10 +5,20 @@ Two normalisations, one per kind of field:
 * ``text`` (problem statements, docs): lowercase word tokens (``\\w+``), so punctuation,
   case and whitespace runs never hide a copy.
 * ``code`` (patches, sources): a Python-shaped lexer that drops comments, docstrings,
-  layout and delimiters, and replaces every identifier that is neither a keyword, a
-  builtin nor an attribute name by ``ID`` carrying a back-reference to its previous
-  occurrence (Baker's parameterised strings), so renamed variables and reformatted code
-  produce the same n-grams while ``x = y + y`` still differs from ``x = y + z``.
+  layout and delimiters, so reformatting changes nothing. It yields two views:
+
+  - *lexical* tokens keep identifiers (lowercased); exact n-grams use them.
+  - *canonical* tokens replace every identifier that is neither a keyword, a builtin
+    nor an attribute name by ``ID`` with a back-reference to its previous occurrence
+    (Baker's parameterised strings), so renamed variables give the same tokens while
+    ``x = y + y`` still differs from ``x = y + z``; MinHash shingles use them.
+
+  Why two: with identifiers erased, 13 tokens of code are an idiom (``self.a = a`` three
+  times). Canonical 13-grams flagged 7.9% of 1,404 stdlib functions against 3,000
+  unrelated site-packages functions, lexical 13-grams 0.2%, while MinHash over the
+  canonical view (whole-field Jaccard, which one shared idiom cannot lift) flagged none
+  and still matches a renamed, reformatted copy at Jaccard 1.
+
   A unified diff is first reduced to the lines it adds (the solution the task teaches);
   context and removed lines are pre-existing code and would tie unrelated fixes to the
   same file together.
@@ -64,14 +74,23 @@ _DELIMITERS = frozenset("()[]{},:;.")
 
 @dataclass(frozen=True)
 class Tokens:
-    """The normalised tokens of one field and the character offset where each starts."""
+    """The normalised tokens of one field and the character offset where each starts.
+
+    ``text`` is what exact n-grams hash and matches quote. For code, ``canon`` (identifiers
+    as ``ID``) and ``back`` (their back-references) are what MinHash shingles hash; text
+    has no second view, so :meth:`shingle_view` falls back to ``text``.
+    """
 
     text: list[str]
     offsets: np.ndarray  # int64, offsets into the original (un-normalised) string
-    back: np.ndarray | None = None  # int64 back-references of code identifiers, see canonical_code_tokens
+    canon: list[str] | None = None
+    back: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.text)
+
+    def shingle_view(self) -> list[str]:
+        return self.text if self.canon is None else self.canon
 
 
 def normalize(text: str, kind: Kind) -> Tokens:
@@ -92,9 +111,9 @@ def normalize_code(text: str) -> Tokens:
         code, line_starts, origins = added_lines(text)
     else:
         code, line_starts, origins = text, np.zeros(1, np.int64), np.zeros(1, np.int64)
-    tokens, positions, back = canonical_code_tokens(code)
+    lexical, canonical, positions, back = code_tokens(code)
     line = np.searchsorted(line_starts, positions, side="right") - 1
-    return Tokens(tokens, origins[line] + (positions - line_starts[line]), back)
+    return Tokens(lexical, origins[line] + (positions - line_starts[line]), canonical, back)
 
 
 def is_unified_diff(text: str) -> bool:
@@ -161,18 +180,19 @@ def lex_code(code: str) -> list[tuple[str, str, int]]:
     return raw
 
 
-def canonical_code_tokens(code: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Canonical tokens of ``code``, their offsets in it, and their back-references.
+def code_tokens(code: str) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """Lexical tokens, canonical tokens, offsets in ``code``, and back-references.
 
-    Delimiters (brackets, commas, colons, dots) are dropped like punctuation in text:
-    they add tokens without adding evidence, and with identifiers reduced to ``ID`` a
-    13-token window of them matched a HumanEval solution in half of a sample of stdlib
-    files. ``back[i]`` is, for an ``ID``, the distance to the previous occurrence of the
-    same original identifier (0 if none): consistent renaming keeps it, so hashing it
-    inside each window (see :func:`ngram_hashes`) tells ``x = y + y`` from ``x = y + z``.
+    Lexical tokens keep identifiers (lowercased); canonical ones replace them by ``ID``.
+    Both drop delimiters (brackets, commas, colons, dots) like punctuation in text: they
+    add tokens without adding evidence. ``back[i]`` is, for an ``ID``, the distance to
+    the previous occurrence of the same identifier (0 if none): consistent renaming keeps
+    it, so hashing it inside each window (see :func:`ngram_hashes`) tells ``x = y + y``
+    from ``x = y + z``.
     """
     raw = lex_code(code)
-    out: list[str] = []
+    lexical: list[str] = []
+    canonical: list[str] = []
     offsets: list[int] = []
     back: list[int] = []
     last_seen: dict[str, int] = {}
@@ -187,14 +207,14 @@ def canonical_code_tokens(code: str) -> tuple[list[str], np.ndarray, np.ndarray]
         prev = tok
         if canon in _DELIMITERS:
             continue
+        here = len(canonical)
+        back.append(here - last_seen.get(tok, here) if canon == IDENTIFIER else 0)
         if canon == IDENTIFIER:
-            back.append(len(out) - last_seen.get(tok, len(out)))
-            last_seen[tok] = len(out)
-        else:
-            back.append(0)
-        out.append(canon)
+            last_seen[tok] = here
+        lexical.append(tok.lower() if cls == "name" else canon)
+        canonical.append(canon)
         offsets.append(offset)
-    return out, np.asarray(offsets, dtype=np.int64), np.asarray(back, dtype=np.int64)
+    return lexical, canonical, np.asarray(offsets, dtype=np.int64), np.asarray(back, dtype=np.int64)
 
 
 def _canonical(cls: str, tok: str, prev: str) -> str:

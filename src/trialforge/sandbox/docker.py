@@ -21,24 +21,27 @@ Podman's compatible service. Choices, and why:
   ``nr_blocks`` because Podman 4 takes ``size=`` on a volume as a request for
   XFS quotas. ``/tmp`` is a size-limited tmpfs too.
 * **Snapshots: a tar of /work kept on the host.** ``commit`` captures the
-  writable layer, not a tmpfs; with a read-only root the workspace (and scratch
-  ``/tmp``) is the only state there is, so a tar of ``/work`` *is* the sandbox's
+  writable layer, not a tmpfs; with a read-only root, and no process outliving
+  its command, ``/work`` is the only state that carries from one command to the
+  next besides scratch tmpfs (``/tmp``...), so a tar of it *is* the sandbox's
   state. It is fetched with ``get_archive``, rewritten relative to ``/work``
   (without any ``.git``), and stored under the state directory like the bwrap
   backend's snapshots (so ``reaper.reap`` drops those of dead owners). Restore
   kills the sandbox's processes, empties ``/work`` and ``/tmp`` and puts the tar
   back: one exec and one ``put_archive``, with no image layers to create or
   garbage-collect. ``reset`` (a pool's reuse) is the same clean slate, seeded
-  from a host directory. ``from_snapshot`` starts a new container seeded from the tar
-  (the group fork). We trade the image-based snapshot (share-able through the
+  from a host directory. ``from_snapshot`` starts a new container seeded from
+  the tar (the group fork). We trade the image-based snapshot (share-able through the
   engine, but slower and unbounded by any quota) for a quota that holds.
 * **Exec.** docker-py's timeout does not bound an exec, so every command runs
-  under ``timeout`` inside the sandbox, wrapped by a fixed ``sh`` script that,
-  when the command ends, kills what it left in its session, and after a
-  SIGKILL (timeout or OOM) every process but pid 1 (escapees that called
-  ``setsid`` included). The host enforces a second deadline (limit + grace) and
-  then kills every process in the sandbox from another exec. Output is read
-  frame by frame from the exec socket into bounded head/tail buffers.
+  under ``timeout -s KILL`` inside the sandbox, wrapped by a fixed ``sh`` script
+  that, when the command ends, kills every process but pid 1: as with bwrap
+  (whose pid namespace dies with each command), nothing a command starts
+  outlives it, backgrounded, ``setsid``-ed or timed out. A sandbox therefore
+  runs one command at a time. The host enforces a second deadline (limit +
+  grace) and then kills every process from another exec. Output is read frame
+  by frame from the exec socket into bounded head/tail buffers. OOM is read
+  from the container's memory cgroup (``oom_kill``) after a SIGKILL exit.
 * **Files.** Paths are confined to ``/work`` lexically, and then *inside the
   sandbox*: the engine's archive API follows symlinks as root, so the path is
   resolved by ``realpath`` running as the sandbox user. Reads run ``cat`` as
@@ -93,26 +96,20 @@ HELPER_TIMEOUT_S = 30.0
 # Pid 1: idle, and reap every orphan (``wait`` reaps any child, adopted ones included).
 IDLE_INIT = ["/bin/sh", "-c", "while :; do sleep infinity & wait; done"]
 
-# $1: seconds; the rest: the command. Runs the command under ``timeout``; then kills what the
-# command left in this exec's session (a background job must not outlive its command, nor hold
-# the exec's output open); after a SIGKILL (timeout or OOM) kills every process but pid 1.
-# The shell's own stderr goes to /dev/null (dash would add "Killed" to the command's stderr);
-# the command gets the real one through fd 3, set up inside the subshell.
+# $1: seconds; the rest: the command. Runs the command under ``timeout`` (which kills its process
+# group at the limit), then kills every process but pid 1 and itself: nothing a command starts
+# outlives it (as in bwrap, where the command's pid namespace dies with it), whether it was
+# backgrounded, ``setsid``-ed or left behind by a timeout. The shell's own stderr goes to /dev/null
+# (dash would add "Killed" to the command's); the command gets the real one through fd 3. If the
+# command cannot even be forked, the EXIT trap says so.
 EXEC_WRAPPER = """
 t=$1; shift
 exec 3>&2 2>/dev/null
+trap 'echo "trialforge: cannot start the command: no process slot left" >&3' EXIT
 (exec timeout -s KILL "$t" "$@" 2>&3 3>&-)
 rc=$?
-read -r st 2>/dev/null </proc/$$/stat; set -- ${st##*) }
-if [ "$4" = "$$" ]; then
-  for d in /proc/[0-9]*; do
-    [ "${d#/proc/}" = "$$" ] && continue
-    read -r st 2>/dev/null <"$d/stat" || continue
-    set -- ${st##*) }
-    [ "$4" = "$$" ] && kill -9 "${d#/proc/}" 2>/dev/null
-  done
-fi
-[ "$rc" = 137 ] && kill -9 -1 2>/dev/null
+trap - EXIT
+kill -9 -1
 exit "$rc"
 """
 
@@ -134,9 +131,10 @@ printf '%s\\0' "$p"
 stat -c %a -- "$p" 2>/dev/null || true
 """
 
-# Back to a clean slate before a restore: no processes, empty /work and /tmp.
+# Back to a clean slate before a restore or reuse: no processes, empty /work and scratch space.
 RESET_SCRIPT = """
 kill -9 -1 2>/dev/null
+for d in /var/tmp /dev/shm; do [ -d "$d" ] && find "$d" -mindepth 1 -delete 2>/dev/null; done
 chmod -R u+rwX /work /tmp 2>/dev/null
 find /work /tmp -mindepth 1 -delete
 """
@@ -189,7 +187,6 @@ class DockerBackend:
         self.image = image
         self.state_dir = state_dir or state_root()
         self.snapshot_dir = self.state_dir / "snapshots" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.owner = owner_label()
         self._image_id: str | None = None
         self._image_lock = threading.Lock()
 
@@ -281,7 +278,7 @@ class DockerSandbox:
         self.deadline = time.time() + spec.limits.episode_timeout_s
         self.labels = {
             **spec.labels,
-            LABEL_OWNER: owner.owner,
+            LABEL_OWNER: owner_label(),  # per sandbox: right even in a process forked after the backend was made
             LABEL_DEADLINE: str(int(self.deadline)),
             LABEL_SANDBOX: self.id,
         }
@@ -290,12 +287,7 @@ class DockerSandbox:
         self._oom_kills = 0
         try:
             self._start()
-            if seed_tar is not None:
-                with seed_tar.open("rb") as fh:
-                    self._put(WORKDIR, fh, "seed the workspace")
-            elif spec.workspace is not None:
-                with _tar_of_dir(spec.workspace) as fh:
-                    self._put(WORKDIR, fh, "seed the workspace")
+            self._seed(seed_tar, spec.workspace)
         except BaseException:
             self.close()
             raise
@@ -345,6 +337,15 @@ class DockerSandbox:
         except _ENGINE_DOWN as exc:
             raise SandboxError(f"cannot start sandbox {self.id}: engine unreachable: {exc}", cause="engine") from exc
 
+    def _seed(self, seed_tar: Path | None, workspace: Path | None) -> None:
+        """Fill /work from a snapshot's tar, or else from a host directory (its ``.git`` left out)."""
+        if seed_tar is not None:
+            with seed_tar.open("rb") as fh:
+                self._put(WORKDIR, fh, "seed the workspace")
+        elif workspace is not None:
+            with _tar_of_dir(workspace) as fh:
+                self._put(WORKDIR, fh, "seed the workspace")
+
     def close(self) -> None:
         """Remove the container and its workspace volume; idempotent, and quiet if they are already gone."""
         if self.closed:
@@ -384,8 +385,8 @@ class DockerSandbox:
             cwd=cwd,
             env=env,
         )
-        if run.exit_code in (126, 127) and "chdir to cwd" in run.err_text():  # the runtime's words, Docker and Podman
-            raise SandboxError(f"cannot start a command in {self.id}: no directory {cwd!r}", cause="start")
+        if _runtime_failed(run):
+            raise SandboxError(f"cannot start a command in {self.id} (cwd {cwd!r}): {run.err_text()}", cause="start")
         timed_out = run.deadline_hit or (run.exit_code == 137 and run.duration_s >= limit)
         oom = run.exit_code == 137 and not timed_out and self._oom_since_last()
         out, out_cut = run.stdout.text()
@@ -553,9 +554,7 @@ class DockerSandbox:
     def reset(self, workspace: Path | None) -> None:
         """Make /work hold exactly ``workspace`` (empty when None), with no process left running: pool reuse."""
         self._clear()
-        if workspace is not None:
-            with _tar_of_dir(workspace) as fh:
-                self._put(WORKDIR, fh, "reseed the workspace")
+        self._seed(None, workspace)
 
     def alive(self) -> bool:
         """One engine round trip, no command: the container still exists and runs."""
@@ -614,6 +613,15 @@ def _abandoned(labels: dict[str, str]) -> bool:
 
 
 # --- helpers -----------------------------------------------------------------------------
+def _runtime_failed(run: _Run) -> bool:
+    """Did the OCI runtime fail to start the exec (no such cwd, no free pid), as opposed to the command failing?"""
+    err = run.err_text()
+    return run.exit_code in (125, 126, 127) and any(
+        words in err
+        for words in ("unable to start container process", "OCI runtime")  # runc's words, any engine
+    )
+
+
 def _confined(path: str) -> str:
     """The absolute sandbox path for ``path`` (relative paths are under /work); refuse lexical escapes."""
     full = posixpath.normpath(posixpath.join(WORKDIR, path))

@@ -205,7 +205,7 @@ def policy_loss(
         if cfg.aggregation == "seq-mean-token-mean":
             tokens = m.sum(-1)
             has = (tokens > 0).to(x.dtype)
-            return (per_seq / tokens.clamp(min=1) * has).sum() / m.shape[0]
+            return (per_seq / tokens.clamp(min=1) * has).sum() / has.sum().clamp(min=1)
         return (per_seq / (cfg.norm_length or m.shape[-1])).mean()  # seq-mean-token-sum-norm
 
     loss = aggregate(pg + cfg.kl_coef * kl)

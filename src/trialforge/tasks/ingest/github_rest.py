@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ValidationError
 
@@ -44,9 +44,7 @@ from trialforge.tasks.ingest.repos import (
     with_extras,
 )
 from trialforge.tasks.schema import Source, Task
-
-if TYPE_CHECKING:
-    from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -147,10 +145,14 @@ class Pull(BaseModel):
         return min([self.created_at, *dates])
 
 
+IssueKey = tuple[str, int]  # (lower-case owner/repo, issue number)
+USED = "used"
+
+
 @dataclass
 class _Export:
-    issues: dict[tuple[str, int], tuple[str, Issue]] = field(default_factory=dict)  # (repo, number) -> (where, issue)
-    pulls: list[tuple[str, Pull]] = field(default_factory=list)
+    issues: dict[IssueKey, tuple[str, Issue]] = field(default_factory=dict)  # (repo, number) -> (where, issue)
+    pulls: dict[IssueKey, tuple[str, Pull]] = field(default_factory=dict)  # same keys: a pull request is an issue
 
 
 def ingest_github_rest(
@@ -170,16 +172,16 @@ def ingest_github_rest(
     funnel = IngestFunnel("ingest.github_rest")
     export = _read_export(path, funnel)
     tasks: list[Task] = []
-    fate: dict[tuple[str, int], str] = {}  # issue -> what happened to the pull requests closing it
+    fate: dict[IssueKey, tuple[str, str]] = {}  # issue -> (drop reason, detail) until a task uses it
     with Mirrors(repos, clone_dir) as mirrors:
-        for where, pull in export.pulls:
+        for where, pull in export.pulls.values():
             task = _pull_task(where, pull, export, mirrors, snapshots, funnel, fate)
             if task is not None:
                 tasks.append(task)
                 funnel.keep()
     for key, (where, issue) in export.issues.items():
-        if fate.get(key) != "used":
-            reason, detail = _unlinked_reason(fate.get(key))
+        reason, detail = fate.get(key, ("no_linked_pr", "no pull request of the export closes this issue"))
+        if reason != USED:
             funnel.drop(f"{where} ({issue.html_url})", reason, detail)
     log.info(
         "ingest.github_rest %s: kept %d of %d", path.name, funnel.kept, funnel.seen, extra={"funnel": funnel.as_dict()}
@@ -187,7 +189,7 @@ def ingest_github_rest(
     return tasks, funnel
 
 
-def closing_refs(text: str, default_repo: str) -> list[tuple[str, int]]:
+def closing_refs(text: str, default_repo: str) -> list[IssueKey]:
     """(repo, issue number) for every closing-keyword reference in ``text``, in order, without repeats."""
     refs = []
     for match in _CLOSING.finditer(text):
@@ -207,7 +209,8 @@ def _file_record(record: Record, export: _Export, funnel: IngestFunnel) -> None:
     data = record.data
     try:
         if "base" in data and "head" in data:
-            export.pulls.append((record.where, Pull.model_validate(data)))
+            pull = Pull.model_validate(data)
+            _add(export.pulls, (pull.repo.lower(), pull.number), record.where, pull, funnel)
             return
         if "pull_request" in data:
             funnel.drop(record.where, "pull_request_listed_as_issue", f"#{data.get('number')}: the pull object is used")
@@ -216,11 +219,14 @@ def _file_record(record: Record, export: _Export, funnel: IngestFunnel) -> None:
     except ValidationError as exc:
         funnel.drop(record.where, "invalid_record", _first_error(exc))
         return
-    key = (issue.repo.lower(), issue.number)
-    if key in export.issues:
-        funnel.drop(record.where, "duplicate", f"issue {issue.repo}#{issue.number} already read")
-        return
-    export.issues[key] = (record.where, issue)
+    _add(export.issues, (issue.repo.lower(), issue.number), record.where, issue, funnel)
+
+
+def _add(index: dict[IssueKey, tuple[str, Any]], key: IssueKey, where: str, item: Any, funnel: IngestFunnel) -> None:
+    if key in index:
+        funnel.drop(where, "duplicate", f"{key[0]}#{key[1]} already read at {index[key][0]}")
+    else:
+        index[key] = (where, item)
 
 
 def _pull_task(
@@ -230,25 +236,27 @@ def _pull_task(
     mirrors: Mirrors,
     snapshots: SnapshotStore,
     funnel: IngestFunnel,
-    fate: dict[tuple[str, int], str],
+    fate: dict[IssueKey, tuple[str, str]],
 ) -> Task | None:
     ref = f"{where} ({pull.html_url})"
-    linked = [key for key in closing_refs(f"{pull.title}\n{pull.body or ''}", pull.repo) if key in export.issues]
+    refs = closing_refs(f"{pull.title}\n{pull.body or ''}", pull.repo)
+    linked = [key for key in refs if key in export.issues]
     if not pull.merged_at:
-        _mark(fate, linked, f"unmerged:{pull.html_url}")
+        _mark(fate, linked, "fix_not_merged", f"only closed by unmerged {pull.html_url}")
         funnel.drop(ref, "unmerged_pr", f"pull request #{pull.number} was not merged")
         return None
     if not linked:
-        funnel.drop(ref, "no_linked_issue", f"#{pull.number} closes no issue of the export")
+        named = ", ".join(f"{repo}#{number}" for repo, number in refs) or "nothing"
+        funnel.drop(ref, "no_linked_issue", f"#{pull.number} closes {named}; the export holds none of them")
         return None
     try:
         task = _build_task(pull, [export.issues[key][1] for key in linked], mirrors, snapshots)
     except RepoError as exc:
-        _mark(fate, linked, f"dropped:{pull.html_url} ({exc.reason})")
+        _mark(fate, linked, "fix_pr_dropped", f"its fix {pull.html_url} was dropped: {exc.reason}")
         funnel.drop(ref, exc.reason, str(exc))
         return None
     for key in linked:
-        fate[key] = "used"
+        fate[key] = (USED, pull.html_url)
         funnel.link(task.task_id, export.issues[key][1].html_url, pull.html_url, 1.0, "closing keyword")
     return task
 
@@ -319,19 +327,11 @@ def _file_diff(changed: ChangedFile, what: str) -> str:
     return "".join(lines)
 
 
-def _mark(fate: dict[tuple[str, int], str], keys: list[tuple[str, int]], what: str) -> None:
+def _mark(fate: dict[IssueKey, tuple[str, str]], keys: list[IssueKey], reason: str, detail: str) -> None:
+    """Remember why these issues have no task yet, unless another pull request already made one."""
     for key in keys:
-        if fate.get(key) != "used":
-            fate[key] = what
-
-
-def _unlinked_reason(fate: str | None) -> tuple[str, str]:
-    if fate is None:
-        return "no_linked_pr", "no pull request of the export closes this issue"
-    kind, _, detail = fate.partition(":")
-    if kind == "unmerged":
-        return "fix_not_merged", f"only closed by unmerged {detail}"
-    return "fix_pr_dropped", f"its fix {detail} was dropped"
+        if fate.get(key, ("", ""))[0] != USED:
+            fate[key] = (reason, detail)
 
 
 def _repo_of(url: str) -> str:

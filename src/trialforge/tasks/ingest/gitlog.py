@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trialforge.tasks.ingest.repos import (
     MAX_CHANGED_LINES,
@@ -31,9 +30,7 @@ from trialforge.tasks.ingest.repos import (
     with_extras,
 )
 from trialforge.tasks.schema import Source, Task
-
-if TYPE_CHECKING:
-    from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trialforge.tasks.ingest.repos import (
     MAX_CHANGED_LINES,
@@ -47,9 +46,7 @@ from trialforge.tasks.ingest.repos import (
     with_extras,
 )
 from trialforge.tasks.schema import Source, Task
-
-if TYPE_CHECKING:
-    from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trialforge.errors import PatchError, TaskError
 from trialforge.funnel import Funnel
@@ -37,9 +37,7 @@ from trialforge.tasks.patches import (
     is_test_path,
     touched_paths,
 )
-
-if TYPE_CHECKING:
-    from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.snapshots import SnapshotStore
 
 RepoSource = str | Path  # a local git repository (bare mirror or work tree) or a clone URL
 

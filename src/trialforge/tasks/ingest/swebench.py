@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -37,9 +38,7 @@ from trialforge.tasks.ingest.repos import (
     with_extras,
 )
 from trialforge.tasks.schema import Source, Task
-
-if TYPE_CHECKING:
-    from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +99,19 @@ def task_to_swebench(task: Task) -> dict[str, Any]:
     out: dict[str, Any] = {} if task.source.kind == "swebench" else dict(DEFAULTS)
     out.update(extras)
     for name, slot in TEXT_FIELDS.items():
-        _put(out, name, getattr(task, slot), forms, absent, lambda raw: "" if raw is None else raw)
+        _put(out, name, getattr(task, slot), forms, absent, _text)
     for name, slot in LIST_FIELDS.items():
-        _put(out, name, getattr(task, slot), forms, absent, lambda raw, name=name: _test_list(name, raw))
+        _put(out, name, getattr(task, slot), forms, absent, partial(_test_list, name))
     return out
 
 
-def _put(out: dict[str, Any], name: str, value: Any, forms: dict[str, Any], absent: set[str], decode: Any) -> None:
+def _text(raw: Any) -> str:
+    return "" if raw is None else raw
+
+
+def _put(
+    out: dict[str, Any], name: str, value: Any, forms: dict[str, Any], absent: set[str], decode: Callable[[Any], Any]
+) -> None:
     """Write ``value`` under ``name`` in its original form while that form still means the same value."""
     if name in absent and value in ("", []):
         return
