@@ -26,8 +26,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import boto3
 import pyarrow as pa
@@ -72,6 +73,7 @@ STEP_SCHEMA = pa.schema(
         ("logprob", pa.float64()),
     ]
 )
+T = TypeVar("T")
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
@@ -214,7 +216,7 @@ class Result:
     jsonl_mb: float
 
 
-def timed(fn) -> tuple[float, object]:
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     start = time.perf_counter()
     value = fn()
     return time.perf_counter() - start, value
@@ -259,7 +261,7 @@ def measure(name: str, store: ObjectStore, dataset: str, table: pa.Table, parts:
     parquet_bytes = sum(entry["bytes"] for entry in datasets.list_parts(store, dataset))
     return Result(
         name, dataset, table.num_rows, table.nbytes / 1e6, write_s, read_s, parquet_bytes / 1e6,
-        jsonl_write_s, jsonl_read_s, int(jsonl_bytes) / 1e6,
+        jsonl_write_s, jsonl_read_s, jsonl_bytes / 1e6,
     )  # fmt: skip
 
 
@@ -298,9 +300,9 @@ def main() -> None:
         "episodes": pa.Table.from_pylist(episodes, schema=EPISODE_SCHEMA),
         "steps": pa.Table.from_pylist(step_rows(episodes, args.steps_per_episode, text), schema=STEP_SCHEMA),
     }
-    print(
-        f"generated {args.rows} episodes and {tables['steps'].num_rows} steps in {time.perf_counter() - started:.1f} s"
-    )
+    took = time.perf_counter() - started
+    print(f"generated {args.rows} episodes and {tables['steps'].num_rows} steps in {took:.1f} s")
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}: the figures scale with whatever else runs")
     with stores() as found:
         results = [measure(name, store, ds, table, args.parts) for name, store in found for ds, table in tables.items()]
     report(results)

@@ -24,16 +24,15 @@ TABLE = pa.table(
 RUN = {"run": "r1", "iteration": "0"}
 
 
-@pytest.fixture(params=["file", "s3"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "file":
-        return open_store(f"file://{tmp_path / 'store'}")
-    return request.getfixturevalue("s3_store")
-
-
 @pytest.fixture
 def file_store(tmp_path: Path) -> ObjectStore:
     return open_store(f"file://{tmp_path / 'store'}")
+
+
+@pytest.fixture(params=["file", "s3"])
+def store(request: pytest.FixtureRequest) -> ObjectStore:
+    """The same behaviour is owed by both backends."""
+    return request.getfixturevalue(f"{request.param}_store")
 
 
 def rows(store: ObjectStore, dataset: str = "episodes", **kw) -> list[dict]:
@@ -59,9 +58,18 @@ def test_objects_round_trip(store: ObjectStore) -> None:
     assert store.uri("a/b/one.bin") == f"{store.url}/a/b/one.bin"
 
 
-def test_a_missing_object_is_an_error_naming_it(store: ObjectStore) -> None:
+def test_a_missing_object_is_an_error_naming_it(store: ObjectStore, tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"no object at .*/gone/key\.bin"):
         store.get_bytes("gone/key.bin")
+    with pytest.raises(StoreError, match=r"no object at .*/gone/key\.bin"):
+        store.get_file("gone/key.bin", tmp_path / "download" / "key.bin")
+    assert list(tmp_path.glob("download/*")) == []
+
+
+def test_a_missing_bucket_is_named_with_the_endpoint(s3_server: str) -> None:
+    store = open_store("s3://no-such-bucket/x", endpoint_url=s3_server)
+    with pytest.raises(StoreError, match=rf"LIST s3://no-such-bucket/x/datasets/.* at {s3_server} .*NoSuchBucket"):
+        datasets.read_table(store, "episodes")
 
 
 def test_files_stream_in_and_out(store: ObjectStore, tmp_path: Path) -> None:

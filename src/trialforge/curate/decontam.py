@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from trialforge.curate.minhash import LSHIndex, MinHasher, lsh_params
-from trialforge.curate.ngrams import Kind, NgramIndex, Tokens, ngram_hashes, normalize, token_hashes
+from trialforge.curate.ngrams import Kind, NgramIndex, TokenHasher, Tokens, ngram_hashes, normalize
 from trialforge.errors import ConfigError, TaskError
 from trialforge.tasks.schema import Decontamination, Task
 
@@ -49,6 +49,8 @@ EVAL_SPLIT = "eval_split"
 TASK_FIELDS: dict[str, Kind] = {"problem_statement": "text", "gold_patch": "code", "test_patch": "code"}
 MAX_HITS_PER_FIELD = 10  # per method; a boilerplate passage can hit hundreds of references
 _BATCH = 4096  # fields encoded and queried together: bounds memory, keeps numpy calls large
+_EMPTY = np.empty(0, dtype=np.uint64)
+_EMPTY_I64 = np.empty(0, dtype=np.int64)
 # When a task is dropped for several reasons, the report files it under the first of these.
 _REASON_ORDER: tuple[Method, ...] = ("repo_excluded", "time_cutoff", "ngram", "minhash")
 
@@ -145,31 +147,33 @@ class _Encoded:
     shingle_counts: np.ndarray
 
 
-def _encode(tokens: list[Tokens], kind: Kind, cfg: DecontamConfig) -> _Encoded:
+def _encode(tokens: list[Tokens], kind: Kind, cfg: DecontamConfig, hasher: TokenHasher, methods: Sequence[str] = ("ngram", "minhash")) -> _Encoded:
     lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
-    hashes = token_hashes([tok for t in tokens for tok in t.text])
-    grams, gram_counts = ngram_hashes(hashes, lengths, cfg.ngram_n)
-    back = None
-    if kind == "code":  # shingles hash the canonical view (see trialforge.curate.ngrams)
-        hashes = token_hashes([tok for t in tokens for tok in t.shingle_view()])
-        back = np.concatenate([t.back for t in tokens if t.back is not None] + [np.empty(0, np.int64)])
-    # Fields below min_tokens get no shingles, hence the EMPTY signature LSH ignores.
-    short = lengths < cfg.min_tokens
-    keep = np.repeat(~short, lengths)
-    shingles, shingle_counts = ngram_hashes(
-        hashes[keep], np.where(short, 0, lengths), cfg.shingle_n, back=None if back is None else back[keep], short="whole"
-    )
+    grams, gram_counts = _EMPTY, np.zeros(len(tokens), np.int64)
+    shingles, shingle_counts = _EMPTY, np.zeros(len(tokens), np.int64)
+    if "ngram" in methods:
+        grams, gram_counts = ngram_hashes(hasher([tok for t in tokens for tok in t.text]), lengths, cfg.ngram_n)
+    if "minhash" in methods:
+        # Shingles hash the canonical code view (see trialforge.curate.ngrams); fields under
+        # min_tokens get none, hence the EMPTY signature the LSH index ignores.
+        hashes = hasher([tok for t in tokens for tok in t.shingle_view()])
+        back = None if kind == "text" else np.concatenate([t.back for t in tokens if t.back is not None] + [_EMPTY_I64])
+        short = lengths < cfg.min_tokens
+        keep = np.repeat(~short, lengths)
+        shingles, shingle_counts = ngram_hashes(
+            hashes[keep], np.where(short, 0, lengths), cfg.shingle_n, back=None if back is None else back[keep], short="whole"
+        )
     return _Encoded(tokens, grams, gram_counts, shingles, shingle_counts)
 
 
 class _Shard:
     """Both indexes over the references of one kind."""
 
-    def __init__(self, refs: list[RefDoc], cfg: DecontamConfig, hasher: MinHasher, bands: int, rows: int) -> None:
+    def __init__(self, refs: list[RefDoc], cfg: DecontamConfig, tokens: TokenHasher, minhash: MinHasher, bands: int, rows: int) -> None:
         self.refs = refs
-        enc = _encode([normalize(r.text, r.kind) for r in refs], refs[0].kind, cfg)
+        enc = _encode([normalize(r.text, r.kind) for r in refs], refs[0].kind, cfg, tokens)
         self.ngrams = NgramIndex(enc.grams, enc.gram_counts)
-        self.lsh = LSHIndex(hasher.signatures(enc.shingles, enc.shingle_counts), bands, rows)
+        self.lsh = LSHIndex(minhash.signatures(enc.shingles, enc.shingle_counts), bands, rows)
 
     @property
     def nbytes(self) -> int:
@@ -187,12 +191,13 @@ class DecontamIndex:
         self.cfg = cfg
         self.refs = tuple(refs)
         self.bands, self.rows = lsh_params(cfg.threshold, cfg.num_perm)
-        self._hasher = MinHasher(cfg.num_perm, cfg.seed)
+        self._tokens = TokenHasher()
+        self._minhash = MinHasher(cfg.num_perm, cfg.seed)
         self._shards: dict[Kind, _Shard] = {}
         for kind in ("text", "code"):
             of_kind = [r for r in self.refs if r.kind == kind]
             if of_kind:
-                self._shards[kind] = _Shard(of_kind, cfg, self._hasher, self.bands, self.rows)
+                self._shards[kind] = _Shard(of_kind, cfg, self._tokens, self._minhash, self.bands, self.rows)
 
     @classmethod
     def build(cls, refs: Iterable[RefDoc], cfg: DecontamConfig | None = None) -> DecontamIndex:
@@ -248,11 +253,11 @@ class DecontamIndex:
         found: list[list[Hit]] = [[] for _ in tokens]
         if shard is None or not tokens:
             return found
-        enc = _encode(tokens, kind, self.cfg)
+        enc = _encode(tokens, kind, self.cfg, self._tokens, methods)
         if "ngram" in methods:
             found = _ngram_hits(shard, enc, self.cfg.ngram_n)
         if "minhash" in methods:
-            for doc, more in enumerate(_minhash_hits(shard, enc, self._hasher, threshold)):
+            for doc, more in enumerate(_minhash_hits(shard, enc, self._minhash, threshold)):
                 found[doc].extend(more)
         return found
 

@@ -236,24 +236,47 @@ def _string_body(literal: str) -> str:
 
 # --- hashing ----------------------------------------------------------------------
 
-_TOKEN_CACHE: dict[str, int] = {}
-_TOKEN_CACHE_MAX = 1 << 20
 _POLY = _U64(0x9E3779B97F4A7C15)  # odd multiplier of the polynomial n-gram hash
 _BACK = _U64(0xC2B2AE3D27D4EB4F)  # weight of an identifier's back-reference in its token hash
 
 
-def token_hashes(tokens: Sequence[str]) -> np.ndarray:
-    """Stable 64-bit hashes of tokens (blake2b, so equal across processes and machines)."""
-    cache = _TOKEN_CACHE
-    if len(cache) > _TOKEN_CACHE_MAX:
-        cache.clear()
-    values = []
-    for tok in tokens:
-        h = cache.get(tok)
-        if h is None:
-            h = cache[tok] = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
-        values.append(h)
-    return np.array(values, dtype=_U64) if values else _EMPTY_U64
+class TokenHasher:
+    """Stable 64-bit token hashes (blake2b: equal across processes and machines), cached.
+
+    Each distinct token is hashed once and given a small id; a batch is then one C-level
+    ``map`` over a dict plus a numpy gather, about ten times faster than hashing tokens
+    one by one. The cache is dropped past ``max_tokens`` distinct tokens. Not thread-safe:
+    give each thread its own.
+    """
+
+    def __init__(self, max_tokens: int = 1 << 21) -> None:
+        self.max_tokens = max_tokens
+        self._ids: dict[str, int] = {}
+        self._hashes = np.empty(1024, dtype=_U64)
+
+    def __call__(self, tokens: Sequence[str]) -> np.ndarray:
+        if not tokens:
+            return _EMPTY_U64
+        try:
+            ids = np.fromiter(map(self._ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+        except KeyError:
+            self._learn(tokens)
+            ids = np.fromiter(map(self._ids.__getitem__, tokens), dtype=np.int64, count=len(tokens))
+        return self._hashes[ids]
+
+    def _learn(self, tokens: Sequence[str]) -> None:
+        new = set(tokens).difference(self._ids)
+        if len(self._ids) + len(new) > self.max_tokens:
+            self._ids.clear()
+            new = set(tokens)
+        start = len(self._ids)
+        if start + len(new) > len(self._hashes):
+            grown = np.empty(max(2 * len(self._hashes), start + len(new)), dtype=_U64)
+            grown[:start] = self._hashes[:start]
+            self._hashes = grown
+        for i, tok in enumerate(sorted(new), start):
+            self._ids[tok] = i
+            self._hashes[i] = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
 
 
 def mix64(x: np.ndarray) -> np.ndarray:

@@ -103,16 +103,23 @@ class _Region:
 
 
 class RepairEpisode:
-    """One episode's plan: test, locate, view, then one sampled edit and submit."""
+    """One episode: test, locate, view, then up to ``attempts`` sampled edits, each checked against the failing tests.
 
-    def __init__(self, weights: list[float], view: TaskView, seed: int, temperature: float) -> None:
+    Each edit is one decision (a "token" for the loss): sampled from a softmax over
+    the candidates not tried yet, with its log-probability and the features it was
+    chosen from recorded, so training can recompute it under new weights.
+    """
+
+    def __init__(self, weights: list[float], view: TaskView, seed: int, attempts: int) -> None:
         self.weights = weights
         self.view = view
         self.rng = random.Random(seed)
-        self.temperature = temperature
+        self.attempts = attempts
         self.regions: list[_Region] = []
         self.pending: list[_Region] = []
         self.candidates: list[Candidate] = []
+        self.failing_tests: list[str] = []
+        self.applied: Candidate | None = None
         self.phase = "test"
 
     def act(self, observation: str) -> Decision:
@@ -121,10 +128,11 @@ class RepairEpisode:
 
     def _test(self, _: str) -> Decision:
         self.phase = "locate"
-        cmd = "python3 -m pytest -x -q --tb=short -p no:cacheprovider 2>&1 | tail -n 80"
+        cmd = "python3 -m pytest -q --tb=short -p no:cacheprovider 2>&1 | tail -n 80"
         return Decision(Action(tool="run", args={"command": cmd}))
 
     def _locate(self, test_output: str) -> Decision:
+        self.failing_tests = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+::\S+)", test_output, re.MULTILINE)))[:5]
         frames: dict[str, set[int]] = {}
         for path, line in _FRAME.findall(test_output):
             if not is_test_path(path):
@@ -135,7 +143,7 @@ class RepairEpisode:
             return self._next_view()
         names = _called_names(test_output + "\n" + self.view.problem_statement)
         if not names:
-            return self._submit_without_edit()
+            return self._submit()
         self.phase = "grep"
         pattern = "|".join(names)
         cmd = f"grep -rnE --include='*.py' '^\\s*def ({pattern})\\b' . | grep -v '/tests\\?/' | head -n 5"
@@ -145,7 +153,7 @@ class RepairEpisode:
         for path, line in re.findall(r"^\./([\w./-]+\.py):(\d+):", output, re.MULTILINE)[:3]:
             start = int(line)
             self.pending.append(_Region(path, start, start + 40, named=True))
-        return self._next_view() if self.pending else self._submit_without_edit()
+        return self._next_view() if self.pending else self._submit()
 
     def _next_view(self) -> Decision:
         region = self.pending.pop(0)
@@ -160,30 +168,42 @@ class RepairEpisode:
             for family, new in line_edits(text):
                 feats = _features(family, line_no, region.failing, region.named, text)
                 self.candidates.append(Candidate(region.path, line_no, text, new, family, feats))
-        if self.pending:
-            return self._next_view()
-        return self._edit()
+        return self._next_view() if self.pending else self._edit()
 
     def _edit(self) -> Decision:
-        if not self.candidates:
-            return self._submit_without_edit()
-        scores = [sum(w * f for w, f in zip(self.weights, c.features, strict=True)) / self.temperature for c in self.candidates]
+        """Sample an untried candidate; undo the previous attempt in the same command."""
+        if not self.candidates or self.attempts == 0:
+            return self._submit()
+        scores = [sum(w * f for w, f in zip(self.weights, c.features, strict=True)) for c in self.candidates]
         top = max(scores)
         probs = [math.exp(s - top) for s in scores]
-        total = sum(probs)
         k = self.rng.choices(range(len(self.candidates)), weights=probs)[0]
-        chosen = self.candidates[k]
-        self.phase = "submit"
-        info = {"features": [list(c.features) for c in self.candidates], "chosen": k, "family": chosen.family}
-        action = Action(tool="run", args={"command": _sed_line(chosen)})
-        return Decision(action, logprob=math.log(probs[k] / total), tokens_out=1, info=info)
+        info = {"features": [list(c.features) for c in self.candidates], "chosen": k}
+        chosen = self.candidates.pop(k)
+        info["family"] = chosen.family
+        edits = [(chosen.path, chosen.line_no, chosen.new_line)]
+        if self.applied is not None:
+            edits.insert(0, (self.applied.path, self.applied.line_no, self.applied.old_line))
+        self.applied = chosen
+        self.attempts -= 1
+        # Without a failing test to check against (the bug is only described), one edit is all we can judge.
+        self.phase = "check" if self.failing_tests else "submit"
+        action = Action(tool="run", args={"command": _line_edit_command(edits)})
+        return Decision(action, logprob=math.log(probs[k] / sum(probs)), tokens_out=1, info=info)
 
-    def _submit(self, _: str) -> Decision:
+    def _check(self, _: str) -> Decision:
+        self.phase = "verdict"
+        tests = " ".join(_quote(t) for t in self.failing_tests)
+        return Decision(Action(tool="run", args={"command": f"python3 -m pytest -x -q -p no:cacheprovider {tests} >/dev/null 2>&1; echo rc=$?"}))
+
+    def _verdict(self, observation: str) -> Decision:
+        if "rc=0" in observation:
+            return self._submit()
+        return self._edit()
+
+    def _submit(self, _: str = "") -> Decision:
+        self.phase = "submit"
         return Decision(Action(tool="submit"))
-
-    def _submit_without_edit(self) -> Decision:
-        self.phase = "submit"
-        return Decision(Action(tool="submit"), info={"no_candidates": True})
 
 
 def _called_names(text: str) -> list[str]:
@@ -192,14 +212,19 @@ def _called_names(text: str) -> list[str]:
     return [n for n in names if n not in _NOT_CANDIDATES and not n.startswith("test")][:8]
 
 
-def _sed_line(c: Candidate) -> str:
-    """Replace exactly line ``line_no`` of the file (a line-addressed edit needs no unique context)."""
-    script = "import sys\n" \
-        "p, n, new = sys.argv[1], int(sys.argv[2]), sys.argv[3]\n" \
-        "lines = open(p).read().split('\\n')\n" \
-        "lines[n - 1] = new\n" \
-        "open(p, 'w').write('\\n'.join(lines))\n"  # fmt: skip
-    return f"python3 -c {_quote(script)} {_quote(c.path)} {c.line_no} {_quote(c.new_line)}"
+def _line_edit_command(edits: list[tuple[str, int, str]]) -> str:
+    """Set whole lines by number (a line-addressed edit needs no unique context)."""
+    script = (
+        "import sys\n"
+        "args = sys.argv[1:]\n"
+        "for i in range(0, len(args), 3):\n"
+        "    path, n, new = args[i], int(args[i + 1]), args[i + 2]\n"
+        "    lines = open(path).read().split('\\n')\n"
+        "    lines[n - 1] = new\n"
+        "    open(path, 'w').write('\\n'.join(lines))\n"
+    )
+    args = " ".join(f"{_quote(p)} {n} {_quote(text)}" for p, n, text in edits)
+    return f"python3 -c {_quote(script)} {args}"
 
 
 def _quote(text: str) -> str:
@@ -211,10 +236,12 @@ class RepairPolicy:
 
     name = "repair"
 
-    def __init__(self, weights: list[float] | None = None, version: str = "v0", temperature: float = 1.0) -> None:
+    def __init__(
+        self, weights: list[float] | None = None, version: str = "v0", attempts: int = 3
+    ) -> None:
         self.weights = list(weights) if weights is not None else [0.0] * N_FEATURES
         self.version = version
-        self.temperature = temperature
+        self.attempts = attempts
 
     def begin(self, view: TaskView, seed: int) -> RepairEpisode:
-        return RepairEpisode(list(self.weights), view, seed, self.temperature)
+        return RepairEpisode(list(self.weights), view, seed, self.attempts)

@@ -90,7 +90,7 @@ def write_part(
     """Write one part, then publish it; return the part's key. The same (partition, part) always maps to
     the same keys, so calling this again for a retried batch replaces the batch instead of duplicating it."""
     entry = _put_part(store, dataset, table, partition=partition, part=part, row_group_size=row_group_size)
-    store.put_bytes(manifest_key(dataset, partition, part), json.dumps(entry, sort_keys=True).encode())
+    store.put_bytes(manifest_key(dataset, partition, part), json.dumps(entry).encode())
     log.info("published part", extra={"dataset": dataset, "key": entry["key"], "rows": entry["rows"]})
     return entry["key"]
 

@@ -235,34 +235,35 @@ class S3Store(ObjectStore):
         return f"{self.prefix}/{check_key(key)}" if self.prefix else check_key(key)
 
     @contextlib.contextmanager
-    def _errors(self, op: str, key: str) -> Iterator[None]:
-        """Turn boto faults into a StoreError that says which object, which endpoint and what to check."""
+    def _errors(self, op: str, where: str) -> Iterator[None]:
+        """Turn boto faults into a StoreError that says which object (``where``, a URL), which endpoint
+        and what to check."""
         try:
             yield
         except ClientError as exc:
             code = _code(exc)
             if code in _MISSING_CODES:
-                raise StoreError(f"no object at {self.uri(key)}: it was never written or was deleted") from exc
+                raise StoreError(f"no object at {where}: it was never written or was deleted") from exc
             raise StoreError(
-                f"S3 {op} {self.uri(key)} at {self.endpoint} was refused ({code}: {exc}); "
+                f"S3 {op} {where} at {self.endpoint} was refused ({code}: {exc}); "
                 "check that the bucket exists and the credentials may use it"
             ) from exc
         except (BotoCoreError, Boto3Error) as exc:
             raise StoreError(
-                f"S3 {op} {self.uri(key)} failed at {self.endpoint} after up to {self.max_attempts} attempts: "
+                f"S3 {op} {where} failed at {self.endpoint} after up to {self.max_attempts} attempts: "
                 f"{exc}; check that the endpoint is up (AWS_ENDPOINT_URL) and the credentials are set"
             ) from exc
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        with self._errors("PUT", key):
+        with self._errors("PUT", self.uri(key)):
             self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
     def get_bytes(self, key: str) -> bytes:
-        with self._errors("GET", key):
+        with self._errors("GET", self.uri(key)):
             return self._client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
 
     def exists(self, key: str) -> bool:
-        with self._errors("HEAD", key):
+        with self._errors("HEAD", self.uri(key)):
             try:
                 self._client.head_object(Bucket=self.bucket, Key=self._key(key))
             except ClientError as exc:
@@ -276,22 +277,22 @@ class S3Store(ObjectStore):
         pages = self._client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=root + _check_prefix(prefix)
         )
-        with self._errors("LIST", prefix or "."):
+        with self._errors("LIST", f"{self.url}/{prefix}"):
             return sorted(obj["Key"][len(root) :] for page in pages for obj in page.get("Contents", []))
 
     def delete(self, key: str) -> None:
-        with self._errors("DELETE", key):
+        with self._errors("DELETE", self.uri(key)):
             self._client.delete_object(Bucket=self.bucket, Key=self._key(key))
 
     def put_file(self, key: str, path: Path) -> None:
         """A multipart upload becomes visible only when completed, so this is atomic too."""
         if not path.is_file():
             raise StoreError(f"could not upload {path} to {self.uri(key)}: not a file")
-        with self._errors("PUT", key):
+        with self._errors("PUT", self.uri(key)):
             self._client.upload_file(str(path), self.bucket, self._key(key))
 
     def get_file(self, key: str, path: Path) -> None:
-        with _os_errors(f"write {path}"), _atomic_path(path) as tmp, self._errors("GET", key):
+        with _os_errors(f"write {path}"), _atomic_path(path) as tmp, self._errors("GET", self.uri(key)):
             self._client.download_file(self.bucket, self._key(key), str(tmp))
 
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:

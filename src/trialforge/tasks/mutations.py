@@ -344,12 +344,21 @@ def off_by_one(site: Site) -> list[Change]:
     is_range = isinstance(parent, ast.Call) and site.field == "args" and _callee(parent) == "range"
     if is_bound or is_index or is_range:
         return _shift_by_one(src, node)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub) and _int_value(node.right) == 1:
-        left = src.segment(node.left)
-        if left is None or src.segment(node) is None:
-            return []
-        return [Change((Edit(src.end(node.left), src.end(node), ""),), "drop the ±1 offset")]
+    if isinstance(node, ast.BinOp) and _offset(node) == 1 and src.segment(node) is not None:
+        return [_drop_offset(src, node)]
     return []
+
+
+def _offset(node: ast.AST) -> int | None:
+    """``c`` when ``node`` is ``x + c`` or ``x - c`` with a positive int literal ``c``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+        value = _int_value(node.right)
+        return value if value is not None and value > 0 else None
+    return None
+
+
+def _drop_offset(src: SourceText, node: ast.BinOp) -> Change:
+    return Change((Edit(src.end(node.left), src.end(node), ""),), "drop the offset")
 
 
 def _index_like(node: ast.expr) -> bool:
@@ -362,12 +371,18 @@ def _index_like(node: ast.expr) -> bool:
 
 
 def _shift_by_one(src: SourceText, node: ast.expr) -> list[Change]:
+    """``n`` -> ``n ± 1``; a literal or an existing offset is moved instead of stacking ``+ 1 - 1``."""
     if src.segment(node) is None:
         return []
     value = _int_value(node)
     if value is not None:
         shifted = [value + 1, value - 1] if value != 0 else [1]
         return [Change((_replace(src, node, str(v)),), f"{value} -> {v}") for v in shifted]
+    if isinstance(node, ast.BinOp) and (offset := _offset(node)) is not None:
+        bigger = Change((_replace(src, node.right, str(offset + 1)),), f"offset {offset} -> {offset + 1}")
+        if offset == 1:
+            return [bigger, _drop_offset(src, node)]
+        return [bigger, Change((_replace(src, node.right, str(offset - 1)),), f"offset {offset} -> {offset - 1}")]
     return [Change(_wrap(src, node, "", f" {op} 1"), f"{op} 1") for op in ("+", "-")]
 
 
@@ -438,10 +453,12 @@ def drop_branch(site: Site) -> list[Change]:
     if not isinstance(node, ast.If) or not site.statements() or not src.owns_lines(node):
         return []
     if not node.orelse:
+        if _is_elif(src, node):
+            return []  # removing a trailing elif is the enclosing if's change ("drop an elif")
         edit = _remove_lines(src, node.lineno, node.end_lineno or node.lineno, len(site.statements()) > 1)
         return [Change((edit,), "drop the whole if block")]
     first = node.orelse[0]
-    if isinstance(first, ast.If) and src.text.startswith("elif", src.start(first)):
+    if isinstance(first, ast.If) and _is_elif(src, first):
         last = first.body[-1]
         if not src.owns_lines(last):
             return []
@@ -451,6 +468,10 @@ def drop_branch(site: Site) -> list[Change]:
     if else_line is None or not src.owns_lines(last):
         return []
     return [Change((_remove_lines(src, else_line, last.end_lineno or last.lineno, True),), "drop the else branch")]
+
+
+def _is_elif(src: SourceText, node: ast.If) -> bool:
+    return src.text.startswith("elif", src.start(node))
 
 
 def _else_line(src: SourceText, node: ast.If) -> int | None:
@@ -662,13 +683,14 @@ def sample_mutants(
 
 
 def _balanced(mutants: Sequence[Mutant], limit: int | None, rng: random.Random) -> list[Mutant]:
-    groups = {name: [m for m in mutants if m.family == name] for name in FAMILIES}
-    for group in groups.values():
+    groups = [[m for m in mutants if m.family == name] for name in FAMILIES]
+    for group in groups:
         rng.shuffle(group)
+    rng.shuffle(groups)  # which family goes first matters when the cap is smaller than the number of families
     picked: list[Mutant] = []
     cap = len(mutants) if limit is None else min(limit, len(mutants))
     while len(picked) < cap:
-        for group in groups.values():
+        for group in groups:
             if group and len(picked) < cap:
                 picked.append(group.pop())
     return picked

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -50,6 +50,11 @@ from trialforge.verify.runner import TestReport, run_tests
 log = logging.getLogger(__name__)
 
 STAGES = ("candidates", "compiled", "broke_test", "stated", "validated")
+
+# A screening run's report and the tests (passing on the original) it broke.
+Outcome = tuple[TestReport, tuple[str, ...]]
+# Called as progress(phase, done, total) after each screened candidate and each validated task.
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -265,9 +270,12 @@ def synthesize(
     image: str,
     snapshots: SnapshotStore,
     cfg: SynthesisConfig | None = None,
+    *,
+    progress: Progress | None = None,
 ) -> tuple[list[Task], SynthesisFunnel]:
     """Validated synthetic tasks from the working repository ``repo_dir``, and the funnel that made them."""
     cfg = cfg or SynthesisConfig()
+    tick = _Ticker(progress)
     funnel = SynthesisFunnel("synthesize")
     timings = funnel.timings
     timed = TimedBackend(backend, timings)
@@ -278,13 +286,29 @@ def synthesize(
             sources = {rel: (original / rel).read_text(encoding="utf-8") for rel in library_files(original)}
             candidates = _candidates(sources, cfg, funnel)
             compiled = _compiled(candidates, sources, funnel)
-        screened, digest = screen(compiled, original, sources, timed, image, cfg, funnel)
+        screened, digest = screen(compiled, original, sources, timed, image, cfg, funnel, tick)
         tasks = _tasks(screened, original, sources, repo_name, image, digest, snapshots, funnel)
-        validated = _validate(tasks, timed, image, snapshots, cfg, funnel)
+        validated = _validate(tasks, timed, image, snapshots, cfg, funnel, tick)
     timings.add("wall_s", time.perf_counter() - start)
     log.info("synthesize %s: %d validated of %d candidates", repo_name, funnel.kept, funnel.seen,
              extra={"funnel": funnel.as_dict()})  # fmt: skip
     return validated, funnel
+
+
+class _Ticker:
+    """Thread-safe progress counts per phase, forwarded to the caller's callback (if any)."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.done: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, phase: str, total: int) -> None:
+        if self.progress is None:
+            return
+        with self.lock:
+            self.done[phase] += 1
+            self.progress(phase, self.done[phase], total)
 
 
 def _clean_copy(repo_dir: Path, dest: Path) -> Path:
@@ -356,6 +380,7 @@ def screen(
     image: str,
     cfg: SynthesisConfig,
     funnel: SynthesisFunnel,
+    tick: Callable[[str, int], None] | None = None,
 ) -> tuple[list[Screened], str]:
     """The mutants that break a test that passes on the original, and the image digest they ran on."""
     workers = max(1, min(cfg.concurrency, len(mutants)))
@@ -371,17 +396,25 @@ def screen(
         timeout = max(cfg.screen_timeout_s, 5 * baseline.duration_s)
         with funnel.timings.measure("busy_s"):
             screeners += [Screener(backend, image, original, limits) for _ in range(workers - 1)]
-        shares = [mutants[i::workers] for i in range(workers)]
+
+        def share(worker: int) -> list[tuple[str, Outcome]]:
+            done = (lambda: tick("screen", len(mutants))) if tick else (lambda: None)
+            todo = mutants[worker::workers]
+            return _screen_share(screeners[worker], todo, sources, passing, timeout, funnel.timings, done)
+
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = pool.map(lambda pair: _screen_share(pair[0], pair[1], sources, passing, timeout, funnel.timings),
-                               zip(screeners, shares, strict=True))  # fmt: skip
-            outcomes = dict(item for share in results for item in share)
+            outcomes = dict(item for part in pool.map(share, range(workers)) for item in part)
         digest = screeners[0].sandbox.image_digest
     finally:
         for screener in screeners:
             screener.close()
+    return _sort_screened(mutants, outcomes, funnel), digest
+
+
+def _sort_screened(mutants: list[Mutant], outcomes: dict[str, Outcome], funnel: SynthesisFunnel) -> list[Screened]:
+    """Keep the mutants some test noticed, in candidate order (whatever order the workers finished in)."""
     kept = []
-    for mutant in mutants:  # in candidate order, whatever order the workers finished in
+    for mutant in mutants:
         report, broke = outcomes[mutant.digest]
         if not report.reported:
             why = "timed out" if report.timed_out else "no report"
@@ -391,7 +424,7 @@ def screen(
         else:
             funnel.reach(mutant.family, "broke_test")
             kept.append(Screened(mutant, broke, report.log_tail))
-    return kept, digest
+    return kept
 
 
 def _baseline_passing(baseline: TestReport, original: Path) -> frozenset[str]:
@@ -406,8 +439,8 @@ def _baseline_passing(baseline: TestReport, original: Path) -> frozenset[str]:
 
 def _screen_share(
     screener: Screener, mutants: list[Mutant], sources: dict[str, str], passing: frozenset[str],
-    timeout: float, timings: Timings,
-) -> list[tuple[str, tuple[TestReport, tuple[str, ...]]]]:  # fmt: skip
+    timeout: float, timings: Timings, on_done: Callable[[], None],
+) -> list[tuple[str, Outcome]]:  # fmt: skip
     out = []
     for mutant in mutants:
         with timings.measure("busy_s"):
@@ -415,6 +448,7 @@ def _screen_share(
         broke = tuple(sorted(t for t in report.outcomes if t not in passing and t.startswith("<collection>")))
         broke += tuple(sorted(t for t in passing if report.outcome(t) != "passed"))
         out.append((mutant.digest, (report, broke)))
+        on_done()
     return out
 
 
@@ -466,10 +500,12 @@ def _task(item: Screened, original: Path, tmp: Path, sources: dict[str, str], re
 
 
 def _validate(tasks: list[tuple[Mutant, Task]], backend: Backend, image: str, snapshots: SnapshotStore,
-              cfg: SynthesisConfig, funnel: SynthesisFunnel) -> list[Task]:  # fmt: skip
+              cfg: SynthesisConfig, funnel: SynthesisFunnel, tick: _Ticker) -> list[Task]:  # fmt: skip
     def one(task: Task) -> Task:
         with funnel.timings.measure("busy_s"):
-            return validate_task(task, backend, image, snapshots, cfg.limits, cfg.validate)
+            checked = validate_task(task, backend, image, snapshots, cfg.limits, cfg.validate)
+        tick("validate", len(tasks))
+        return checked
 
     with ThreadPoolExecutor(max_workers=max(1, cfg.concurrency)) as pool:
         checked = list(pool.map(one, [task for _, task in tasks]))
@@ -614,12 +650,14 @@ def _display(test: str) -> str:
 
 
 def _subject(failure: Failure, public: dict[str, str]) -> str | None:
-    """The first public function or method of the library the failing test calls."""
+    """The public function or method the failing test calls on its failing line, else the one its name mentions."""
     for line in failure.code:
         for name in _CALL.findall(line):
             if name in public:
                 return public[name]
-    return None
+    test_name = failure.test.rsplit("::", 1)[-1]
+    named = [name for name in public if re.search(rf"(?:^|_){re.escape(name)}(?:_|$|\[)", test_name)]
+    return public[max(named, key=len)] if named else None
 
 
 def _title(repo: str, subject: str | None, shown: list[Failure]) -> str:
@@ -665,6 +703,8 @@ def _observed(failure: Failure) -> str | None:
         got, want = (left, right) if literal_on_right else (right, left)
         verb = "returns" if is_call else "is"
         return f"`{_short(expr)}` {verb} `{got}`, but the test expects `{want}`."
+    if left == right:
+        return None  # pytest shortened both sides to the same text: saying they differ tells nothing
     return f"The test compares `{left}` with `{right}`, and they differ."
 
 

@@ -34,37 +34,40 @@ class UpdateStats:
 
 @dataclass
 class _Batch:
-    features: list[torch.Tensor]  # per episode: [candidates, N_FEATURES]; empty when it made no decision
-    chosen: torch.Tensor
-    old_logprobs: torch.Tensor
+    decisions: list[list[tuple[torch.Tensor, int]]]  # per episode: (candidate features, chosen index) per edit
+    old_logprobs: torch.Tensor  # [B, T], T = most decisions in one episode
+    mask: torch.Tensor  # [B, T]: a real decision of an ok episode
     rewards: torch.Tensor
     groups: torch.Tensor
     valid: torch.Tensor
-    decided: torch.Tensor
 
 
 def _batch(episodes: list[EpisodeRecord]) -> _Batch:
     group_index: dict[str, int] = {}
-    feats, chosen, old, rewards, groups, valid, decided = [], [], [], [], [], [], []
+    decisions, rewards, groups, valid = [], [], [], []
     for ep in episodes:
-        decision = next((s for s in ep.step_rows if s.logprob is not None), None)
-        info = json.loads(decision.info) if decision else {}
-        feats.append(torch.tensor(info.get("features", []), dtype=torch.float64).reshape(-1, N_FEATURES))
-        chosen.append(int(info.get("chosen", 0)))
-        old.append(decision.logprob if decision else 0.0)
+        steps = [(s, json.loads(s.info)) for s in ep.step_rows if s.logprob is not None]
+        decisions.append(
+            [(torch.tensor(info["features"], dtype=torch.float64), int(info["chosen"]), s.logprob) for s, info in steps]
+        )
         ok = ep.status == "ok" and ep.reward is not None
         rewards.append(ep.reward if ok else 0.0)
         groups.append(group_index.setdefault(ep.group_id, len(group_index)))
         valid.append(ok)
-        decided.append(decision is not None)
+    width = max((len(d) for d in decisions), default=0) or 1
+    old = torch.zeros(len(episodes), width, dtype=torch.float64)
+    mask = torch.zeros(len(episodes), width, dtype=torch.float64)
+    for i, episode in enumerate(decisions):
+        for t, (_, _, logprob) in enumerate(episode):
+            old[i, t] = logprob
+            mask[i, t] = float(valid[i])
     return _Batch(
-        feats,
-        torch.tensor(chosen),
-        torch.tensor(old, dtype=torch.float64),
+        [[(f, c) for f, c, _ in d] for d in decisions],
+        old,
+        mask,
         torch.tensor(rewards, dtype=torch.float64),
         torch.tensor(groups),
         torch.tensor(valid),
-        torch.tensor(decided),
     )
 
 
@@ -85,12 +88,10 @@ class RepairTrainer:
     def update(self, episodes: list[EpisodeRecord]) -> UpdateStats:
         batch = _batch(episodes)
         advantages, groups = group_advantages(batch.rewards, batch.groups, batch.valid, self.params.advantage)
-        mask = (batch.valid & batch.decided).to(torch.float64)[:, None]
-        last = None
+        stats = None
         for _ in range(self.params.epochs):
-            logprobs = torch.stack([self._logprob(f, c) for f, c in zip(batch.features, batch.chosen, strict=True)])
-            loss, last = policy_loss(logprobs[:, None], batch.old_logprobs[:, None], advantages, mask, self.loss_cfg)
-            if mask.sum() == 0 or not loss.requires_grad:
+            loss, stats = policy_loss(self._logprobs(batch), batch.old_logprobs, advantages, batch.mask, self.loss_cfg)
+            if batch.mask.sum() == 0:
                 break
             self.optimizer.zero_grad()
             loss.backward()
@@ -100,18 +101,23 @@ class RepairTrainer:
         return UpdateStats(
             policy_version=f"v{self.version}",
             episodes=len(episodes),
-            trained_on=int(((advantages != 0) & (mask[:, 0] > 0)).sum()),
+            trained_on=int(((advantages != 0) & (batch.mask.sum(-1) > 0)).sum()),
             zero_variance_groups=groups.zero_variance_groups,
             excluded_not_ok=int((~batch.valid).sum()),
-            loss=float(last.loss) if last else 0.0,
-            clip_fraction=float(last.clip_fraction) if last else 0.0,
+            loss=stats.loss if stats else 0.0,
+            clip_fraction=stats.clip_fraction if stats else 0.0,
             mean_reward=float(valid_rewards.mean()) if len(valid_rewards) else 0.0,
         )
 
-    def _logprob(self, features: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        if features.shape[0] == 0:
-            return self.weights.sum() * 0.0  # no decision: masked out, but keeps the graph uniform
-        return torch.log_softmax(features @ self.weights, dim=0)[chosen]
+    def _logprobs(self, batch: _Batch) -> torch.Tensor:
+        """Log-probability of every recorded decision under the current weights ([B, T], 0 where padded)."""
+        rows = []
+        width = batch.mask.shape[1]
+        for episode in batch.decisions:
+            row = [torch.log_softmax(f @ self.weights, dim=0)[c] for f, c in episode]
+            row += [self.weights.sum() * 0.0] * (width - len(row))  # padding keeps the graph uniform
+            rows.append(torch.stack(row))
+        return torch.stack(rows)
 
     # --- checkpoints -----------------------------------------------------------------
     def save(self, store: ObjectStore, key: str) -> None:

@@ -4,7 +4,9 @@ The diff is re-applied to the pristine base snapshot with every test file and
 test-runner setting dropped from it, the task's test patch goes on top, and the
 named tests run in a fresh sandbox. Reward is 1 only when pytest exits 0 and
 every fail-to-pass and pass-to-pass test passed: a missing, skipped or errored
-test fails. The same diff always gets the same score.
+test fails. The same diff always gets the same score, which is also why a
+verdict can be reused: episodes that end in the same diff (a GRPO group's
+members often do) are graded once.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from trialforge.errors import PatchError, SandboxError
@@ -49,6 +53,8 @@ class Grader:
     snapshots: SnapshotStore
     limits: Limits
     test_timeout_s: float = 120.0
+    _verdicts: dict[str, Future] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def grade(self, task: Task, diff: str) -> Verdict:
         start = time.monotonic()
@@ -61,13 +67,36 @@ class Grader:
             "diff_sha256": hashlib.sha256(code_diff.encode()).hexdigest(),
             "dropped_paths": ",".join(dropped),
         }
-        verdict = self._grade(task, code_diff)
+        verdict = self._cached(task, code_diff, provenance["diff_sha256"])
         if verdict.reward and blocking(flags):
             verdict = Verdict(0.0, "ok", f"integrity: the diff tampers with the test run ({', '.join(blocking(flags))})")
         verdict.flags = flags
         verdict.provenance = provenance
         verdict.duration_s = round(time.monotonic() - start, 3)
         return verdict
+
+    def _cached(self, task: Task, code_diff: str, diff_sha: str) -> Verdict:
+        """One grading per (task, code diff); concurrent askers wait for the first. Infra faults are not kept."""
+        key = f"{task.content_hash()}:{diff_sha}"
+        with self._lock:
+            future = self._verdicts.get(key)
+            owner = future is None
+            if owner:
+                future = self._verdicts[key] = Future()
+        if not owner:
+            return replace(future.result())
+        try:
+            verdict = self._grade(task, code_diff)
+        except BaseException as exc:
+            future.set_exception(exc)
+            with self._lock:
+                self._verdicts.pop(key, None)
+            raise
+        future.set_result(verdict)
+        if verdict.status == "env_error":
+            with self._lock:
+                self._verdicts.pop(key, None)
+        return replace(verdict)
 
     def _grade(self, task: Task, code_diff: str) -> Verdict:
         with tempfile.TemporaryDirectory(prefix="tf-grade-") as tmp:
