@@ -19,6 +19,7 @@ does not slow the timed one.
 from __future__ import annotations
 
 import argparse
+import builtins
 import keyword
 import random
 import re
@@ -35,12 +36,13 @@ from trialforge.curate.decontam import DecontamConfig, DecontamIndex, RefDoc, hu
 from trialforge.curate.ngrams import Tokens, normalize_code
 
 EDIT_RATES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3)
-WORDS = (
-    "alpha beta gamma delta item node value count total index buffer queue stack cache entry record "
-    "payload offset width height score weight limit price order batch chunk token frame layer shard "
-    "cursor window bucket parent child left right start stop step delay retry owner label"
-).split()
-_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+WORDS = [
+    *("alpha", "beta", "gamma", "delta", "item", "node", "value", "count", "total", "index", "buffer", "queue"),
+    *("stack", "cache", "entry", "record", "payload", "offset", "width", "height", "score", "weight", "limit"),
+    *("price", "order", "batch", "chunk", "token", "frame", "layer", "shard", "cursor", "window", "bucket"),
+    *("parent", "child", "left", "right", "start", "stop", "step", "delay", "retry", "owner", "label"),
+]
+_IDENT = re.compile(r"(?<![.\w])[A-Za-z_]\w*")
 _EDITABLE = re.compile(r"[A-Za-z_]\w*|\d+|[^\s\w]")
 
 
@@ -56,8 +58,8 @@ class Doc:
 
 def perturb(src: str, rate: float, rng: random.Random) -> str:
     """Rename identifiers (half the time), reformat (half the time), edit tokens at ``rate``."""
-    if rng.random() < 0.5:
-        names = {m.group() for m in _IDENT.finditer(src)} - set(keyword.kwlist) - set(dir(__builtins__))
+    if rng.random() < 0.5:  # what a renaming refactor touches: not keywords, builtins or attributes
+        names = {m.group() for m in _IDENT.finditer(src)} - set(keyword.kwlist) - set(dir(builtins))
         mapping = {name: f"{rng.choice(WORDS)}_{i}" for i, name in enumerate(sorted(names))}
         src = _IDENT.sub(lambda m: mapping.get(m.group(), m.group()), src)
     if rng.random() < 0.5:
@@ -173,7 +175,11 @@ class Run:
     peak_bytes: int = 0
 
 
-def run_ours(refs: list[RefDoc], tokens: list[Tokens], cfg: DecontamConfig) -> tuple[Callable[[], object], Callable[[object], list[bool]]]:
+Build = Callable[[], object]
+Scan = Callable[[object], list[bool]]
+
+
+def run_ours(refs: list[RefDoc], tokens: list[Tokens], cfg: DecontamConfig) -> tuple[Build, Scan]:
     def build() -> object:
         return DecontamIndex.build(refs, cfg)
 
@@ -186,7 +192,7 @@ def run_ours(refs: list[RefDoc], tokens: list[Tokens], cfg: DecontamConfig) -> t
 
 def run_datasketch(
     ref_tokens: list[Tokens], tokens: list[Tokens], cfg: DecontamConfig, params: tuple[int, int]
-) -> tuple[Callable[[], object], Callable[[object], list[bool]]]:
+) -> tuple[Build, Scan]:
     template = MinHash(num_perm=cfg.num_perm, seed=cfg.seed)  # copies share its permutations
 
     def sketch(t: Tokens) -> MinHash | None:
@@ -218,7 +224,7 @@ def run_datasketch(
     return build, scan
 
 
-def timed(contestants: dict[str, tuple[Callable[[], object], Callable[[object], list[bool]]]], rounds: int) -> dict[str, Run]:
+def timed(contestants: dict[str, tuple[Build, Scan]], rounds: int) -> dict[str, Run]:
     """Build once, then scan ``rounds`` times taking turns; keep the fastest of each.
 
     CPU time of this process, not wall time: on a shared machine the scheduler's pauses
@@ -239,7 +245,7 @@ def timed(contestants: dict[str, tuple[Callable[[], object], Callable[[object], 
     return runs
 
 
-def measure_memory(run: Run, build: Callable[[], object], scan: Callable[[object], list[bool]]) -> None:
+def measure_memory(run: Run, build: Build, scan: Scan) -> None:
     """Index size (traced bytes it keeps) and peak traced bytes of build + scan."""
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
@@ -275,7 +281,9 @@ def main() -> None:
     normalise_s = time.process_time() - start
     ref_tokens = [normalize_code(r.text) for r in refs]
     truth = ground_truth(
-        [set(shingle_strings(t, cfg)) for t in ref_tokens], [set(shingle_strings(t, cfg)) for t in tokens], cfg.threshold
+        [set(shingle_strings(t, cfg)) for t in ref_tokens],
+        [set(shingle_strings(t, cfg)) for t in tokens],
+        cfg.threshold,
     )
 
     index = DecontamIndex.build(refs, cfg)
@@ -290,58 +298,56 @@ def main() -> None:
             measure_memory(runs[name], *fns)
 
     start = time.process_time()
-    full = index.query([d.text for d in docs], "code")
-    full_s = time.process_time() - start
+    flagged = sum(bool(hits) for hits in index.query([d.text for d in docs], "code"))
+    full = (time.process_time() - start, flagged, index.nbytes)
 
-    report(args, cfg, params, refs, docs, truth, runs, normalise_s, full_s, full, index)
+    print(f"references: {len(refs)} HumanEval code documents (prompt + canonical solution, tests)")
+    report(cfg, params, docs, truth, runs, normalise_s, full)
 
 
 def report(
-    args: argparse.Namespace,
     cfg: DecontamConfig,
     params: tuple[int, int],
-    refs: list[RefDoc],
     docs: list[Doc],
     truth: list[bool],
     runs: dict[str, Run],
     normalise_s: float,
-    full_s: float,
-    full: list[list[object]],
-    index: DecontamIndex,
+    full: tuple[float, int, int],
 ) -> None:
-    n = len(docs)
-    dup = sum(d.source is not None for d in docs)
-    ds_auto = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm, weights=(0.1, 0.9))
-    print(f"references: {len(refs)} HumanEval code documents; scanned: {n} documents ({dup} perturbed copies, {n - dup} clean)")
-    print(f"config: {cfg.shingle_n}-token shingles, num_perm={cfg.num_perm}, threshold={cfg.threshold}, bands x rows = {params[0]} x {params[1]}")
-    print(f"        (datasketch's own optimiser with the same weights picks {ds_auto.b} x {ds_auto.r})")
+    n, dup = len(docs), sum(d.source is not None for d in docs)
+    auto = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm, weights=(0.1, 0.9))
+    print(f"scanned: {n} documents ({dup} perturbed copies of HumanEval programs, {n - dup} clean)")
+    print(f"config: {cfg.shingle_n}-token shingles, num_perm={cfg.num_perm}, threshold={cfg.threshold}")
+    print(f"bands x rows: {params[0]} x {params[1]} (datasketch's optimiser, same weights: {auto.b} x {auto.r})")
     print(f"ground truth: {sum(truth)} documents with exact Jaccard >= {cfg.threshold} to a reference")
-    print(f"shared normalisation: {normalise_s:.2f} s ({n / normalise_s:,.0f} docs/s)\n")
-    print("times are CPU seconds of this process (scan: fastest of --rounds)")
-    header = f"{'':12s}{'build s':>9s}{'scan s':>9s}{'docs/s':>10s}{'index':>11s}{'peak mem':>11s}{'recall':>8s}{'precision':>10s}"
-    print(header)
+    print(f"shared normalisation: {normalise_s:.2f} s ({n / normalise_s:,.0f} docs/s)")
+    print("\ntimes are CPU seconds of this process; scan: fastest of --rounds")
+    columns = ("build s", "scan s", "docs/s", "index", "peak mem", "recall", "precision")
+    print(f"{'':12s}" + "".join(f"{c:>11s}" for c in columns))
     for run in runs.values():
         recall, precision = scores(run.flagged, truth)
-        print(
-            f"{run.name:12s}{run.build_s:9.3f}{run.scan_s:9.2f}{n / run.scan_s:10,.0f}"
-            f"{_mib(run.index_bytes):>11s}{_mib(run.peak_bytes):>11s}{recall:8.3f}{precision:10.3f}"
-        )
+        cells = (f"{run.build_s:.3f}", f"{run.scan_s:.2f}", f"{n / run.scan_s:,.0f}")
+        cells += (_mib(run.index_bytes), _mib(run.peak_bytes), f"{recall:.3f}", f"{precision:.3f}")
+        print(f"{run.name:12s}" + "".join(f"{c:>11s}" for c in cells))
+
     ours, theirs = runs["trialforge"], runs["datasketch"]
     ratio = theirs.scan_s / ours.scan_s
-    ours_recall, their_recall = scores(ours.flagged, truth)[0], scores(theirs.flagged, truth)[0]
-    print(f"\nthroughput ratio trialforge / datasketch: {ratio:.1f}x (target >= 5x: {'met' if ratio >= 5 else 'MISSED'})")
-    print(f"recall trialforge {ours_recall:.3f} vs datasketch {their_recall:.3f} ({'equal or better' if ours_recall >= their_recall else 'LOWER'})")
-    print(f"trialforge index arrays (nbytes, n-grams included): {_mib(index.nbytes)}")
-    print(f"trialforge full scan (normalise + 13-grams + MinHash): {full_s:.2f} s, {n / full_s:,.0f} docs/s, flagged {sum(bool(h) for h in full)}")
-    print("\ndetection rate of perturbed copies by edit rate (and share with exact Jaccard >= threshold):")
+    print(f"\nthroughput trialforge / datasketch: {ratio:.1f}x (target >= 5x: {'met' if ratio >= 5 else 'MISSED'})")
+    only_ours = sum(t and a and not b for t, a, b in zip(truth, ours.flagged, theirs.flagged, strict=True))
+    only_theirs = sum(t and b and not a for t, a, b in zip(truth, ours.flagged, theirs.flagged, strict=True))
+    verdict = "equal or better" if only_ours >= only_theirs else "lower"
+    print(f"recall: {verdict}; true near duplicates only trialforge found: {only_ours}, only datasketch: {only_theirs}")
+    full_s, flagged, index_bytes = full
+    print(f"trialforge full scan (normalise + 13-grams + MinHash): {n / full_s:,.0f} docs/s, {flagged} flagged")
+    print(f"trialforge index arrays (n-grams included): {_mib(index_bytes)}")
+
+    print("\nperturbed copies flagged, by edit rate (J>=t: share whose exact Jaccard reaches the threshold)")
     print(f"{'edit rate':>10s}{'docs':>6s}{'J>=t':>7s}" + "".join(f"{name:>12s}" for name in runs))
-    for rate in EDIT_RATES:
-        rows = [i for i, d in enumerate(docs) if d.rate == rate]
-        share = sum(truth[i] for i in rows) / max(1, len(rows))
+    groups = [(f"{rate:.2f}", [i for i, d in enumerate(docs) if d.rate == rate]) for rate in EDIT_RATES]
+    for label, rows in [*groups, ("clean", [i for i, d in enumerate(docs) if d.source is None])]:
+        share = f"{sum(truth[i] for i in rows) / max(1, len(rows)):.2f}"
         rates = "".join(f"{sum(run.flagged[i] for i in rows) / max(1, len(rows)):12.3f}" for run in runs.values())
-        print(f"{rate:10.2f}{len(rows):6d}{share:7.2f}{rates}")
-    clean = [i for i, d in enumerate(docs) if d.source is None]
-    print(f"{'clean':>10s}{len(clean):6d}{'':7s}" + "".join(f"{sum(run.flagged[i] for i in clean) / max(1, len(clean)):12.3f}" for run in runs.values()))
+        print(f"{label:>10s}{len(rows):6d}{share:>7s}{rates}")
     print(f"\nprocess max RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 

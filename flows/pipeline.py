@@ -1,60 +1,59 @@
-"""Prefect flows: wiring only. Every step is a function of trialforge.pipeline."""
+"""The whole loop: ingest -> curate -> (rollout -> train) x train.iterations -> report, as subflows.
+
+A run that died resumes where it stopped when rerun with its ``run_id``: published shards and taken
+training steps are skipped, and validation verdicts come from the cache.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow
 
-from trialforge import pipeline as steps
+from flows.curate import curate
+from flows.ingest import ingest
+from flows.rollout import rollout
+from flows.train import train
 from trialforge.config import load_params
 from trialforge.observe.run_report import finish_run
-from trialforge.runtime import open_runtime
-
-
-@task
-def ingest(rt):
-    return steps.ingest(rt)
-
-
-@task
-def validate(rt, tasks):
-    return steps.validate(rt, tasks)
-
-
-@task
-def decontaminate(rt, tasks):
-    return steps.decontaminate(rt, tasks)
-
-
-@task
-def tier(tasks):
-    return steps.tier(tasks)
-
-
-@task
-def publish_taskset(rt, tasks):
-    return steps.publish_taskset(rt, tasks)
-
-
-@task
-def train_loop(rt, tasks, run_id):
-    return steps.train_loop(rt, tasks, run_id)
+from trialforge.orchestrate import RunId, Runner, ShardSize, runners, shards
 
 
 @flow(name="pipeline", log_prints=True)
-def pipeline(params_path: str = "params.yaml", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The whole loop on one machine: ingest -> validate -> decontaminate -> tier -> (rollout -> train) -> report."""
+def pipeline(
+    params_path: str = "params.yaml",
+    overrides: dict[str, Any] | None = None,
+    run_id: RunId | None = None,
+    runner: Runner = "default",
+    ray_address: str | None = None,
+    shard_size: ShardSize = 64,
+) -> dict[str, Any]:
+    """Returns the run's metrics (also written to out/metrics.json). ``run_id``: None starts a new run."""
     params = load_params(Path(params_path), overrides)
-    with open_runtime(params) as rt:
-        tasks, f_ingest = ingest(rt)
-        tasks, f_validate = validate(rt, tasks)
-        tasks, f_decontam = decontaminate(rt, tasks)
-        tasks = tier(tasks)
-        publish_taskset(rt, tasks)
-        run_id = steps.new_run_id(params.run.name)
-        iterations = train_loop(rt, tasks, run_id)
-        funnels = [f.as_dict() for f in (f_ingest, f_validate, f_decontam)]
-        updates = [vars(r.update) for r in iterations if r.update is not None]
-        return finish_run(rt, run_id, tasks, funnels, updates)
+    runners.check_runner(runner, ray_address)
+    run_id = run_id or runners.default_run_id(params.run.name)
+    common = {"params_path": params_path, "overrides": overrides}
+    with runners.held_runtime(params) as rt:
+        ingested = ingest(**common)
+        curated = curate(**common, ingested=ingested.version)
+        checkpoint, updates = None, []
+        for iteration in range(params.train.iterations):
+            rollout(
+                run_id=run_id,
+                iteration=iteration,
+                **common,
+                task_set=curated.version,
+                checkpoint=checkpoint,
+                runner=runner,
+                ray_address=ray_address,
+                shard_size=shard_size,
+            )
+            trained = train(run_id=run_id, iteration=iteration, **common, checkpoint=checkpoint)
+            checkpoint = trained.checkpoint
+            updates += [trained.stats] if trained.stats else []
+        _, tasks = shards.read_taskset(rt.store, shards.TASKS, curated.version)
+        metrics = finish_run(rt, run_id, tasks, ingested.funnels + curated.funnels, updates)
+        runners.funnel_artifacts(ingested.funnels + curated.funnels)
+        runners.episode_artifacts(rt.store, run_id)
+    return metrics

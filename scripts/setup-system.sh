@@ -10,6 +10,7 @@ have debootstrap || need+=(debootstrap)
 have git || need+=(git)
 have podman || need+=(podman)
 have runc || need+=(runc)
+have chromium || need+=(chromium)  # renders the HTML report in its browser test
 have python3 || need+=(python3)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -73,6 +73,10 @@ def test_off_by_one_shifts_bounds_indices_and_range_arguments() -> None:
     ]
     assert "def f(n):\n    return range(n + 1)\n" in mutate("off_by_one", "def f(n):\n    return range(n)\n")
     assert mutate("off_by_one", "def f(xs):\n    return len(xs) + 1\n") == ["def f(xs):\n    return len(xs)\n"]
+    assert mutate("off_by_one", "def f(xs, n):\n    return xs[:n + 1]\n") == [  # an offset moves, never stacks
+        "def f(xs, n):\n    return xs[:n]\n",
+        "def f(xs, n):\n    return xs[:n + 2]\n",
+    ]
 
 
 def test_change_constant_moves_numbers_and_flips_booleans() -> None:
@@ -288,6 +292,19 @@ def test_statement_reports_behaviour_without_the_changed_code_or_its_position() 
     assert "`unique_slug(\"Report\", taken)` returns `'report-1'`, but the test expects `'report-3'`" in statement
     assert SECRET_NEW not in statement and SECRET_OLD not in statement
     assert "slug.py:23" not in statement and "flip_compare" not in statement
+
+
+def test_statement_for_a_missing_exception_names_the_function_from_the_test_name() -> None:
+    log = PYTEST_LOG.replace("test_slugify_basics", "test_slugify_rejects_empty_separator").replace(
+        '    assert slugify("Hello, World!") == "hello-world"', "    with pytest.raises(ValueError):"
+    )
+    log = log.replace("E   TypeError: '>' not supported between instances of 'int' and 'NoneType'",
+                      "E   Failed: DID NOT RAISE <class 'ValueError'>")  # fmt: skip
+    item = _screened(log)
+    item = Screened(item.mutant, ("tests/test_slug.py::test_slugify_rejects_empty_separator",), log)
+    statement = write_statement("textkit", item, _public(), [SECRET_NEW, SECRET_OLD])
+    assert statement is not None and statement.startswith("`slugify` no longer raises ValueError")
+    assert "one test" in statement and "with pytest.raises(ValueError):" in statement
 
 
 def test_statement_is_refused_when_the_evidence_itself_shows_the_change() -> None:

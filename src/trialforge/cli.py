@@ -11,10 +11,13 @@ from typing import Annotated
 import typer
 
 from trialforge.config import load_params
+from trialforge.observe import cli as observe_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 image_app = typer.Typer(no_args_is_help=True, help="Sandbox images.")
 app.add_typer(image_app, name="image")
+app.command()(observe_cli.report)
+app.command()(observe_cli.compare)
 
 ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read")]
 SetOpt = Annotated[list[str], typer.Option("--set", "-S", help="override a param: section.key=value (YAML value)")]

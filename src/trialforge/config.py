@@ -13,6 +13,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trialforge.curate.sampler import SamplerConfig
 from trialforge.errors import ConfigError
 from trialforge.sandbox.base import Limits
 
@@ -68,6 +69,8 @@ class ValidateParams(_Section):
 
 class CurateParams(_Section):
     eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+    pass_k: int = Field(2, ge=1)
+    sampler: SamplerConfig = SamplerConfig()
 
 
 class RolloutParams(_Section):
@@ -87,6 +90,11 @@ class TrainParams(_Section):
     epochs: int = Field(4, ge=1)
 
 
+class ObserveParams(_Section):
+    max_env_error_rate: float = Field(0.2, ge=0.0, le=1.0)  # above this an iteration is unhealthy: no training
+    max_verifier_error_rate: float = Field(0.05, ge=0.0, le=1.0)
+
+
 class Params(_Section):
     run: RunParams = RunParams()
     sources: SourceParams = SourceParams()
@@ -95,6 +103,7 @@ class Params(_Section):
     curate: CurateParams = CurateParams()
     rollout: RolloutParams = RolloutParams()
     train: TrainParams = TrainParams()
+    observe: ObserveParams = ObserveParams()
 
     def digest(self) -> str:
         """Hash of every knob: recorded on each episode row so a result names the settings that made it."""

@@ -14,13 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trialforge.curate.tiers import proxy_difficulty, with_difficulty
+from trialforge.curate.sampler import BatchSampler, group_rewards, update_pass_rates
+from trialforge.curate.tiers import policy_key, tier_tasks
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
+from trialforge.observe.health import HealthThresholds, assert_trainable, check_health
+from trialforge.observe.metrics import iteration_metrics, load_run
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
 from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
+from trialforge.rollout.repair import RepairPolicy
 from trialforge.runtime import Runtime, code_version
 from trialforge.store import datasets
 from trialforge.tasks.ingest.github import ingest_github_issues
@@ -84,7 +88,7 @@ def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
 
 
 def tier(tasks: list[Task]) -> list[Task]:
-    return [with_difficulty(t, proxy_difficulty(t)) for t in tasks]
+    return tier_tasks(tasks)
 
 
 def publish_taskset(rt: Runtime, tasks: list[Task]) -> str:
@@ -102,7 +106,7 @@ def _hash(text: str) -> str:
 
 
 def make_policies(names: list[str], tasks: list[Task], trainer: RepairTrainer) -> list[Policy]:
-    known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy(), "repair": trainer.policy()}
+    known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy(), RepairPolicy.name: trainer.policy()}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"unknown policies {unknown}; known: {sorted(known)}")
@@ -115,9 +119,13 @@ class IterationResult:
     episodes: list[EpisodeRecord]
     update: UpdateStats | None
     episode_parts: list[str] = field(default_factory=list)
+    sampler: dict = field(default_factory=dict)
 
 
-def rollout(rt: Runtime, tasks: list[Task], policies: list[Policy], lineage: Lineage) -> list[EpisodeRecord]:
+def rollout(
+    rt: Runtime, tasks: list[Task], policies: list[Policy], lineage: Lineage, *, round_: int = 0
+) -> list[EpisodeRecord]:
+    """One batch of episodes; ``round_`` separates the seeds of successive draws within an iteration."""
     rp = rt.params.rollout
     sp = rt.params.sandbox
     runner = Rollout(
@@ -136,7 +144,7 @@ def rollout(rt: Runtime, tasks: list[Task], policies: list[Policy], lineage: Lin
         lineage=lineage,
         env_retries=rp.env_retries,
     )
-    seed = rt.params.run.seed * 1000 + lineage.iteration
+    seed = (rt.params.run.seed * 1000 + lineage.iteration) * 100 + round_
     return run_batch(runner, tasks, policies, rp.group_size, seed, sp.concurrency)
 
 
@@ -150,22 +158,61 @@ def store_episodes(rt: Runtime, episodes: list[EpisodeRecord], lineage: Lineage,
     ]
 
 
+def learner_batch(
+    rt: Runtime, sampler: BatchSampler, learner: RepairPolicy, rates: dict[str, float], lineage: Lineage
+) -> tuple[list[EpisodeRecord], list[EpisodeRecord]]:
+    """Draw groups, roll them out, drop all-equal groups and redraw (bounded). Returns (all episodes, kept)."""
+    draw = sampler.begin(rates, policy_key(learner.name, learner.version))
+    episodes: list[EpisodeRecord] = []
+    round_ = 1  # round 0 is the scripted policies' batch
+    while draw:
+        batch = rollout(rt, draw, [learner], lineage, round_=round_)
+        episodes += batch
+        round_ += 1
+        draw = sampler.report(group_rewards(batch, learner.name))
+    kept_ids = {t.task_id for t in sampler.kept}
+    return episodes, [e for e in episodes if e.task_id in kept_ids]
+
+
 def train_loop(rt: Runtime, tasks: list[Task], run_id: str) -> list[IterationResult]:
-    """Rollout -> train for ``train.iterations`` iterations; checkpoints after every update."""
+    """Rollout -> train for ``train.iterations`` iterations; checkpoints after every update.
+
+    Scripted policies (gold, noop) run on every task as references; the learner's
+    groups come from the sampler, which keeps only groups that carry a learning signal.
+    """
     trainer = RepairTrainer(rt.params.train)
     version = task_set_version(tasks)
+    names = rt.params.rollout.policies
+    sampler_cfg = rt.params.curate.sampler
+    rates: dict[str, float] = {}
     results = []
     for iteration in range(rt.params.train.iterations):
         lineage = Lineage(run_id, iteration, version, rt.params.digest(), code_version())
-        policies = make_policies(rt.params.rollout.policies, tasks, trainer)
-        episodes = rollout(rt, tasks, policies, lineage)
+        scripted = [p for p in make_policies(names, tasks, trainer) if p.name != RepairPolicy.name]
+        episodes = rollout(rt, tasks, scripted, lineage) if scripted else []
+        update = None
+        sampler_stats: dict = {}
+        if RepairPolicy.name in names:
+            sampler = BatchSampler(tasks, sampler_cfg, rt.params.run.seed * 1000 + iteration)
+            learner = trainer.policy()
+            drawn, kept = learner_batch(rt, sampler, learner, rates, lineage)
+            episodes += drawn
+            rates = update_pass_rates(rates, drawn, learner.name, sampler_cfg.ema_alpha)
+            sampler_stats = sampler.stats.as_dict()
         parts = store_episodes(rt, episodes, lineage, part="batch-0")
-        learner = [e for e in episodes if e.policy == "repair"]
-        update = trainer.update(learner) if learner else None
-        if update is not None:
+        if RepairPolicy.name in names:
+            assert_healthy(rt, run_id, iteration)  # never train on a batch the environment broke
+            update = trainer.update(kept)
             trainer.save(rt.store, f"checkpoints/{run_id}/repair-{update.policy_version}.pt")
-        results.append(IterationResult(iteration, episodes, update, parts))
+        results.append(IterationResult(iteration, episodes, update, parts, sampler_stats))
     return results
+
+
+def assert_healthy(rt: Runtime, run_id: str, iteration: int) -> None:
+    """Raise UnhealthyBatchError when the stored iteration's env or verifier error rate passes its threshold."""
+    data = load_run(rt.store, run_id, iteration)
+    thresholds = HealthThresholds(**rt.params.observe.model_dump())
+    assert_trainable(check_health(iteration_metrics(data.episodes, data.steps), thresholds))
 
 
 def new_run_id(name: str) -> str:

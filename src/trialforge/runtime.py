@@ -75,15 +75,17 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
         backend = BwrapBackend(image)
         stack.callback(backend.close)
         return backend, image.digest
-    from trialforge.sandbox.docker import DockerBackend
+    from trialforge.sandbox.docker import DockerBackend, reap_containers
     from trialforge.sandbox.engine import PodmanService, engine_client
 
     host = params.sandbox.docker_host or os.environ.get("DOCKER_HOST", "")
     if not host:
         host = stack.enter_context(PodmanService()).base_url
-    backend = DockerBackend(engine_client(host), image)
+    client = engine_client(host)
+    reap_containers(client)  # containers of crashed runs (dead owner or deadline passed)
+    backend = DockerBackend(client, image)
     stack.callback(backend.close)
-    return backend, backend.image_digest
+    return backend, backend.ensure_image()
 
 
 def code_version() -> str:

@@ -49,7 +49,7 @@ def run_stage(name: str, params: Params) -> None:
         elif name == "train":
             run_id = pipeline.new_run_id(params.run.name)
             results = pipeline.train_loop(rt, read_tasks(paths["tier"]), run_id)
-            updates = [vars(r.update) for r in results if r.update is not None]
+            updates = [vars(r.update) | {"sampler": r.sampler} for r in results if r.update is not None]
             write_json(paths["train"], {"run_id": run_id, "updates": updates})
         elif name == "report":
             run = json.loads(paths["train"].read_text())

@@ -28,10 +28,11 @@ import hashlib
 import json
 import logging
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
@@ -147,21 +148,33 @@ class _Encoded:
     shingle_counts: np.ndarray
 
 
-def _encode(tokens: list[Tokens], kind: Kind, cfg: DecontamConfig, hasher: TokenHasher, methods: Sequence[str] = ("ngram", "minhash")) -> _Encoded:
-    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+def _encode(
+    tokens: list[Tokens],
+    kind: Kind,
+    cfg: DecontamConfig,
+    hasher: TokenHasher,
+    methods: Sequence[str] = ("ngram", "minhash"),
+) -> _Encoded:
+    lengths = np.array([len(t.text) for t in tokens], dtype=np.int64)
     grams, gram_counts = _EMPTY, np.zeros(len(tokens), np.int64)
     shingles, shingle_counts = _EMPTY, np.zeros(len(tokens), np.int64)
     if "ngram" in methods:
-        grams, gram_counts = ngram_hashes(hasher([tok for t in tokens for tok in t.text]), lengths, cfg.ngram_n)
+        grams, gram_counts = ngram_hashes(
+            hasher(list(chain.from_iterable(t.text for t in tokens))), lengths, cfg.ngram_n
+        )
     if "minhash" in methods:
         # Shingles hash the canonical code view (see trialforge.curate.ngrams); fields under
         # min_tokens get none, hence the EMPTY signature the LSH index ignores.
-        hashes = hasher([tok for t in tokens for tok in t.shingle_view()])
+        hashes = hasher(list(chain.from_iterable(t.shingle_view() for t in tokens)))
         back = None if kind == "text" else np.concatenate([t.back for t in tokens if t.back is not None] + [_EMPTY_I64])
         short = lengths < cfg.min_tokens
         keep = np.repeat(~short, lengths)
         shingles, shingle_counts = ngram_hashes(
-            hashes[keep], np.where(short, 0, lengths), cfg.shingle_n, back=None if back is None else back[keep], short="whole"
+            hashes[keep],
+            np.where(short, 0, lengths),
+            cfg.shingle_n,
+            back=None if back is None else back[keep],
+            short="whole",
         )
     return _Encoded(tokens, grams, gram_counts, shingles, shingle_counts)
 
@@ -169,7 +182,9 @@ def _encode(tokens: list[Tokens], kind: Kind, cfg: DecontamConfig, hasher: Token
 class _Shard:
     """Both indexes over the references of one kind."""
 
-    def __init__(self, refs: list[RefDoc], cfg: DecontamConfig, tokens: TokenHasher, minhash: MinHasher, bands: int, rows: int) -> None:
+    def __init__(
+        self, refs: list[RefDoc], cfg: DecontamConfig, tokens: TokenHasher, minhash: MinHasher, bands: int, rows: int
+    ) -> None:
         self.refs = refs
         enc = _encode([normalize(r.text, r.kind) for r in refs], refs[0].kind, cfg, tokens)
         self.ngrams = NgramIndex(enc.grams, enc.gram_counts)
@@ -206,7 +221,13 @@ class DecontamIndex:
         index = cls(list(refs), cfg)
         log.info(
             "decontamination index built",
-            extra={"refs": len(index.refs), "ref_sets": sorted(index.ref_sets()), "bytes": index.nbytes, "bands": index.bands, "rows": index.rows},
+            extra={
+                "refs": len(index.refs),
+                "ref_sets": sorted(index.ref_sets()),
+                "bytes": index.nbytes,
+                "bands": index.bands,
+                "rows": index.rows,
+            },
         )
         return index
 
@@ -229,15 +250,16 @@ class DecontamIndex:
                 f"the config asks {cfg.index_key()}: rebuild it with DecontamIndex.build(refs, cfg)"
             )
 
-    def query(self, texts: Sequence[str], kind: Kind, threshold: float | None = None) -> list[list[Hit]]:
+    def query(self, texts: Sequence[str], kind: Kind, threshold: float | None = None) -> list[tuple[Hit, ...]]:
         """The references each text matches, n-gram hits first, best scores first.
 
         ``threshold`` overrides the config's for verification only; the LSH bands stay
         tuned for the threshold the index was built with.
         """
-        hits: list[list[Hit]] = []
+        hits: list[tuple[Hit, ...]] = []
         for start in range(0, len(texts), _BATCH):
-            hits.extend(self.query_tokens([normalize(text, kind) for text in texts[start : start + _BATCH]], kind, threshold))
+            batch = [normalize(text, kind) for text in texts[start : start + _BATCH]]
+            hits.extend(self.query_tokens(batch, kind, threshold))
         return hits
 
     def query_tokens(
@@ -246,25 +268,26 @@ class DecontamIndex:
         kind: Kind,
         threshold: float | None = None,
         methods: tuple[Literal["ngram", "minhash"], ...] = ("ngram", "minhash"),
-    ) -> list[list[Hit]]:
+    ) -> list[tuple[Hit, ...]]:
         """:meth:`query` for texts normalised already (by :func:`normalize` with this kind)."""
         threshold = self.cfg.threshold if threshold is None else threshold
         shard = self._shards.get(kind)
-        found: list[list[Hit]] = [[] for _ in tokens]
         if shard is None or not tokens:
-            return found
+            return [() for _ in tokens]
         enc = _encode(tokens, kind, self.cfg, self._tokens, methods)
+        found: dict[int, list[Hit]] = defaultdict(list)
         if "ngram" in methods:
-            found = _ngram_hits(shard, enc, self.cfg.ngram_n)
+            for doc, hits in _ngram_hits(shard, enc, self.cfg.ngram_n).items():
+                found[doc].extend(hits)
         if "minhash" in methods:
-            for doc, more in enumerate(_minhash_hits(shard, enc, self._minhash, threshold)):
-                found[doc].extend(more)
-        return found
+            for doc, hits in _minhash_hits(shard, enc, self._minhash, threshold).items():
+                found[doc].extend(hits)
+        return [tuple(found[doc]) if doc in found else () for doc in range(len(tokens))]
 
 
-def _ngram_hits(shard: _Shard, enc: _Encoded, n: int) -> list[list[Hit]]:
+def _ngram_hits(shard: _Shard, enc: _Encoded, n: int) -> dict[int, list[Hit]]:
     """Group the exact n-gram lookups of a batch by (document, reference)."""
-    found: list[list[Hit]] = [[] for _ in enc.tokens]
+    found: dict[int, list[Hit]] = defaultdict(list)
     positions, refs = shard.ngrams.lookup(enc.grams)
     if len(positions) == 0:
         return found
@@ -283,15 +306,19 @@ def _ngram_hits(shard: _Shard, enc: _Encoded, n: int) -> list[list[Hit]]:
                 offset=int(tokens.offsets[local]),
             )
         )
-    return [sorted(h, key=lambda hit: -hit.score)[:MAX_HITS_PER_FIELD] for h in found]
+    return _best(found)
 
 
-def _minhash_hits(shard: _Shard, enc: _Encoded, hasher: MinHasher, threshold: float) -> list[list[Hit]]:
-    found: list[list[Hit]] = [[] for _ in enc.tokens]
+def _minhash_hits(shard: _Shard, enc: _Encoded, hasher: MinHasher, threshold: float) -> dict[int, list[Hit]]:
+    found: dict[int, list[Hit]] = defaultdict(list)
     signatures = hasher.signatures(enc.shingles, enc.shingle_counts)
     for doc, ref, score in zip(*(a.tolist() for a in shard.lsh.query(signatures, threshold)), strict=True):
         found[doc].append(Hit("minhash", shard.refs[ref], score))
-    return [sorted(h, key=lambda hit: -hit.score)[:MAX_HITS_PER_FIELD] for h in found]
+    return _best(found)
+
+
+def _best(found: dict[int, list[Hit]]) -> dict[int, list[Hit]]:
+    return {doc: sorted(hits, key=lambda hit: -hit.score)[:MAX_HITS_PER_FIELD] for doc, hits in found.items()}
 
 
 # --- reference sets ----------------------------------------------------------------
@@ -334,8 +361,11 @@ def swebench_refs(path: str | Path, ref_set: str = "swebench") -> list[RefDoc]:
     return refs
 
 
-CODE_SUFFIXES = frozenset(".py .pyi .ipynb .js .jsx .ts .tsx .java .kt .scala .c .h .cc .cpp .hpp .cs .go .rs .rb .php .swift .sh .diff .patch".split())
-TEXT_SUFFIXES = frozenset(".md .txt .rst".split())
+CODE_SUFFIXES = frozenset(
+    {".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".java", ".kt", ".scala", ".c", ".h", ".cc", ".cpp", ".hpp"}
+    | {".cs", ".go", ".rs", ".rb", ".php", ".swift", ".sh", ".diff", ".patch"}
+)
+TEXT_SUFFIXES = frozenset({".md", ".txt", ".rst"})
 
 
 def directory_refs(root: str | Path, ref_set: str | None = None, max_bytes: int = 1 << 20) -> list[RefDoc]:
@@ -356,7 +386,9 @@ def directory_refs(root: str | Path, ref_set: str | None = None, max_bytes: int 
         if path.stat().st_size > max_bytes:
             log.warning("reference file skipped: too large", extra={"path": str(path), "max_bytes": max_bytes})
             continue
-        refs.append(RefDoc(ref_set or root.name, path.relative_to(root).as_posix(), path.read_text(errors="replace"), kind))
+        refs.append(
+            RefDoc(ref_set or root.name, path.relative_to(root).as_posix(), path.read_text(errors="replace"), kind)
+        )
     return refs
 
 
@@ -430,7 +462,15 @@ def policy_matches(task: Task, cfg: DecontamConfig) -> list[dict[str, Any]]:
 
 
 def _policy_match(method: Method, ref_set: str, doc_id: str, field_name: str, value: str) -> dict[str, Any]:
-    return {"method": method, "ref_set": ref_set, "doc_id": doc_id, "field": field_name, "score": None, "ngram": value, "offset": None}
+    return {
+        "method": method,
+        "ref_set": ref_set,
+        "doc_id": doc_id,
+        "field": field_name,
+        "score": None,
+        "ngram": value,
+        "offset": None,
+    }
 
 
 # --- the step ----------------------------------------------------------------------
@@ -482,7 +522,9 @@ class DecontamReport:
         return "decontamination: " + ", ".join(f"{k}={v}" for k, v in self.stats().items())
 
 
-def decontaminate(tasks: Sequence[Task], index: DecontamIndex, cfg: DecontamConfig | None = None) -> tuple[list[Task], DecontamReport]:
+def decontaminate(
+    tasks: Sequence[Task], index: DecontamIndex, cfg: DecontamConfig | None = None
+) -> tuple[list[Task], DecontamReport]:
     """Check every task; return the clean ones and the report.
 
     Every checked task gets ``decontamination`` set (verdict and matches, merged with any
@@ -505,11 +547,18 @@ def decontaminate(tasks: Sequence[Task], index: DecontamIndex, cfg: DecontamConf
     return kept, report
 
 
-def content_matches(tasks: Sequence[Task], index: DecontamIndex, threshold: float | None = None) -> list[list[dict[str, Any]]]:
+def content_matches(
+    tasks: Sequence[Task], index: DecontamIndex, threshold: float | None = None
+) -> list[list[dict[str, Any]]]:
     """The n-gram and MinHash matches of each task's fields, all tasks in one batch per kind."""
     found: list[list[dict[str, Any]]] = [[] for _ in tasks]
     for kind in ("text", "code"):
-        fields = [(i, name) for i, task in enumerate(tasks) for name, k in TASK_FIELDS.items() if k == kind and getattr(task, name)]
+        fields = [
+            (i, name)
+            for i, task in enumerate(tasks)
+            for name, k in TASK_FIELDS.items()
+            if k == kind and getattr(task, name)
+        ]
         hits = index.query([getattr(tasks[i], name) for i, name in fields], kind, threshold)  # type: ignore[arg-type]
         for (i, name), field_hits in zip(fields, hits, strict=True):
             found[i].extend(hit.as_match(name) for hit in field_hits)
@@ -536,7 +585,9 @@ def mark(task: Task, matches: list[dict[str, Any]]) -> Task:
 # --- train/eval hygiene ------------------------------------------------------------
 
 
-def assign_splits(tasks: Sequence[Task], by: Literal["repo", "hash"] = "repo", eval_fraction: float = 0.1, salt: str = "") -> list[Task]:
+def assign_splits(
+    tasks: Sequence[Task], by: Literal["repo", "hash"] = "repo", eval_fraction: float = 0.1, salt: str = ""
+) -> list[Task]:
     """Put each task in ``train`` or ``eval`` by a salted SHA-256 of its repo or task id.
 
     The hash, not a shuffle, decides: the same task lands in the same split in every run,
@@ -578,5 +629,7 @@ def enforce_hygiene(tasks: Sequence[Task], cfg: DecontamConfig | None = None) ->
         if matches:
             out[i] = mark(tasks[i], matches)
             flagged += 1
-    log.info("train/eval hygiene done", extra={"train": len(train), "eval": len(tasks) - len(train), "flagged": flagged})
+    log.info(
+        "train/eval hygiene done", extra={"train": len(train), "eval": len(tasks) - len(train), "flagged": flagged}
+    )
     return out

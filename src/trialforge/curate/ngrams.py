@@ -332,14 +332,22 @@ def _window_token(hashes: np.ndarray, back: np.ndarray | None, j: int, m: int) -
 
 
 def _add_whole_docs(
-    grams: np.ndarray, counts: np.ndarray, hashes: np.ndarray, back: np.ndarray | None, starts: np.ndarray, lengths: np.ndarray, n: int
+    grams: np.ndarray,
+    counts: np.ndarray,
+    hashes: np.ndarray,
+    back: np.ndarray | None,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    n: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Give each non-empty document shorter than ``n`` a single n-gram of all its tokens."""
     pieces = np.split(grams, np.cumsum(counts)[:-1]) if len(counts) else []
     counts = counts.copy()
     for d in np.flatnonzero((lengths > 0) & (lengths < n)):
         doc = slice(starts[d], starts[d] + lengths[d])
-        pieces[d], _ = ngram_hashes(hashes[doc], lengths[d : d + 1], int(lengths[d]), back=None if back is None else back[doc])
+        pieces[d], _ = ngram_hashes(
+            hashes[doc], lengths[d : d + 1], int(lengths[d]), back=None if back is None else back[doc]
+        )
         counts[d] = 1
     return (np.concatenate(pieces) if pieces else _EMPTY_U64), counts
 

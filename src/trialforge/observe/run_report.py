@@ -1,12 +1,14 @@
-"""Close a run: metrics from the stored episodes, metrics.json, and the printed summary."""
+"""Close a run: metrics from the stored episodes, metrics.json + plot data, the HTML report, the summary."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from trialforge.observe.metrics import episode_metrics, task_metrics
-from trialforge.observe.summary import print_summary, write_json
+from trialforge.observe.health import HealthThresholds
+from trialforge.observe.metrics import episode_metrics, run_metrics, task_metrics, write_metrics
+from trialforge.observe.report import render_report
+from trialforge.observe.summary import print_summary
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.tasks.schema import Task, task_set_version
@@ -27,7 +29,11 @@ def finish_run(
         "updates": updates,
         "episodes_uri": rt.store.uri(f"datasets/episodes/run={run_id}"),
         "metrics_path": str(out / "metrics.json"),
+        "report_path": str(out / "report.html"),
     }
-    write_json(out / "metrics.json", metrics)
+    metrics |= run_metrics(rt.store, run_id)
+    write_metrics(out, metrics)
+    thresholds = HealthThresholds(**rt.params.observe.model_dump())
+    render_report(rt.store, run_id, out / "report.html", thresholds=thresholds)
     print_summary(metrics)
     return metrics

@@ -39,6 +39,11 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
         curve = " ".join(f"{v:.2f}" if v is not None else "-" for v in eps["pass_rate_by_iteration"].get(policy, []))
         table.add_row(policy, f"{rate:.3f}", curve)
     console.print(table)
-    for label, key in (("task set version", "task_set_version"), ("episodes", "episodes_uri"), ("metrics", "metrics_path")):
+    for label, key in (
+        ("task set version", "task_set_version"),
+        ("episodes", "episodes_uri"),
+        ("metrics", "metrics_path"),
+        ("report", "report_path"),
+    ):
         if key in metrics:
             console.print(f"{label}: {metrics[key]}")

@@ -1,0 +1,126 @@
+"""The quality gate over the bundled ticket tasks: audited tasks per minute, verifier runs per task, and the
+share of tasks failing each gate.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/quality.py [--max-mutants N] [--concurrency C] [--metrics PATH]
+
+Ingests tasks_src/tickets with the pipeline's own steps (``open_runtime`` on a temporary object store),
+validates them once each (``validate.runs=1``), then runs the gate with the real verifier in bubblewrap
+sandboxes. Only the gate is timed. The table lists every task's findings; the reasons below it say what
+each failing task got wrong, so a person can judge the gates as well as count them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from trialforge import pipeline
+from trialforge.config import load_params
+from trialforge.quality import GATES, LEAK_KINDS, QualityRecord
+from trialforge.quality.gate import AUDIT_ERROR, QualityConfig, run_quality_gate
+from trialforge.runtime import open_runtime
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(args: argparse.Namespace, console: Console) -> tuple[dict[str, QualityRecord], float, dict]:
+    """Ingest, validate, then time the gate; return its records, its wall time and the earlier funnels."""
+    with tempfile.TemporaryDirectory(prefix="tf-bench-quality-") as tmp:
+        overrides = {
+            "run.store": f"file://{tmp}/store",
+            "run.out_dir": f"{tmp}/out",
+            "sources.tickets": str(ROOT / "tasks_src/tickets/github_issues.jsonl"),
+            "sources.repos": str(ROOT / "tasks_src/repos"),
+            "sources.eval_set": str(ROOT / "tasks_src/eval/heldout.jsonl"),
+            "validate.runs": 1,
+            "sandbox.concurrency": args.concurrency,
+        }
+        params = load_params(ROOT / "params.yaml", overrides)
+        with open_runtime(params) as rt:
+            tasks, ingested = pipeline.ingest(rt)
+            tasks, validated = pipeline.validate(rt, tasks)
+            console.print(f"ingested {ingested.kept} of {ingested.seen}, validated {validated.kept}; auditing ...")
+            cfg = QualityConfig(max_mutants=args.max_mutants, seed=args.seed, concurrency=args.concurrency)
+            start = time.perf_counter()
+            _, records, _ = run_quality_gate(tasks, rt.grader(), rt.snapshots, cfg)
+            wall = time.perf_counter() - start
+    return records, wall, {"ingest": ingested.as_dict(), "validate": validated.as_dict()}
+
+
+def task_table(records: dict[str, QualityRecord]) -> Table:
+    table = Table(title="Quality gate per task")
+    for name in ("task", "verdict", "failed gates", "mutants", "passing", "leaks", "shortcuts scoring", "runs", "s"):
+        table.add_column(name, justify="left" if name in ("task", "verdict", "failed gates", "leaks") else "right")
+    for record in records.values():
+        leaks = ", ".join(f"{k}×{n}" for k in LEAK_KINDS if (n := sum(s.kind == k for s in record.leaks)))
+        table.add_row(
+            record.task_id, record.verdict, ", ".join(record.failed_gates) or "-", str(record.mutants_tried),
+            str(len(record.passing_mutants)), leaks or "-", ", ".join(s.kind for s in record.solving_shortcuts) or "-",
+            str(record.verifier_runs), f"{record.duration_s:.0f}",
+        )  # fmt: skip
+    return table
+
+
+def summary(records: dict[str, QualityRecord], wall: float) -> dict:
+    n = max(len(records), 1)
+    failing = {g: sum(g in r.failed_gates for r in records.values()) for g in (*GATES, AUDIT_ERROR)}
+    by_kind = {k: sum(any(s.kind == k for s in r.leaks) for r in records.values()) for k in LEAK_KINDS}
+    runs = [r.verifier_runs for r in records.values()]
+    return {
+        "tasks": len(records),
+        "wall_s": round(wall, 1),
+        "tasks_per_minute": round(len(records) / (wall / 60), 2) if wall else None,
+        "verifier_runs_per_task": round(sum(runs) / n, 2),
+        "seconds_per_verifier_run": round(wall / max(sum(runs), 1), 2),
+        "failing": {g: {"tasks": c, "share": round(c / n, 3)} for g, c in failing.items()},
+        "leak_kinds": {k: {"tasks": c, "share": round(c / n, 3)} for k, c in by_kind.items()},
+        "dropped": sum(r.verdict == "fail" for r in records.values()),
+    }
+
+
+def report(records: dict[str, QualityRecord], totals: dict, console: Console) -> None:
+    console.print(task_table(records))
+    console.print(f"\naudited {totals['tasks']} tasks in {totals['wall_s']:.0f}s -> {totals['tasks_per_minute']} "
+                  f"tasks/minute; {totals['verifier_runs_per_task']} verifier runs per task "
+                  f"({totals['seconds_per_verifier_run']}s each, wall)")  # fmt: skip
+    for gate, row in totals["failing"].items():
+        console.print(f"  failing {gate:<12} {row['tasks']:3d} tasks  {100 * row['share']:5.1f}%")
+    for kind, row in totals["leak_kinds"].items():
+        console.print(f"    leak kind {kind:<15} {row['tasks']:3d} tasks  {100 * row['share']:5.1f}%")
+    console.print(f"dropped with every gate enforced: {totals['dropped']} of {totals['tasks']}\n")
+    for record in records.values():
+        for reason in record.reasons:
+            console.print(f"[bold]{record.task_id}[/bold]: {reason}", highlight=False, markup=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-mutants", type=int, default=8, help="wrong fixes graded per task")
+    parser.add_argument("--concurrency", type=int, default=2, help="tasks audited at once (the machine is shared)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--metrics", type=Path, help="write the summary and every record here (JSON)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind like Ctrl-C: every sandbox is closed
+    console = Console()
+    if not console.is_terminal:
+        console.width = 160
+    records, wall, funnels = run(args, console)
+    totals = summary(records, wall)
+    report(records, totals, console)
+    if args.metrics:
+        data = {"summary": totals, "funnels": funnels, "records": [r.model_dump() for r in records.values()]}
+        args.metrics.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

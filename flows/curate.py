@@ -1,0 +1,53 @@
+"""Curate an ingested task set: validate -> decontaminate -> tier -> publish the task set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from trialforge import pipeline as steps
+from trialforge.config import load_params
+from trialforge.orchestrate import StageResult, TaskSetVersion, runners, shards
+
+
+@task(cache_key_fn=runners.validation_cache_key, persist_result=True)
+def validate(rt, tasks):
+    return steps.validate(rt, tasks)
+
+
+@task(cache_policy=NO_CACHE)
+def decontaminate(rt, tasks):
+    return steps.decontaminate(rt, tasks)
+
+
+@task(cache_policy=NO_CACHE)
+def tier(tasks):
+    return steps.tier(tasks)
+
+
+@task(cache_policy=NO_CACHE)
+def publish_taskset(rt, tasks):
+    return steps.publish_taskset(rt, tasks)
+
+
+@flow(name="curate", log_prints=True)
+def curate(
+    params_path: str = "params.yaml",
+    overrides: dict[str, Any] | None = None,
+    ingested: TaskSetVersion | None = None,
+) -> StageResult:
+    """``ingested``: the version the ingest flow published; None takes the latest."""
+    params = load_params(Path(params_path), overrides)
+    with runners.held_runtime(params) as rt:
+        _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
+        with runners.track("validate"):
+            tasks, validated = validate(rt, tasks)
+        tasks, decontaminated = decontaminate(rt, tasks)
+        tasks = tier(tasks)
+        version = publish_taskset(rt, tasks)
+    funnels = [validated.as_dict(), decontaminated.as_dict()]
+    runners.funnel_artifacts(funnels)
+    return StageResult(version=version, tasks=len(tasks), funnels=funnels)

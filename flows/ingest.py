@@ -1,0 +1,34 @@
+"""Ingest: the ticket exports into typed tasks, stored for curation (nightly in prefect.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from trialforge import pipeline as steps
+from trialforge.config import load_params
+from trialforge.orchestrate import StageResult, runners, shards
+
+
+@task(cache_policy=NO_CACHE)
+def ingest_tickets(rt):
+    return steps.ingest(rt)
+
+
+@task(cache_policy=NO_CACHE)
+def publish_ingested(rt, tasks):
+    return shards.publish_ingested(rt, tasks)
+
+
+@flow(name="ingest", log_prints=True)
+def ingest(params_path: str = "params.yaml", overrides: dict[str, Any] | None = None) -> StageResult:
+    params = load_params(Path(params_path), overrides)
+    with runners.held_runtime(params) as rt:
+        tasks, funnel = ingest_tickets(rt)
+        version = publish_ingested(rt, tasks)
+    funnels = [funnel.as_dict()]
+    runners.funnel_artifacts(funnels)
+    return StageResult(version=version, tasks=len(tasks), funnels=funnels)

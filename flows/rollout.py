@@ -1,0 +1,48 @@
+"""Rollout: one iteration's episodes of a task set and a policy version, in shards, resumable by run id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from trialforge.config import load_params
+from trialforge.orchestrate import Iteration, RolloutResult, RunId, Runner, ShardSize, TaskSetVersion, runners, shards
+from trialforge.rollout.loop import Lineage
+from trialforge.runtime import code_version
+
+
+@flow(name="rollout", log_prints=True)
+def rollout(
+    run_id: RunId,
+    iteration: Iteration = 0,
+    params_path: str = "params.yaml",
+    overrides: dict[str, Any] | None = None,
+    task_set: TaskSetVersion | None = None,
+    checkpoint: str | None = None,
+    runner: Runner = "default",
+    ray_address: str | None = None,
+    shard_size: ShardSize = 64,
+) -> RolloutResult:
+    """``task_set``: a curated version (None: the latest); ``checkpoint``: the learner's weights (None: fresh)."""
+    params = load_params(Path(params_path), overrides)
+    runners.check_runner(runner, ray_address)
+    with runners.held_runtime(params) as rt:
+        version, tasks = shards.read_taskset(rt.store, shards.TASKS, task_set)
+        lineage = Lineage(run_id, iteration, version, params.digest(), code_version())
+        rp = params.rollout
+        plan = shards.plan_shards(tasks, rp.policies, rp.group_size, shards.batch_seed(params, iteration), shard_size)
+        todo = shards.pending_shards(rt.store, plan, lineage)
+        repair = shards.repair_state(rt, checkpoint)
+        reports, wall_s = runners.run_shards(params, lineage, todo, tasks, repair, runner, ray_address)
+        runners.episode_artifacts(rt.store, run_id, iteration)
+    return RolloutResult(
+        run_id=run_id,
+        iteration=iteration,
+        shards=len(plan),
+        skipped=len(plan) - len(todo),
+        episodes=sum(r.episodes for r in reports),
+        wall_s=wall_s,
+        work_s=round(sum(r.work_s for r in reports), 4),
+    )

@@ -1,0 +1,25 @@
+"""Train: one update of the learner over an iteration's published episodes, checkpointed to the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from trialforge.config import load_params
+from trialforge.orchestrate import Iteration, RunId, TrainResult, runners, shards
+
+
+@flow(name="train", log_prints=True)
+def train(
+    run_id: RunId,
+    iteration: Iteration = 0,
+    params_path: str = "params.yaml",
+    overrides: dict[str, Any] | None = None,
+    checkpoint: str | None = None,
+) -> TrainResult:
+    """``checkpoint``: the weights the iteration's episodes were sampled with (None: fresh)."""
+    params = load_params(Path(params_path), overrides)
+    with runners.held_runtime(params) as rt:
+        return shards.train_iteration(rt, run_id, iteration, checkpoint)

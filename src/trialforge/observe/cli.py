@@ -1,0 +1,67 @@
+"""`trialforge report` and `trialforge compare`: the run report and run comparison, from stored data alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trialforge.config import Params, load_params
+from trialforge.errors import TrialforgeError
+from trialforge.store.objstore import ObjectStore
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+StoreOpt = Annotated[
+    str | None, typer.Option("--store", help="store URL (file://PATH or s3://bucket/prefix); default: params.yaml's")
+]
+ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read the defaults from")]
+
+
+@contextmanager
+def _opened(store: str | None, params: Path) -> Iterator[tuple[ObjectStore, Params]]:
+    """The store (``--store``, else params.yaml's ``run.store``); a trialforge error ends the command, told plainly."""
+    from trialforge.runtime import store_url
+    from trialforge.store.objstore import open_store
+
+    try:
+        loaded = load_params(params, {"run.store": store} if store else None)
+        yield open_store(store_url(loaded)), loaded
+    except TrialforgeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@app.command()
+def report(
+    run: Annotated[str, typer.Argument(help="run id (as printed by `trialforge run`)")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="HTML file; default: OUT_DIR/report-RUN.html")] = None,
+    store: StoreOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Write the self-contained HTML report of RUN from its stored episodes."""
+    from trialforge.observe.health import HealthThresholds
+    from trialforge.observe.report import render_report
+
+    with _opened(store, params) as (objects, loaded):
+        thresholds = HealthThresholds(**loaded.observe.model_dump())
+        path = render_report(objects, run, out or Path(loaded.run.out_dir) / f"report-{run}.html", thresholds=thresholds)
+    typer.echo(f"report: {path.resolve().as_uri()}")
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(help="baseline run id")],
+    run_b: Annotated[str, typer.Argument(help="run id compared with it")],
+    store: StoreOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Print every metric of RUN_A and RUN_B side by side with the change (B - A)."""
+    from trialforge.observe.compare import compare_runs, format_comparison
+
+    with _opened(store, params) as (objects, _):
+        rows = compare_runs(objects, run_a, run_b)
+    typer.echo(format_comparison(rows, run_a, run_b))

@@ -1,0 +1,425 @@
+"""The run report: one self-contained HTML file, regenerated from the stored episodes alone.
+
+Charts are inline SVG drawn here (no script, no stylesheet or font from anywhere), so the
+file opens from ``file://`` on a machine without network and can be mailed or archived as is.
+Every number comes from ``observe.metrics`` and ``observe.attribution``: the report draws, it
+does not compute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from trialforge.curate.tiers import TIERS
+from trialforge.observe.attribution import attribute, category_counts
+from trialforge.observe.health import HealthThresholds, check_health
+from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
+from trialforge.store.objstore import ObjectStore
+
+SPOT_CHECKS = 8
+ATTRIBUTION_ROWS = 200  # per-episode failure rows shown; the counts above them cover all
+DIFF_CAP = 20_000  # characters of a final diff shown in the spot check
+
+_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+_W, _H = 520, 250
+_LEFT, _RIGHT, _TOP, _BOTTOM = 52, 120, 30, 40  # room for tick labels, the legend and the title
+_LATENCY_TITLES = {"sandbox_s": "Sandbox start", "exec_s": "Tool exec", "verify_s": "Verification"}
+
+
+def render_report(
+    store: ObjectStore,
+    run_id: str,
+    out_path: Path,
+    *,
+    thresholds: HealthThresholds | None = None,
+    spot_checks: int = SPOT_CHECKS,
+) -> Path:
+    """Read the run from ``store``, write its report to ``out_path`` (atomically) and return the path."""
+    data = load_run(store, run_id)
+    html = report_html(data, thresholds or HealthThresholds(), spot_checks)
+    out_path = Path(out_path)
+    write_text(out_path, html)
+    return out_path
+
+
+def report_html(data: RunData, thresholds: HealthThresholds, spot_checks: int = SPOT_CHECKS) -> str:
+    metrics = process_metrics(data.episodes, data.steps)
+    failures = attribute(data.episodes)
+    sections = [
+        _overview(data, metrics, thresholds),
+        _curves(metrics),
+        _distributions(metrics),
+        _attribution(failures),
+        _spot_check(data.episodes, spot_checks),
+        _section(
+            "Metrics (JSON)", "metrics", f"<details><summary>all metrics</summary><pre>{_json(metrics)}</pre></details>"
+        ),
+    ]
+    title = escape(f"trialforge run {data.run_id}")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{_CSS}</style></head><body><h1>{title}</h1>{''.join(sections)}</body></html>\n"
+    )
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1150px}
+h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+td.n{text-align:right}.charts{display:flex;flex-wrap:wrap;gap:12px}
+figure{margin:0}pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
+.bad{color:#b00;font-weight:bold}.good{color:#070;font-weight:bold}.flag{color:#b00}
+.episode{border:1px solid #ddd;padding:8px;margin:10px 0}
+svg text{font:11px system-ui,sans-serif;fill:#333}svg .title{font-size:13px;font-weight:bold}
+"""
+
+
+# --- sections ------------------------------------------------------------------------------
+
+
+def _section(title: str, anchor: str, body: str) -> str:
+    return f'<section id="{anchor}"><h2>{escape(title)}</h2>{body}</section>'
+
+
+def _overview(data: RunData, metrics: dict[str, Any], thresholds: HealthThresholds) -> str:
+    ep = data.episodes
+    facts = {
+        "episodes": len(ep),
+        "iterations": ", ".join(metrics["iterations"]),
+        "policies": ", ".join(sorted(ep["policy"].unique())),
+        "task set versions": ", ".join(sorted(ep["task_set_version"].unique())),
+        "code versions": ", ".join(sorted(ep["code_version"].unique())),
+        "backends": ", ".join(sorted(ep["backend"].unique())),
+    }
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in facts.items())
+    health_rows = []
+    for iteration, m in metrics["iterations"].items():
+        health = check_health(m, thresholds)
+        verdict = '<span class="good">healthy</span>' if health.healthy else '<span class="bad">unhealthy</span>'
+        latency = m["latency"]
+        health_rows.append(
+            [
+                iteration,
+                m["episodes"],
+                _pct(m["env_error_rate"]),
+                _pct(m["verifier_error_rate"]),
+                m["retries"],
+                _pct(m["zero_variance_groups"]["fraction"]),
+                _fmt(m["throughput"]["episodes_per_s"]) + f" ({m['throughput']['basis']})",
+                *(" / ".join(_fmt(latency[name][p]) for p in ("p50", "p90", "p99")) for name in _LATENCY_TITLES),
+                verdict + "".join(f"<br>{escape(r)}" for r in health.reasons),
+            ]
+        )
+    process = _table(
+        [
+            "iteration",
+            "episodes",
+            "env errors",
+            "verifier errors",
+            "retries",
+            "zero-variance groups",
+            "episodes/s",
+            *(f"{t} s p50/p90/p99" for t in _LATENCY_TITLES.values()),
+            "health",
+        ],
+        health_rows,
+        raw_last=True,
+    )
+    return _section("Overview", "overview", f"<table>{rows}</table><h3>Process, per iteration</h3>{process}")
+
+
+def _curves(metrics: dict[str, Any]) -> str:
+    iterations = metrics["iterations"]
+
+    def curve(key: str) -> dict[str, list[tuple[float, float]]]:
+        series: dict[str, list[tuple[float, float]]] = {}
+        for i, m in iterations.items():
+            for policy, value in m.get(key, {}).items():
+                if value is not None:
+                    series.setdefault(policy, []).append((int(i), value))
+        return series
+
+    ticks = [int(i) for i in iterations]
+    charts = [
+        _line_chart("Mean reward (ok episodes)", "reward", curve("mean_reward"), "iteration", "reward", ticks),
+        _line_chart("Pass rate", "pass_rate", curve("pass_rate"), "iteration", "pass rate", ticks),
+    ]
+    by_tier = metrics["overall"].get("pass_rate_by_policy_tier", {})
+    tiers = _tier_order({tier for rates in by_tier.values() for tier in rates})
+    charts.append(
+        _bar_chart(
+            "Pass rate by tier (all iterations)",
+            "pass_rate_by_tier",
+            tiers,
+            {policy: [rates.get(t) for t in tiers] for policy, rates in sorted(by_tier.items())},
+            "tier",
+            "pass rate",
+            y_max=1.0,
+        )
+    )
+    return _section("Learning", "learning", f'<div class="charts">{"".join(charts)}</div>')
+
+
+def _distributions(metrics: dict[str, Any]) -> str:
+    overall = metrics["overall"]
+    steps = overall["steps_hist"]
+    charts = [
+        _bar_chart(
+            "Steps per episode (all iterations)",
+            "steps_hist",
+            list(steps),
+            {"episodes": list(steps.values())},
+            "steps",
+            "episodes",
+        ),
+    ]
+    hist = overall["reward_hist"]
+    labels = [f"{lo:.1f}" for lo in hist["edges"][:-1]]
+    charts.append(
+        _bar_chart(
+            "Reward histogram (ok episodes)",
+            "reward_hist",
+            labels,
+            {"episodes": hist["counts"]},
+            "bin start",
+            "episodes",
+        )
+    )
+    cdf = overall["latency_cdf"]
+    for name, title in _LATENCY_TITLES.items():
+        points = list(zip(cdf[name], cdf["quantiles"], strict=False))
+        charts.append(
+            _line_chart(f"{title} latency CDF", f"cdf_{name}", {name: points} if points else {}, "seconds", "quantile")
+        )
+    return _section("Distributions", "distributions", f'<div class="charts">{"".join(charts)}</div>')
+
+
+def _attribution(failures: pd.DataFrame) -> str:
+    counts = category_counts(failures)
+    summary = _table(["category", "episodes"], [[c, n] for c, n in counts.items()])
+    kinds = failures.groupby(["category", "cause_kind"]).size().reset_index(name="n")
+    by_cause = _table(["category", "cause", "episodes"], kinds.values.tolist())
+    shown = failures.head(ATTRIBUTION_ROWS)
+    rows = _table(
+        ["episode", "iteration", "task", "policy", "status", "category", "cause"],
+        shown[["episode_id", "iteration", "task_id", "policy", "status", "category", "cause"]].values.tolist(),
+    )
+    more = f"<p>showing {len(shown)} of {len(failures)} failed episodes</p>" if len(failures) > len(shown) else ""
+    body = f"<p>{len(failures)} episodes did not end ok.</p>{summary}<h3>By cause</h3>{by_cause}<h3>Episodes</h3>"
+    return _section("Failure attribution", "attribution", body + more + rows)
+
+
+def _spot_check(episodes: pd.DataFrame, limit: int) -> str:
+    """High-reward episodes with distinct diffs, flagged ones first, then a stable pseudo-random sample."""
+    high = episodes[(episodes["status"] == "ok") & (episodes["reward"] >= PASS_REWARD)]
+    distinct = high.drop_duplicates(["task_id", "final_diff"])
+    order = distinct.assign(
+        _flagged=distinct["integrity_flags"].fillna("[]") != "[]",
+        _draw=distinct["episode_id"].map(lambda e: hashlib.sha256(e.encode()).hexdigest()),
+    ).sort_values(["_flagged", "_draw"], ascending=[False, True])
+    picked = order.head(limit)
+    cards = "".join(_episode_card(row) for row in picked.to_dict("records"))
+    intro = (
+        f"<p>{len(picked)} of {len(distinct)} distinct passing diffs ({len(high)} passing episodes), "
+        "integrity-flagged first. Read them: a reward is only as good as the diff that earned it.</p>"
+    )
+    return _section("Spot check", "spot-check", intro + cards)
+
+
+def _episode_card(row: dict[str, Any]) -> str:
+    flags = json.loads(row["integrity_flags"] or "[]")
+    reason = json.loads(row["verifier_report"] or "{}").get("reason", "")
+    diff = row["final_diff"] or ""
+    cut = f"\n… ({len(diff) - DIFF_CAP} more characters)" if len(diff) > DIFF_CAP else ""
+    flag_text = '<span class="flag">' + escape(", ".join(flags)) + "</span>" if flags else "none"
+    return (
+        f'<div class="episode" data-episode="{escape(row["episode_id"])}">'
+        f"<b>{escape(row['episode_id'])}</b> task {escape(row['task_id'])} · policy {escape(row['policy'])} "
+        f"({escape(row['policy_version'])}) · iteration {int(row['iteration'])} · reward {_fmt(row['reward'])} · "
+        f"{int(row['steps'])} steps<br>verifier: {escape(reason)}<br>integrity flags: {flag_text}"
+        f"<pre>{escape(diff[:DIFF_CAP] + cut)}</pre></div>"
+    )
+
+
+# --- tables and formatting ---------------------------------------------------------------------
+
+
+def _table(header: Sequence[str], rows: list[list[Any]], raw_last: bool = False) -> str:
+    """Cells are escaped, except the last column when ``raw_last`` (markup built here from escaped text);
+    numbers align right."""
+
+    def cell(i: int, value: Any) -> str:
+        text = str(value) if raw_last and i == len(header) - 1 else escape(str(value))
+        return f'<td class="n">{text}</td>' if isinstance(value, int | float) else f"<td>{text}</td>"
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _json(data: Any) -> str:
+    return escape(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _tier_order(tiers: set[str]) -> list[str]:
+    known = [t for t in TIERS if t in tiers]
+    return known + sorted(tiers - set(known))
+
+
+# --- inline SVG charts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Maps data coordinates into the plot area of a chart."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+
+    def px(self, x: float) -> float:
+        return round(_LEFT + (x - self.x0) / (self.x1 - self.x0) * (_W - _LEFT - _RIGHT), 1)
+
+    def py(self, y: float) -> float:
+        return round(_TOP + (self.y1 - y) / (self.y1 - self.y0) * (_H - _TOP - _BOTTOM), 1)
+
+
+def _span(lo: float, hi: float) -> tuple[float, float]:
+    return (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
+
+
+def _svg(kind: str, title: str, body: str) -> str:
+    return (
+        f'<figure data-chart="{kind}"><svg width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" '
+        f'aria-label="{escape(title)}"><text class="title" x="{_LEFT}" y="18">{escape(title)}</text>{body}</svg>'
+        "</figure>"
+    )
+
+
+def _empty(kind: str, title: str) -> str:
+    return _svg(kind, title, f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle">no data</text>')
+
+
+def _axes(frame: _Frame, x_ticks: list[tuple[float, str]], y_ticks: list[float], x_label: str, y_label: str) -> str:
+    bottom, left, right = _H - _BOTTOM, _LEFT, _W - _RIGHT
+    parts = [
+        f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#444"/>',
+        f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{bottom}" stroke="#444"/>',
+    ]
+    for x, label in x_ticks:
+        parts.append(f'<text x="{frame.px(x)}" y="{bottom + 14}" text-anchor="middle">{escape(label)}</text>')
+    for y in y_ticks:
+        py = frame.py(y)
+        parts.append(f'<line x1="{left}" y1="{py}" x2="{right}" y2="{py}" stroke="#eee"/>')
+        parts.append(f'<text x="{left - 4}" y="{py + 4}" text-anchor="end">{_fmt(y)}</text>')
+    parts.append(f'<text x="{(left + right) / 2}" y="{_H - 6}" text-anchor="middle">{escape(x_label)}</text>')
+    middle = (_TOP + bottom) / 2
+    parts.append(f'<text transform="translate(12 {middle}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>')
+    return "".join(parts)
+
+
+def _legend(names: list[str]) -> str:
+    x = _W - _RIGHT + 12
+    return "".join(
+        f'<rect x="{x}" y="{_TOP + 16 * i}" width="10" height="10" fill="{_color(i)}"/>'
+        f'<text x="{x + 14}" y="{_TOP + 16 * i + 9}">{escape(name)}</text>'
+        for i, name in enumerate(names)
+    )
+
+
+def _color(i: int) -> str:
+    return _PALETTE[i % len(_PALETTE)]
+
+
+def _even(lo: float, hi: float, n: int = 4) -> list[float]:
+    return [lo + (hi - lo) * k / n for k in range(n + 1)]
+
+
+def _line_chart(
+    title: str,
+    kind: str,
+    series: dict[str, list[tuple[float, float]]],
+    x_label: str,
+    y_label: str,
+    x_ticks: list[int] | None = None,
+) -> str:
+    """One polyline with point markers per series; the y axis spans [0, 1] unless the data leave it."""
+    points = [p for values in series.values() for p in values]
+    if not points:
+        return _empty(kind, title)
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    frame = _Frame(*_span(min(xs), max(xs)), *_span(min(0.0, *ys), max(1.0, *ys)))
+    if x_ticks:
+        ticks = [(x, str(x)) for x in x_ticks[:: max(1, len(x_ticks) // 10)]]  # at most ~10 labels fit
+    else:
+        ticks = [(x, _fmt(x)) for x in _even(min(xs), max(xs))]
+    body = [_axes(frame, ticks, _even(frame.y0, frame.y1), x_label, y_label)]
+    names = sorted(series)
+    for i, name in enumerate(names):
+        coords = [(frame.px(x), frame.py(y)) for x, y in series[name]]
+        body.append(
+            f'<polyline fill="none" stroke="{_color(i)}" stroke-width="2" '
+            f'points="{" ".join(f"{x},{y}" for x, y in coords)}"/>'
+        )
+        body += [
+            f'<circle cx="{cx}" cy="{cy}" r="3" fill="{_color(i)}">'
+            f"<title>{escape(name)} {_fmt(x)}: {_fmt(y)}</title></circle>"
+            for (cx, cy), (x, y) in zip(coords, series[name], strict=True)
+        ]
+    body.append(_legend(names))
+    return _svg(kind, title, "".join(body))
+
+
+def _bar_chart(
+    title: str,
+    kind: str,
+    categories: list[str],
+    series: dict[str, list[float | None]],
+    x_label: str,
+    y_label: str,
+    y_max: float | None = None,
+) -> str:
+    """Grouped bars: one group per category, one bar per series (a missing value leaves a gap)."""
+    values = [v for vs in series.values() for v in vs if v is not None]
+    if not categories or not values:
+        return _empty(kind, title)
+    top = y_max if y_max is not None else max(4, math.ceil(max(values) / 4) * 4)  # counts: whole-number ticks
+    frame = _Frame(0, len(categories), 0, top)
+    slot = (frame.px(1) - frame.px(0)) * 0.8 / len(series)
+    body = [_axes(frame, [(i + 0.5, c) for i, c in enumerate(categories)], _even(0, top), x_label, y_label)]
+    for s, (name, vs) in enumerate(series.items()):
+        body += [
+            _bar(frame.px(c + 0.1) + s * slot, slot, frame.py(v), frame.py(0), _color(s), f"{name} {label}: {_fmt(v)}")
+            for c, (label, v) in enumerate(zip(categories, vs, strict=True))
+            if v is not None
+        ]
+    if len(series) > 1:
+        body.append(_legend(list(series)))
+    return _svg(kind, title, "".join(body))
+
+
+def _bar(x: float, width: float, y_top: float, y_base: float, color: str, tip: str) -> str:
+    """A zero is drawn 1 px high, so it reads as a measured zero rather than a missing value."""
+    y_top = min(y_top, y_base - 1)
+    return (
+        f'<rect x="{round(x, 1)}" y="{y_top}" width="{round(width, 1)}" height="{round(y_base - y_top, 1)}" '
+        f'fill="{color}"><title>{escape(tip)}</title></rect>'
+    )

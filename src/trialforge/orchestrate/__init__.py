@@ -1,0 +1,56 @@
+"""Orchestration: what the Prefect flows in ``flows/`` run, and how.
+
+The flows are wiring only; this package holds what they share:
+
+- here, the flows' typed boundary: validated parameter types and the small results they return;
+- ``shards``: rollout work as shards of episodes, published idempotently, resumable, and the store
+  traffic around them (task sets in, episodes and checkpoints out); no Prefect in it;
+- ``runners``: where shards run (threads here, or a Ray cluster), with Prefect retries, concurrency
+  limits, artifacts and progress;
+- ``serve``: the deployments of ``prefect.yaml`` served from one process, and a local Prefect server;
+- ``cli``: ``trialforge serve`` and ``trialforge flow``.
+
+Kept light (pydantic only): the CLI imports this package at startup.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+RunId = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+        description="names the run's episodes and checkpoints; pass a dead run's id to resume it",
+    ),
+]
+Runner = Literal["default", "ray"]
+ShardSize = Annotated[int, Field(ge=1, le=10_000, description="episodes per Prefect task")]
+Iteration = Annotated[int, Field(ge=0)]
+TaskSetVersion = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$", description="content hash of a task set")]
+
+
+class StageResult(BaseModel):
+    """A task-set flow's output: the version it published and what each step kept and dropped."""
+
+    version: str
+    tasks: int
+    funnels: list[dict[str, Any]]
+
+
+class RolloutResult(BaseModel):
+    run_id: str
+    iteration: int
+    shards: int
+    skipped: int  # already published by an earlier attempt of this run
+    episodes: int  # run by this flow
+    wall_s: float  # the flow's rollout, start to finish
+    work_s: float  # summed inside the shards: the rest of wall_s is orchestration (or idle)
+
+
+class TrainResult(BaseModel):
+    checkpoint: str | None  # the learner's weights after this iteration (None: nothing to learn from yet)
+    stats: dict[str, Any] | None
+    resumed: bool = False  # an earlier attempt of this run had already taken this step

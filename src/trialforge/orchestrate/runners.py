@@ -1,0 +1,345 @@
+"""Where the flows' work runs, and what Prefect sees of it.
+
+- **Runtimes**: one per params per process. A flow holds it and the flows it calls reuse it; a shard
+  running in a Ray worker opens its own once per worker process.
+- **Shards**: submitted as Prefect tasks to threads here (one shard at a time: ``sandbox.concurrency``
+  bounds the sandboxes of this host) or to a Ray cluster through prefect-ray, each on a worker. A shard
+  retries with exponential backoff and jitter on infrastructure faults only (``SandboxError``,
+  ``StoreError``), and holds slots of the global concurrency limit ``sandboxes`` while it runs when the
+  Prefect server has one (``prefect gcl create sandboxes --limit N``); without it (ephemeral Prefect)
+  each worker is bounded by ``sandbox.concurrency`` alone.
+- **Caching**: validation verdicts persist keyed by what decides them (tasks, settings, image, code),
+  so a rerun of a dead run does not validate again.
+- **Artifacts** of each run (funnel, pass-rate and error tables, links to the Parquet data) and
+  **progress** for whoever waits (``progress_sink``: the CLI draws it with rich).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import get_client, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State, TaskRun
+from prefect.concurrency.sync import concurrency
+from prefect.context import TaskRunContext
+from prefect.exceptions import ObjectNotFound
+from prefect.futures import as_completed
+from prefect.runtime import flow_run
+from prefect.settings import get_current_settings
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from prefect.tasks import Task as PrefectTask
+from prefect.tasks import exponential_backoff
+
+from trialforge.config import Params
+from trialforge.errors import ConfigError, SandboxError, StoreError
+from trialforge.orchestrate import Runner
+from trialforge.orchestrate.shards import RepairState, Shard, ShardReport, execute_shard
+from trialforge.rollout.loop import Lineage
+from trialforge.runtime import Runtime, open_runtime
+from trialforge.store import datasets
+from trialforge.store.objstore import ObjectStore
+from trialforge.tasks.schema import Task
+
+SANDBOX_LIMIT = "sandboxes"
+
+# --- runtimes ----------------------------------------------------------------------------
+
+_held: dict[str, Runtime] = {}
+_held_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def held_runtime(params: Params) -> Iterator[Runtime]:
+    """The runtime for ``params`` in this process: the one already held (a calling flow's), else opened here
+    and shared until this block ends."""
+    key = params.digest()
+    with _held_lock:
+        shared = _held.get(key)
+    if shared is not None:
+        yield shared
+        return
+    with open_runtime(params) as rt:
+        with _held_lock:
+            _held[key] = rt
+        try:
+            yield rt
+        finally:
+            with _held_lock:
+                _held.pop(key, None)
+
+
+def worker_runtime(params: Params) -> Runtime:
+    """For a shard: the runtime its flow holds in this process, else one opened once per worker process."""
+    key = params.digest()
+    with _held_lock:
+        if key not in _held:
+            stack = contextlib.ExitStack()
+            _held[key] = stack.enter_context(open_runtime(params))
+            atexit.register(stack.close)
+        return _held[key]
+
+
+# --- runners -----------------------------------------------------------------------------
+
+
+def default_run_id(name: str) -> str:
+    """``NAME-<flow run id>``: a Prefect retry of the same flow run resumes the same run."""
+    return f"{name}-{(flow_run.get_id() or '')[:8] or 'local'}"
+
+
+def check_runner(runner: Runner, ray_address: str | None) -> None:
+    if runner == "default" and ray_address:
+        raise ConfigError(f"ray_address={ray_address!r} is only used with runner='ray'")
+    if runner == "ray" and not get_current_settings().api.url:
+        raise ConfigError(
+            "runner='ray' needs a Prefect server that the Ray workers can reach: start one "
+            "(`prefect server start`) and set PREFECT_API_URL; ephemeral Prefect cannot serve remote workers"
+        )
+
+
+def connect_ray(address: str | None) -> None:
+    """``ray.init`` once per process (a no-op when connected): ``address`` of a cluster, or None for a local one."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False)
+
+
+@contextlib.contextmanager
+def shard_runner(runner: Runner, ray_address: str | None) -> Iterator[TaskRunner]:
+    check_runner(runner, ray_address)
+    if runner == "ray":
+        from prefect_ray import RayTaskRunner
+
+        connect_ray(ray_address)
+        with RayTaskRunner(address=ray_address) as ray_runner:
+            yield ray_runner
+    else:
+        with ThreadPoolTaskRunner(max_workers=1) as threads:
+            yield threads
+
+
+def sandbox_slots(params: Params) -> int:
+    """Slots of the ``sandboxes`` limit a shard holds (its ``sandbox.concurrency``); 0 when the server has no
+    such limit (ephemeral Prefect, or never created), and shards then run bounded per worker only."""
+    with get_client(sync_client=True) as client:
+        try:
+            limit = client.read_global_concurrency_limit_by_name(SANDBOX_LIMIT)
+        except ObjectNotFound:
+            get_run_logger().info("no global concurrency limit %r: sandboxes are bounded per worker", SANDBOX_LIMIT)
+            return 0
+    wanted = max(params.sandbox.concurrency, 1)
+    if limit.active and wanted > limit.limit:
+        raise ConfigError(
+            f"sandbox.concurrency={wanted} exceeds the {SANDBOX_LIMIT!r} limit of {limit.limit}: no shard could start; "
+            f"lower sandbox.concurrency or raise the limit (prefect gcl update {SANDBOX_LIMIT} --limit {wanted})"
+        )
+    return wanted if limit.active else 0
+
+
+# --- the shard task ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """Everything a shard needs, serialisable: it may run in another process or on another machine."""
+
+    params: Params
+    lineage: Lineage
+    shard: Shard
+    tasks: list[Task]  # the ones its jobs name
+    repair: RepairState
+    slots: int  # of the ``sandboxes`` limit to hold; 0: none
+
+
+def infrastructure_fault(task: PrefectTask, task_run: TaskRun, state: State) -> bool:
+    """Retry only when the infrastructure failed (sandbox engine, object store), never a bug or a bad input."""
+    return isinstance(state.result(raise_on_failure=False), SandboxError | StoreError)
+
+
+@task(
+    name="rollout-shard",
+    task_run_name="{work.shard.id}",
+    retries=3,
+    retry_delay_seconds=exponential_backoff(backoff_factor=2),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=infrastructure_fault,
+    cache_policy=NO_CACHE,  # the published part is the record: pending_shards skips it on a rerun
+    persist_result=False,
+)
+def rollout_shard(work: ShardWork) -> ShardReport:
+    rt = worker_runtime(work.params)
+    slots = concurrency(SANDBOX_LIMIT, occupy=work.slots) if work.slots else contextlib.nullcontext()
+    with slots:
+        return execute_shard(rt, work.shard, work.tasks, work.repair, work.lineage)
+
+
+def run_shards(
+    params: Params,
+    lineage: Lineage,
+    shards: list[Shard],
+    tasks: list[Task],
+    repair: RepairState,
+    runner: Runner = "default",
+    ray_address: str | None = None,
+) -> tuple[list[ShardReport], float]:
+    """Run ``shards`` on ``runner``; return their reports (in plan order) and the wall time it took."""
+    start = time.monotonic()
+    by_id = {t.task_id: t for t in tasks}
+    logger = get_run_logger()
+    reports: list[ShardReport] = []
+    with shard_runner(runner, ray_address) as task_runner:
+        slots = sandbox_slots(params) if shards else 0
+        futures = [
+            task_runner.submit(
+                rollout_shard,
+                {"work": ShardWork(params, lineage, s, [by_id[i] for i in s.task_ids()], repair, slots)},
+            )
+            for s in shards
+        ]
+        with track(f"rollout iteration {lineage.iteration}", len(shards)) as advance:
+            for future in as_completed(futures):
+                report = future.result()
+                reports.append(report)
+                advance()
+                logger.info("shard %s: %d episodes %s", report.shard_id, report.episodes, report.statuses)
+    return sorted(reports, key=lambda r: r.shard_id), round(time.monotonic() - start, 4)
+
+
+# --- caching -----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """Every source file of the library: any change to it may change a verdict."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def validation_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    """``cache_key_fn`` of validation: the tasks, the knobs that decide a verdict, the image and the code."""
+    rt: Runtime = parameters["rt"]
+    digest = hashlib.sha256()
+    for part in (
+        rt.params.validate_.model_dump_json(),
+        rt.params.sandbox.model_dump_json(),
+        rt.image_digest,
+        _code_digest(),
+        *sorted(t.content_hash() for t in parameters["tasks"]),
+    ):
+        digest.update(part.encode())
+    return f"validate-{digest.hexdigest()}"
+
+
+# --- artifacts ---------------------------------------------------------------------------
+
+
+def funnel_artifacts(funnels: list[dict[str, Any]]) -> None:
+    """What each task step kept and dropped, and every dropped task with its reason."""
+    create_table_artifact(
+        [
+            {
+                "stage": f["stage"],
+                "seen": f["seen"],
+                "kept": f["kept"],
+                "dropped": ", ".join(f"{k}: {v}" for k, v in f["dropped"].items()) or "-",
+            }
+            for f in funnels
+        ],
+        key="trialforge-funnel",
+        description="Tasks kept and dropped by each step",
+    )
+    dropped = [{"stage": f["stage"], **d} for f in funnels for d in f["details"]]
+    if dropped:
+        create_table_artifact(dropped, key="trialforge-dropped", description="Every dropped task, with the reason")
+
+
+def episode_artifacts(store: ObjectStore, run_id: str, iteration: int | None = None) -> None:
+    """Pass rates per policy and iteration, the non-ok episodes by status and cause, and links to the data."""
+    where = {"run": run_id} | ({"iteration": str(iteration)} if iteration is not None else {})
+    episodes = datasets.read_pandas(
+        store, "episodes", filters=where, columns=["iteration", "policy", "status", "cause", "reward"]
+    )
+    create_table_artifact(pass_rate_table(episodes), key="trialforge-pass-rate", description="Pass rate (ok episodes)")
+    create_table_artifact(error_table(episodes), key="trialforge-errors", description="Episodes that did not end ok")
+    path = "".join(f"/{k}={v}" for k, v in where.items())
+    title = f"# Run `{run_id}`" + (f", iteration {iteration}" if iteration is not None else "")
+    links = [f"- [{name}]({store.uri(f'datasets/{name}{path}')}) (Parquet)" for name in ("episodes", "steps")]
+    usage = f"Read them with `datasets.read_pandas(open_store({store.url!r}), 'episodes', filters={where!r})`."
+    create_markdown_artifact(
+        "\n\n".join([title, "\n".join(links), usage]),
+        key="trialforge-data",
+        description="Where this run's episodes and steps are",
+    )
+
+
+def pass_rate_table(episodes: pd.DataFrame) -> list[dict[str, Any]]:
+    if episodes.empty:
+        return []
+    rows = []
+    for (policy, iteration), group in episodes.groupby(["policy", "iteration"], sort=True):
+        ok = group[group["status"] == "ok"]
+        rate = round(float(ok["reward"].mean()), 4) if len(ok) else None
+        rows.append(
+            {"policy": policy, "iteration": int(iteration), "episodes": len(group), "ok": len(ok), "pass_rate": rate}
+        )
+    return rows
+
+
+def error_table(episodes: pd.DataFrame) -> list[dict[str, Any]]:
+    failed = episodes[episodes["status"] != "ok"] if not episodes.empty else episodes
+    if failed.empty:
+        return [{"status": "-", "policy": "-", "episodes": 0, "cause": "every episode ended ok"}]
+    counts = failed.groupby(["status", "policy", "cause"], sort=True).size().reset_index(name="episodes")
+    return counts[["status", "policy", "episodes", "cause"]].to_dict("records")
+
+
+# --- progress ----------------------------------------------------------------------------
+
+ProgressSink = Callable[[str, int, int | None], None]  # (label, done, total); total None: running, uncounted
+_sinks: list[ProgressSink] = []
+
+
+@contextlib.contextmanager
+def progress_sink(sink: ProgressSink) -> Iterator[None]:
+    """Send the progress of long steps run in this process to ``sink`` while the block runs."""
+    _sinks.append(sink)
+    try:
+        yield
+    finally:
+        _sinks.remove(sink)
+
+
+@contextlib.contextmanager
+def track(label: str, total: int | None = None) -> Iterator[Callable[[], None]]:
+    """Report a long step: yields ``advance()`` for each item done; the step shows complete when the block ends."""
+    done = 0
+
+    def emit(count: int, of: int | None) -> None:
+        for sink in list(_sinks):
+            sink(label, count, of)
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        emit(done, total)
+
+    emit(0, total)
+    yield advance
+    emit(total if total is not None else 1, total if total is not None else 1)

@@ -1,0 +1,246 @@
+"""Task quality gates: a task must not reward a wrong fix, give its answer away, or yield to a trivial strategy.
+
+Three audits (``weak_tests``, ``leaks``, ``shortcuts``) look at one task each and ``gate`` turns what they
+found into one ``QualityRecord`` per task and a keep/drop decision. This module is their shared vocabulary:
+
+- the record types. ``tasks/schema.py`` stores a ``QualityRecord`` on the task, so this module imports
+  nothing that imports the task schema (the verifier and the task record are named for type checking only);
+- ``Change``: what a patch does to the base tree, file by file and line by line (added lines, touched
+  lines, hunks that can be applied one at a time);
+- ``Probe``: grading a rewrite of the base tree with the real verifier, counting verifier runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field
+
+from trialforge.tasks.patches import apply_patch, diff_trees, touched_paths
+
+if TYPE_CHECKING:
+    from trialforge.tasks.schema import Task
+    from trialforge.verify.grader import Grader
+
+Gate = Literal["weak_tests", "leaks", "shortcuts"]
+GATES: tuple[Gate, ...] = ("weak_tests", "leaks", "shortcuts")
+LeakKind = Literal["added_line", "new_identifier", "expected_value"]
+LEAK_KINDS: tuple[LeakKind, ...] = ("added_line", "new_identifier", "expected_value")
+HUNK_CONTEXT = 3  # lines of context that separate two hunks, as in ``git diff``
+
+
+# --- the record -------------------------------------------------------------------------------
+
+
+class Attempt(BaseModel):
+    """One candidate diff (a wrong fix, a shortcut, the gold control) and what the real verifier gave it."""
+
+    kind: str  # partial_revert | a mutation family | const_return | a shortcut strategy | gold
+    note: str  # what exactly was changed, for a person reading the record
+    diff: str = ""
+    reward: float | None = None  # None: not graded, or the verifier could not decide
+    status: str = "not_applicable"  # the verdict's status (ok | verifier_error | env_error) or not_applicable
+    reason: str = ""
+
+    @property
+    def scores(self) -> bool:
+        return self.status == "ok" and self.reward == 1.0
+
+    @property
+    def undecided(self) -> bool:
+        return self.status not in ("ok", "not_applicable")
+
+
+class LeakSpan(BaseModel):
+    """Where the statement (or hints) gives part of the answer away: ``text == <field>[start:end]``."""
+
+    field: Literal["problem_statement", "hints"]
+    kind: LeakKind
+    start: int
+    end: int
+    text: str
+    source: str  # what leaked: the gold patch's line, the new identifier or the expected literal
+
+
+class QualityRecord(BaseModel):
+    """Everything the quality gate found about one task, and its verdict."""
+
+    task_id: str
+    gates_run: list[Gate] = Field(default_factory=list)
+    control: Attempt | None = None  # the gold patch through the same verifier: the audits mean nothing without it
+    weak: bool = False
+    mutants: list[Attempt] = Field(default_factory=list)  # every wrong fix graded
+    leaks: list[LeakSpan] = Field(default_factory=list)
+    shortcuts: list[Attempt] = Field(default_factory=list)  # one per strategy of the panel
+    verifier_version: str = ""
+    verifier_runs: int = 0
+    verdict: Literal["pass", "fail"] = "pass"
+    failed_gates: list[str] = Field(default_factory=list)  # gates whose check failed, enforced or not; audit_error
+    reasons: list[str] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def mutants_tried(self) -> int:
+        return len(self.mutants)
+
+    @property
+    def passing_mutants(self) -> list[Attempt]:
+        return [m for m in self.mutants if m.scores]
+
+    @property
+    def solving_shortcuts(self) -> list[Attempt]:
+        return [s for s in self.shortcuts if s.scores]
+
+
+# --- what a patch changes ---------------------------------------------------------------------
+
+Opcode = tuple[str, int, int, int, int]
+
+
+@dataclass(frozen=True)
+class ChangedFile:
+    """One text file a patch changes. ``before``/``after`` is None when the patch creates/deletes it.
+
+    Hunks are the patch's change groups (changes closer than ``HUNK_CONTEXT`` lines form one hunk);
+    ``with_hunks`` applies only some of them, which is how a partial revert of a fix is built.
+    """
+
+    path: str
+    before: str | None
+    after: str | None
+    opcodes: tuple[Opcode, ...]
+    groups: tuple[int, ...]  # the hunk of each opcode; -1 for unchanged runs
+
+    @classmethod
+    def of(cls, path: str, before: str | None, after: str | None) -> ChangedFile:
+        old, new = _lines(before), _lines(after)
+        matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+        opcodes = tuple(matcher.get_opcodes())  # first: get_grouped_opcodes trims the cached list in place
+        hunk_of = {
+            op: number
+            for number, group in enumerate(matcher.get_grouped_opcodes(HUNK_CONTEXT))
+            for op in group
+            if op[0] != "equal"
+        }  # fmt: skip
+        return cls(path, before, after, opcodes, tuple(hunk_of.get(op, -1) for op in opcodes))
+
+    @property
+    def hunks(self) -> int:
+        return max(self.groups, default=-1) + 1
+
+    def hunk_line(self, hunk: int) -> int:
+        """The first line (of ``after``) that ``hunk`` changes: where a person would look."""
+        return next(j1 + 1 for (_, _, _, j1, _), g in zip(self.opcodes, self.groups, strict=True) if g == hunk)
+
+    def added_lines(self) -> frozenset[int]:
+        """1-based lines of ``after`` that the patch adds or rewrites."""
+        return frozenset(j + 1 for (tag, _, _, j1, j2) in self.opcodes if tag != "equal" for j in range(j1, j2))
+
+    def touched_lines(self) -> frozenset[int]:
+        """1-based lines of ``before`` that the patch removes or rewrites, and the line before each insertion."""
+        lines: set[int] = set()
+        for tag, i1, i2, _, _ in self.opcodes:
+            if tag != "equal":
+                lines.update(range(i1 + 1, i2 + 1) if i2 > i1 else [max(i1, 1)])
+        return frozenset(lines)
+
+    def with_hunks(self, keep: set[int]) -> str | None:
+        """The file with only the hunks in ``keep`` applied (None: the file does not exist then)."""
+        everything = set(range(self.hunks))
+        if (self.before is None and not keep & everything) or (self.after is None and everything <= keep):
+            return None
+        old, new = _lines(self.before), _lines(self.after)
+        return "".join(
+            "".join(new[j1:j2] if group in keep else old[i1:i2])
+            for (_, i1, i2, j1, j2), group in zip(self.opcodes, self.groups, strict=True)
+        )
+
+
+@dataclass(frozen=True)
+class Change:
+    """A patch applied to a copy of the base tree: the patched tree and every text file it changed."""
+
+    base: Path
+    tree: Path
+    files: tuple[ChangedFile, ...]
+
+    @classmethod
+    def apply(cls, base: Path, patch: str, dest: Path) -> Change:
+        """Copy ``base`` to ``dest`` and apply ``patch`` there (raises PatchError when it does not apply)."""
+        shutil.copytree(base, dest, symlinks=True)
+        if patch.strip():
+            apply_patch(dest, patch)
+        files = []
+        for path in touched_paths(patch):
+            before, after = _read_text(base / path), _read_text(dest / path)
+            if before != after:
+                files.append(ChangedFile.of(path, before, after))
+        return cls(base, dest, tuple(files))
+
+    def texts(self) -> dict[str, str | None]:
+        """Every changed file's patched text (None: deleted): the patch as whole-file rewrites of the base."""
+        return {f.path: f.after for f in self.files}
+
+    def python_files(self) -> list[ChangedFile]:
+        """The changed Python files that exist after the patch."""
+        return [f for f in self.files if f.after is not None and f.path.endswith(".py")]
+
+
+def _lines(text: str | None) -> list[str]:
+    return text.splitlines(keepends=True) if text else []
+
+
+def _read_text(path: Path) -> str | None:
+    """A regular file's text; None when absent (or binary: the audits reason about text only)."""
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+# --- grading rewrites of the base tree --------------------------------------------------------
+
+
+class Probe:
+    """Grades whole-file rewrites of one task's base tree with the real verifier, counting the runs.
+
+    A rewrite maps paths to new texts (None deletes the file); it goes onto a fresh copy of the base
+    tree and the verifier grades ``diff_trees(base, copy)``, exactly as it grades an agent's work.
+    Not thread-safe: one probe per task.
+    """
+
+    def __init__(self, task: Task, grader: Grader, base: Path, workdir: Path) -> None:
+        self.task = task
+        self.grader = grader
+        self.base = base
+        self.workdir = workdir
+        self.runs = 0
+
+    def diff(self, texts: Mapping[str, str | None]) -> str:
+        tree = self.workdir / f"candidate-{self.runs}"
+        shutil.copytree(self.base, tree, symlinks=True)
+        try:
+            for rel, text in texts.items():
+                path = tree / rel
+                if text is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text, encoding="utf-8")
+            return diff_trees(self.base, tree)
+        finally:
+            shutil.rmtree(tree, ignore_errors=True)
+
+    def grade(self, kind: str, note: str, texts: Mapping[str, str | None]) -> Attempt:
+        diff = self.diff(texts)
+        verdict = self.grader.grade(self.task, diff)
+        self.runs += 1
+        return Attempt(kind=kind, note=note, diff=diff, reward=verdict.reward, status=verdict.status,
+                       reason=verdict.reason)  # fmt: skip

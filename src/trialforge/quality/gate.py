@@ -1,0 +1,140 @@
+"""The quality gate: audit each task, keep one ``QualityRecord`` per task, drop the tasks that fail.
+
+Per task: the gold patch goes through the real verifier first (the control: if it does not score 1,
+no other grading says anything and the task fails with ``audit_error``); then the weak-test audit,
+the leak check and the shortcut audit run as ``cfg.gates`` asks. A gate that finds a problem is named
+in ``failed_gates``; the task is dropped when one of them is in ``cfg.enforce``. A verifier run that
+could not decide (infrastructure fault, verifier error) also fails the task as ``audit_error``: an
+unaudited task is not a passed one, and the funnel says which it was so a rerun can pick it up.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from trialforge.errors import ConfigError, PatchError
+from trialforge.funnel import Funnel
+from trialforge.quality import GATES, LEAK_KINDS, Attempt, Change, Gate, LeakKind, Probe, QualityRecord
+from trialforge.quality.leaks import find_leaks
+from trialforge.quality.shortcuts import audit_shortcuts
+from trialforge.quality.weak_tests import audit_tests
+from trialforge.tasks.schema import Task
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.verify.grader import VERIFIER_VERSION, Grader
+
+log = logging.getLogger(__name__)
+
+AUDIT_ERROR = "audit_error"
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    max_mutants: int = 8  # wrong fixes graded per task (each is one verifier run)
+    seed: int = 0  # the order in which mutation families are sampled
+    gates: tuple[Gate, ...] = GATES  # audits that run (and are recorded)
+    enforce: tuple[Gate, ...] = GATES  # of the gates that run, those whose failure drops the task (to keep weak
+    # tasks, with their record saying so, leave weak_tests out)
+    leak_kinds: tuple[LeakKind, ...] = LEAK_KINDS
+    concurrency: int = 1  # tasks audited at once (each audit grades one candidate at a time)
+
+    def __post_init__(self) -> None:
+        unknown = sorted({*self.gates, *self.enforce} - set(GATES)) + sorted(set(self.leak_kinds) - set(LEAK_KINDS))
+        if unknown:
+            raise ConfigError(f"unknown quality gates or leak kinds {unknown}; known: {GATES}, {LEAK_KINDS}")
+        if self.max_mutants < 0 or self.concurrency < 1:
+            raise ConfigError(f"quality.max_mutants must be >= 0 and concurrency >= 1, got {self}")
+
+
+def run_quality_gate(
+    tasks: list[Task], grader: Grader, snapshots: SnapshotStore, cfg: QualityConfig
+) -> tuple[list[Task], dict[str, QualityRecord], Funnel]:
+    """Audit every task (``cfg.concurrency`` at a time); return the kept tasks, every record by task id, the funnel."""
+
+    def one(task: Task) -> QualityRecord:
+        return audit_task(task, grader, snapshots, cfg)
+
+    with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
+        records = list(pool.map(one, tasks))
+    funnel = Funnel("quality")
+    kept = []
+    for task, record in zip(tasks, records, strict=True):
+        if record.verdict == "pass":
+            funnel.keep()
+            kept.append(task)
+        else:
+            blocking = [g for g in record.failed_gates if g == AUDIT_ERROR or g in cfg.enforce]
+            funnel.drop(task.task_id, blocking[0], "; ".join(record.reasons))
+    return kept, {r.task_id: r for r in records}, funnel
+
+
+def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: QualityConfig) -> QualityRecord:
+    """Run ``cfg.gates`` on one task and judge it."""
+    start = time.monotonic()
+    record = QualityRecord(task_id=task.task_id, gates_run=list(cfg.gates), verifier_version=VERIFIER_VERSION)
+    with tempfile.TemporaryDirectory(prefix="tf-quality-") as tmp:
+        base = snapshots.materialize(task.snapshot)
+        try:
+            gold = Change.apply(base, task.gold_patch, Path(tmp) / "gold")
+            tests = Change.apply(base, task.test_patch, Path(tmp) / "tests")
+        except PatchError as exc:
+            return _judged(record, [f"{AUDIT_ERROR}: {exc}"], cfg, start)
+        if "leaks" in cfg.gates:
+            record.leaks = find_leaks(task, gold, tests, cfg.leak_kinds)
+        if {"weak_tests", "shortcuts"} & set(cfg.gates):
+            probe = Probe(task, grader, base, Path(tmp))
+            record.control = probe.grade("gold", "the gold patch", gold.texts())
+            if record.control.scores:
+                if "weak_tests" in cfg.gates:
+                    record.mutants = audit_tests(gold, probe, max_mutants=cfg.max_mutants, seed=cfg.seed)
+                if "shortcuts" in cfg.gates:
+                    record.shortcuts = audit_shortcuts(gold, probe)
+            record.verifier_runs = probe.runs
+    return _judged(record, _problems(record), cfg, start)
+
+
+def _problems(record: QualityRecord) -> list[str]:
+    """One ``gate: what was wrong`` line per failed check."""
+    problems = []
+    control = record.control
+    if control is not None and not control.scores:
+        problems.append(f"{AUDIT_ERROR}: the gold patch does not score 1 with the verifier "
+                        f"(reward {control.reward}, {control.status}: {control.reason})")  # fmt: skip
+    undecided = [a for a in [*record.mutants, *record.shortcuts] if a.undecided]
+    if undecided:
+        problems.append(f"{AUDIT_ERROR}: {len(undecided)} verifier run(s) did not decide, e.g. "
+                        f"{undecided[0].kind}: {undecided[0].status}: {undecided[0].reason}")  # fmt: skip
+    record.weak = bool(record.passing_mutants)
+    if record.weak:
+        shown = "; ".join(_label(m) for m in record.passing_mutants[:3])
+        problems.append(f"weak_tests: {len(record.passing_mutants)} of {record.mutants_tried} wrong fixes "
+                        f"score 1 ({shown})")  # fmt: skip
+    if record.leaks:
+        shown = "; ".join(f"{s.kind} {s.text!r} at {s.field}[{s.start}:{s.end}]" for s in record.leaks[:3])
+        problems.append(f"leaks: {len(record.leaks)} span(s) give the answer away ({shown})")
+    if record.solving_shortcuts:
+        problems.append(f"shortcuts: {', '.join(s.kind for s in record.solving_shortcuts)} score 1")
+    return problems
+
+
+def _label(attempt: Attempt) -> str:
+    return f"{attempt.kind}: {attempt.note}"
+
+
+def _judged(record: QualityRecord, problems: list[str], cfg: QualityConfig, start: float) -> QualityRecord:
+    failed = list(dict.fromkeys(p.split(":", 1)[0] for p in problems))
+    record.failed_gates = failed
+    record.reasons = problems
+    blocking = [g for g in failed if g == AUDIT_ERROR or g in cfg.enforce]
+    record.verdict = "fail" if blocking else "pass"
+    record.duration_s = round(time.monotonic() - start, 3)
+    log.info(
+        "quality audit",
+        extra={"task_id": record.task_id, "verdict": record.verdict, "failed_gates": failed,
+               "verifier_runs": record.verifier_runs},
+    )  # fmt: skip
+    return record

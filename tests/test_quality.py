@@ -1,0 +1,205 @@
+"""The quality gate on hand-made tasks, graded by the real verifier in bubblewrap sandboxes.
+
+Each task is a tiny repository: a base tree (the bug), a fixed tree (the gold patch is their diff) and
+the tests the task adds. Every bad task fails exactly the gate built to catch it; the sound one passes all.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trialforge.quality import Change
+from trialforge.quality.gate import QualityConfig, run_quality_gate
+from trialforge.quality.shortcuts import PANEL
+from trialforge.sandbox.base import Limits
+from trialforge.store.objstore import open_store
+from trialforge.tasks.patches import diff_trees
+from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.verify.grader import Grader
+
+PRICING = '''"""Prices."""
+
+
+def total(prices):
+    return sum(prices)
+
+
+def discount(price, percent):
+    return price - price * percent / 100
+
+
+def clamp(value, low, high):
+    """``value`` limited to ``low..high``."""
+    return max(low, min(value, high))
+'''
+BUGGY_DISCOUNT = PRICING.replace("price - price * percent / 100", "price - percent")
+PERCENT_HELPER = PRICING.replace(
+    "def discount(price, percent):\n    return price - price * percent / 100",
+    "def _percent_of(amount, percent):\n    return amount * percent / 100\n\n\n"
+    "def discount(price, percent):\n    return price - _percent_of(price, percent)",
+)
+DISCOUNT_TESTS = (
+    "from shop.pricing import discount\n\n\n"
+    "def test_discount_takes_a_share_of_the_price():\n"
+    "    assert discount(10, 15) == 8.5\n"
+    "    assert discount(200, 10) == 180\n"
+)
+EXISTING_TESTS = {
+    "tests/test_total.py": "from shop.pricing import total\n\n\ndef test_total():\n    assert total([1]) == 1\n"
+}
+
+
+@pytest.fixture(scope="module")
+def world(bwrap_backend, base_image, tmp_path_factory):
+    root = tmp_path_factory.mktemp("quality")
+    snapshots = SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
+    grader = Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits(), test_timeout_s=60)
+    return root, snapshots, grader
+
+
+def make_task(world, name: str, base: dict[str, str], fixed: dict[str, str], tests: dict[str, str],
+              statement: str, fail_to_pass: list[str], pass_to_pass: list[str] = ()) -> Task:  # fmt: skip
+    """A task whose gold patch turns ``base`` into ``fixed`` and whose test patch adds ``tests``."""
+    root, snapshots, _ = world
+    trees = {kind: root / name / kind for kind in ("base", "fixed", "tested")}
+    for kind, files in (("base", base), ("fixed", {**base, **fixed}), ("tested", {**base, **tests})):
+        for rel, text in {"shop/__init__.py": "", **files}.items():
+            (trees[kind] / rel).parent.mkdir(parents=True, exist_ok=True)
+            (trees[kind] / rel).write_text(text)
+    return Task(
+        task_id=name,
+        source=Source(kind="synthetic", ref="test"),
+        repo="shop",
+        snapshot=snapshots.put(trees["base"]),
+        problem_statement=statement,
+        gold_patch=diff_trees(trees["base"], trees["fixed"]),
+        test_patch=diff_trees(trees["base"], trees["tested"]),
+        fail_to_pass=fail_to_pass,
+        pass_to_pass=list(pass_to_pass),
+    )
+
+
+def gate(world, tasks: list[Task], **cfg):
+    _, snapshots, grader = world
+    return run_quality_gate(tasks, grader, snapshots, QualityConfig(**cfg))
+
+
+def test_partial_hunks_apply_only_the_chosen_changes(tmp_path):
+    """The building block of partial reverts: a two-hunk fix applied one hunk at a time."""
+    base, fixed = tmp_path / "base", tmp_path / "fixed"
+    for tree, text in ((base, PRICING.replace("sum(prices)", "sum(prices[1:])").replace("value, high", "value, low")),
+                       (fixed, PRICING)):  # fmt: skip
+        (tree / "shop").mkdir(parents=True)
+        (tree / "shop" / "pricing.py").write_text(text)
+    change = Change.apply(base, diff_trees(base, fixed), tmp_path / "gold")
+    (changed,) = change.files
+    assert changed.hunks == 2
+    only_second = changed.with_hunks({1})
+    assert "sum(prices[1:])" in only_second and "min(value, high)" in only_second
+    assert changed.with_hunks({0, 1}) == PRICING and changed.with_hunks(set()) == changed.before
+    assert changed.added_lines() == {5, 14}
+
+
+def test_a_wrong_fix_that_passes_weak_tests_is_caught(world):
+    """The fix repairs total() and clamp(); the tests cover clamp() only, so leaving total() broken passes."""
+    base = PRICING.replace("sum(prices)", "sum(prices[1:])").replace("min(value, high)", "min(value, low)")
+    task = make_task(
+        world, "weak", {"shop/pricing.py": base}, {"shop/pricing.py": PRICING},
+        {"tests/test_clamp.py": "from shop.pricing import clamp\n\n\ndef test_clamp():\n"
+                                "    assert clamp(5, 0, 3) == 3\n"},
+        "total() skips the first price and clamp() never returns more than its lower bound.",
+        ["tests/test_clamp.py::test_clamp"],
+    )  # fmt: skip
+    kept, records, funnel = gate(world, [task], gates=("weak_tests",), max_mutants=2)
+    record = records["weak"]
+    assert kept == [] and funnel.dropped == {"weak_tests": 1}
+    assert record.weak and record.verdict == "fail" and record.control.scores
+    (passing,) = record.passing_mutants
+    assert passing.kind == "partial_revert" and "shop/pricing.py:5" in passing.note
+    assert "+    return max(low, min(value, high))" in passing.diff and "sum(prices)" not in passing.diff
+    assert record.verifier_runs == 1 + record.mutants_tried == 3
+
+
+def test_a_statement_that_quotes_the_fix_is_caught_with_spans(world):
+    statement = (
+        "discount() subtracts the percentage itself: discount(10, 15) gives -5, not 8.5.\n"
+        "Any amount is affected. Suggested fix: add a helper `_percent_of` that does\n\n"
+        "    return amount * percent / 100\n\nand subtract that from the price."
+    )
+    task = make_task(
+        world, "leaky", {"shop/pricing.py": BUGGY_DISCOUNT}, {"shop/pricing.py": PERCENT_HELPER},
+        {"tests/test_discount.py": DISCOUNT_TESTS}, statement,
+        ["tests/test_discount.py::test_discount_takes_a_share_of_the_price"],
+    )  # fmt: skip
+    kept, records, funnel = gate(world, [task], gates=("leaks",))
+    record = records["leaky"]
+    assert kept == [] and funnel.dropped == {"leaks": 1} and record.verifier_runs == 0
+    found = {(s.kind, s.text) for s in record.leaks}
+    assert found == {
+        ("expected_value", "8.5"),
+        ("new_identifier", "_percent_of"),
+        ("added_line", "return amount * percent / 100"),
+    }  # "amount" is new too, but written as prose it is not code
+    assert all(statement[s.start : s.end] == s.text and s.field == "problem_statement" for s in record.leaks)
+
+
+def test_a_task_a_constant_solves_is_caught_and_a_sound_task_passes_every_gate(world):
+    shortcut = make_task(
+        world, "shortcut",
+        {"shop/numbers.py": "def is_even(n):\n    return n % 2 == 1\n"},
+        {"shop/numbers.py": "def is_even(n):\n    return n % 2 == 0\n"},
+        {"tests/test_numbers.py": "from shop.numbers import is_even\n\n\n"
+                                  "def test_even():\n    assert is_even(4)\n    assert is_even(10)\n"},
+        "is_even(4) is False.", ["tests/test_numbers.py::test_even"],
+    )  # fmt: skip
+    sound = make_task(
+        world, "sound", {"shop/pricing.py": BUGGY_DISCOUNT, **EXISTING_TESTS}, {"shop/pricing.py": PRICING},
+        {"tests/test_discount.py": DISCOUNT_TESTS},
+        "discount(10, 15) returns -5: it subtracts the percentage instead of that share of the price.",
+        ["tests/test_discount.py::test_discount_takes_a_share_of_the_price"], ["tests/test_total.py::test_total"],
+    )  # fmt: skip
+    kept, records, funnel = gate(world, [shortcut, sound], max_mutants=2, concurrency=2)
+    bad, good = records["shortcut"], records["sound"]
+    assert bad.verdict == "fail" and "shortcuts" in bad.failed_gates
+    assert [s.kind for s in bad.solving_shortcuts] == ["return_true"]
+    assert "+    return True" in bad.solving_shortcuts[0].diff
+    (drop,) = funnel.details
+    assert drop["ref"] == "shortcut" and drop["reason"] in bad.failed_gates
+    assert kept == [sound]
+    assert good.verdict == "pass" and good.failed_gates == [] and not good.weak and good.leaks == []
+    assert [s.kind for s in good.shortcuts] == list(PANEL) and not good.solving_shortcuts
+    assert all(s.status == "ok" for s in good.shortcuts)
+    assert good.mutants_tried == 2 and not good.passing_mutants
+    assert good.verifier_runs == 1 + 2 + len(PANEL)
+
+
+def test_a_gold_patch_that_does_not_apply_is_an_audit_error(world):
+    task = make_task(
+        world,
+        "broken",
+        {"shop/pricing.py": BUGGY_DISCOUNT},
+        {"shop/pricing.py": PRICING},
+        {"tests/test_discount.py": DISCOUNT_TESTS},
+        "discount() is wrong.",
+        ["tests/x.py::test"],
+    )
+    task = task.model_copy(update={"gold_patch": task.gold_patch.replace("price - percent", "price + percent")})
+    kept, records, funnel = gate(world, [task], gates=("leaks",))
+    assert kept == [] and funnel.dropped == {"audit_error": 1} and records["broken"].verdict == "fail"
+
+
+def test_rewrites_by_the_shortcut_panel_keep_the_file_valid(tmp_path):
+    """Every strategy turns a multi-line function (docstring, multi-line string) into code that compiles."""
+    from trialforge.quality.shortcuts import rewrite_functions
+
+    source = 'def f(x):\n    """Doc."""\n    text = """a\nb"""\n    if x:\n        return text\n    return None\n'
+    for name, rewrite in PANEL.items():
+        if rewrite is None:
+            continue
+        result = rewrite_functions(source, [5], rewrite)
+        assert result is not None and result[1] == ["f"], name
+        compile(result[0], name, "exec")
+        assert '"""Doc."""' in result[0]
+    swallowed, _ = rewrite_functions(source, [5], PANEL["swallow_exceptions"])
+    assert '        text = """a\nb"""\n' in swallowed and "    except Exception:\n        pass\n" in swallowed
