@@ -42,7 +42,6 @@ def rollout(
         iteration=iteration,
         shards=len(plan),
         skipped=len(plan) - len(todo),
-        episodes=sum(r.episodes for r in reports),
         wall_s=wall_s,
-        work_s=round(sum(r.work_s for r in reports), 4),
+        reports=reports,
     )

@@ -110,9 +110,9 @@ def prefect_env(prefect_server_process: PrefectServer) -> dict[str, str]:
     return {**os.environ, **prefect_server_process.env}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def prefect_api(prefect_server_process: PrefectServer) -> Iterator[str]:
-    """Point this process's Prefect at the session's server (and its PREFECT_HOME) while a test runs."""
+    """Point this process's Prefect at the session's server (and its PREFECT_HOME) for a test module."""
     from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
 
     with temporary_settings(

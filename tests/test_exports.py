@@ -52,11 +52,13 @@ EPISODE_RUNTIME = {
 
 def record(
     run: str, iteration: int, task: Task, policy: str, version: str, calls: list, *, status: str = "ok",
-    reward: float | None = 1.0,
+    reward: float | None = 1.0, said: str = "",
 ) -> EpisodeRecord:  # fmt: skip
+    """``said``: the text an LLM policy sends with each call (stored in the step's info, as OpenAIPolicy does)."""
     episode_id = f"ep-{run}-{iteration}-{task.task_id.split('/')[1]}-{policy}-0"
+    info = json.dumps({"content": said} if said else {"choice": 1})
     steps = [
-        StepRecord(run, iteration, episode_id, i, tool, json.dumps(args), obs, **STEP_TIMINGS, logprob=None, info="{}")
+        StepRecord(run, iteration, episode_id, i, tool, json.dumps(args), obs, **STEP_TIMINGS, logprob=-0.5, info=info)
         for i, (tool, args, obs) in enumerate(calls)
     ]
     return EpisodeRecord(
@@ -73,7 +75,7 @@ RUN = [
     record("r1", 0, t1, "noop", "scripted", [SUBMIT], reward=0.0),
     record("r1", 0, t1, "repair", "v0", [LOOK, FIX, SUBMIT]),
     record("r1", 0, t2, "repair", "v0", [LOOK], status="env_error", reward=None),
-    record("r1", 1, t1, "repair", "v1", [LOOK, FIX, SUBMIT], reward=0.0),
+    record("r1", 1, t1, "repair", "v1", [LOOK, FIX, SUBMIT], reward=0.0, said="Checking m.py first."),
     record("r2", 0, t2, "gold", "scripted", [FIX, SUBMIT]),
 ]
 OK = [e for e in RUN if e.status == "ok"]
@@ -122,6 +124,7 @@ def assert_conversation(messages: list[dict], episode: EpisodeRecord, task: Task
     assert len(turns) == 2 * len(episode.step_rows)
     for step, call, result in zip(episode.step_rows, turns[::2], turns[1::2], strict=True):
         assert call["role"] == "assistant" and len(call["tool_calls"]) == 1
+        assert call["content"] == json.loads(step.info).get("content", "")
         tool_call = call["tool_calls"][0]
         assert tool_call["type"] == "function" and tool_call["function"]["name"] == step.tool
         assert json.loads(tool_call["function"]["arguments"]) == json.loads(step.args)
@@ -184,6 +187,18 @@ def test_trl_prompt_completion_and_messages_layouts(store: ObjectStore) -> None:
 def test_an_unknown_trl_layout_is_refused(run_store: ObjectStore) -> None:
     with pytest.raises(StoreError, match=r"unknown TRL layout 'chat'.*messages.*prompt_completion"):
         exports.export_trl(run_store, "x", layout="chat")  # type: ignore[arg-type]
+
+
+def test_a_system_prompt_opens_every_conversation_and_belongs_to_the_prompt(run_store: ObjectStore) -> None:
+    system = "You fix bugs by calling tools."
+    selection = query.Selection(runs=("r1",), iterations=(1,))
+    (trl,) = read_back(run_store, exports.export_trl(run_store, "sys", selection, system_prompt=system))
+    (verl,) = read_back(run_store, exports.export_verl(run_store, "sys", selection, system_prompt=system))
+    opening = {"role": "user", "content": exports.opening(t1.problem_statement)}
+    assert trl["prompt"] == verl["prompt"] == [{"role": "system", "content": system}, opening]
+    assert [m["role"] for m in trl["completion"]] == ["assistant", "tool"] * 3
+    assert trl["completion"][0]["content"] == "Checking m.py first."
+    assert [m["content"] for m in verl["messages"][:2]] == [system, opening["content"]]
 
 
 # --- selection, tasks, idempotence -----------------------------------------------------------

@@ -144,6 +144,25 @@ def test_a_statement_that_quotes_the_fix_is_caught_with_spans(world):
     assert all(statement[s.start : s.end] == s.text and s.field == "problem_statement" for s in record.leaks)
 
 
+def test_an_expected_value_the_test_also_feeds_in_is_not_a_leak(world):
+    """Showing the input "Café Olé" gives nothing away; the output "cafe-ole-2" does."""
+    tests = (
+        'from shop.slug import slug\n\nTITLE = "Café Olé"\n\n\n'
+        "def test_slug():\n"
+        '    assert slug(TITLE, taken=False) == "Café Olé"\n'
+        '    assert slug(TITLE, taken=True) == "cafe-ole-2"\n'
+    )
+    task = make_task(
+        world, "inputs", {"shop/slug.py": "def slug(title, taken):\n    return title\n"},
+        {"shop/slug.py": "def slug(title, taken):\n    return 'cafe-ole-2' if taken else title\n"},
+        {"tests/test_slug.py": tests},
+        'slug("Café Olé", taken=True) should be "cafe-ole-2" when "Café Olé" is taken.',
+        ["tests/test_slug.py::test_slug"],
+    )  # fmt: skip
+    _, records, _ = gate(world, [task], gates=("leaks",))
+    assert [(s.kind, s.text) for s in records["inputs"].leaks] == [("expected_value", "cafe-ole-2")]
+
+
 def test_a_task_a_constant_solves_is_caught_and_a_sound_task_passes_every_gate(world):
     shortcut = make_task(
         world, "shortcut",

@@ -57,6 +57,27 @@ def run(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = []) -> None:  # 
     flow(params_path=str(params), overrides=_overrides(set_))
 
 
+@app.command()
+def export(
+    fmt: Annotated[str, typer.Argument(help="verl | trl")],
+    name: Annotated[str, typer.Argument(help="export name (datasets/FORMAT/export=NAME)")],
+    run_id: Annotated[list[str], typer.Option("--run", help="runs to include (default: all)")] = [],  # noqa: B006
+    policy: Annotated[list[str], typer.Option("--policy", help="policies to include (default: all)")] = [],  # noqa: B006
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Export ok episodes as verl- or TRL-style Parquet in the object store."""
+    from trialforge.runtime import store_url
+    from trialforge.store import exports, query
+    from trialforge.store.objstore import open_store
+
+    if fmt not in ("verl", "trl"):
+        raise typer.BadParameter(f"format must be verl or trl, not {fmt!r}")
+    store = open_store(store_url(load_params(params)))
+    selection = query.Selection(runs=tuple(run_id), policies=tuple(policy))
+    done = (exports.export_verl if fmt == "verl" else exports.export_trl)(store, name, selection)
+    typer.echo(f"{done.rows} episodes -> {done.uri}")
+
+
 @image_app.command("build")
 def image_build() -> None:
     """Build the base sandbox image from Debian packages (once per machine)."""

@@ -40,14 +40,36 @@ class StageResult(BaseModel):
     funnels: list[dict[str, Any]]
 
 
+class ShardReport(BaseModel):
+    """One shard's outcome, timed from when it held its sandbox slots to when its part was published."""
+
+    shard_id: str
+    episodes: int
+    statuses: dict[str, int]
+    started_at: float  # epoch seconds
+    finished_at: float
+
+    @property
+    def work_s(self) -> float:
+        return self.finished_at - self.started_at
+
+
 class RolloutResult(BaseModel):
     run_id: str
     iteration: int
     shards: int
     skipped: int  # already published by an earlier attempt of this run
-    episodes: int  # run by this flow
-    wall_s: float  # the flow's rollout, start to finish
-    work_s: float  # summed inside the shards: the rest of wall_s is orchestration (or idle)
+    wall_s: float  # the flow's rollout, from starting its task runner to the last shard's report
+    reports: list[ShardReport]  # of the shards this flow ran, in plan order
+
+    @property
+    def episodes(self) -> int:
+        return sum(r.episodes for r in self.reports)
+
+    @property
+    def work_s(self) -> float:
+        """Summed inside the shards: with one shard at a time, the rest of ``wall_s`` is orchestration."""
+        return sum(r.work_s for r in self.reports)
 
 
 class TrainResult(BaseModel):

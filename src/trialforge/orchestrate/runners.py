@@ -44,8 +44,8 @@ from prefect.tasks import exponential_backoff
 
 from trialforge.config import Params
 from trialforge.errors import ConfigError, SandboxError, StoreError
-from trialforge.orchestrate import Runner
-from trialforge.orchestrate.shards import RepairState, Shard, ShardReport, execute_shard
+from trialforge.orchestrate import Runner, ShardReport
+from trialforge.orchestrate.shards import RepairState, Shard, execute_shard
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, open_runtime
 from trialforge.store import datasets

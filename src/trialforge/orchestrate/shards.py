@@ -25,7 +25,7 @@ from dataclasses import astuple, dataclass, fields
 
 from trialforge.config import Params
 from trialforge.errors import ConfigError
-from trialforge.orchestrate import TrainResult
+from trialforge.orchestrate import ShardReport, TrainResult
 from trialforge.pipeline import make_policies, store_episodes
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout
@@ -126,14 +126,6 @@ class RepairState:
         return RepairPolicy(list(self.weights) if self.weights is not None else None, version=f"v{self.version}")
 
 
-@dataclass(frozen=True)
-class ShardReport:
-    shard_id: str
-    episodes: int
-    statuses: dict[str, int]
-    work_s: float  # inside the shard: policies, sandboxes, grading and the store write
-
-
 def _rollout(rt: Runtime, lineage: Lineage) -> Rollout:
     rp, sp = rt.params.rollout, rt.params.sandbox
     return Rollout(
@@ -156,7 +148,7 @@ def _rollout(rt: Runtime, lineage: Lineage) -> Rollout:
 
 def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairState, lineage: Lineage) -> ShardReport:
     """Run the shard's episodes, ``sandbox.concurrency`` at a time, and publish them as part ``shard.id``."""
-    start = time.monotonic()
+    started = time.time()
     by_id = {t.task_id: t for t in tasks}
     missing = sorted(set(shard.task_ids()) - set(by_id))
     if missing:
@@ -171,7 +163,9 @@ def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairSt
     store_episodes(rt, episodes, lineage, part=shard.id)
     statuses = dict(Counter(e.status for e in episodes))
     log.info("shard published", extra={"shard": shard.id, "episodes": len(episodes), "statuses": statuses})
-    return ShardReport(shard.id, len(episodes), statuses, round(time.monotonic() - start, 4))
+    return ShardReport(
+        shard_id=shard.id, episodes=len(episodes), statuses=statuses, started_at=started, finished_at=time.time()
+    )
 
 
 # --- around the shards: task sets in, episodes and checkpoints out -----------------------

@@ -12,6 +12,7 @@ found into one ``QualityRecord`` per task and a keep/drop decision. This module 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import shutil
 from collections.abc import Mapping
@@ -46,6 +47,7 @@ class Attempt(BaseModel):
     reward: float | None = None  # None: not graded, or the verifier could not decide
     status: str = "not_applicable"  # the verdict's status (ok | verifier_error | env_error) or not_applicable
     reason: str = ""
+    duration_s: float = 0.0
 
     @property
     def scores(self) -> bool:
@@ -79,6 +81,7 @@ class QualityRecord(BaseModel):
     shortcuts: list[Attempt] = Field(default_factory=list)  # one per strategy of the panel
     verifier_version: str = ""
     verifier_runs: int = 0
+    candidate_timeout_s: float | None = None  # the test timeout wrong fixes and shortcuts ran under
     verdict: Literal["pass", "fail"] = "pass"
     failed_gates: list[str] = Field(default_factory=list)  # gates whose check failed, enforced or not; audit_error
     reasons: list[str] = Field(default_factory=list)
@@ -223,6 +226,16 @@ class Probe:
         self.workdir = workdir
         self.runs = 0
 
+    def limit_tests(self, timeout_s: float) -> float:
+        """Grade from now on with at most ``timeout_s`` for the test run; returns the timeout in force.
+
+        A wrong fix that loops forever fails its tests either way; waiting the verifier's full timeout
+        for it only burns time. The caller derives the limit from how long the gold patch took.
+        """
+        limit = min(self.grader.test_timeout_s, timeout_s)
+        self.grader = dataclasses.replace(self.grader, test_timeout_s=limit)
+        return limit
+
     def diff(self, texts: Mapping[str, str | None]) -> str:
         tree = self.workdir / f"candidate-{self.runs}"
         shutil.copytree(self.base, tree, symlinks=True)
@@ -243,4 +256,4 @@ class Probe:
         verdict = self.grader.grade(self.task, diff)
         self.runs += 1
         return Attempt(kind=kind, note=note, diff=diff, reward=verdict.reward, status=verdict.status,
-                       reason=verdict.reason)  # fmt: skip
+                       reason=verdict.reason, duration_s=verdict.duration_s)  # fmt: skip

@@ -41,13 +41,18 @@ class QualityConfig:
     # tasks, with their record saying so, leave weak_tests out)
     leak_kinds: tuple[LeakKind, ...] = LEAK_KINDS
     concurrency: int = 1  # tasks audited at once (each audit grades one candidate at a time)
+    # Wrong fixes and shortcuts get this many times the gold control's grading time for their tests (at least
+    # min_timeout_s, at most the verifier's own timeout): one that hangs has failed, whenever it is stopped.
+    timeout_factor: float = 10.0
+    min_timeout_s: float = 20.0
 
     def __post_init__(self) -> None:
         unknown = sorted({*self.gates, *self.enforce} - set(GATES)) + sorted(set(self.leak_kinds) - set(LEAK_KINDS))
         if unknown:
             raise ConfigError(f"unknown quality gates or leak kinds {unknown}; known: {GATES}, {LEAK_KINDS}")
-        if self.max_mutants < 0 or self.concurrency < 1:
-            raise ConfigError(f"quality.max_mutants must be >= 0 and concurrency >= 1, got {self}")
+        if self.max_mutants < 0 or self.concurrency < 1 or self.timeout_factor < 1 or self.min_timeout_s <= 0:
+            raise ConfigError(f"quality needs max_mutants >= 0, concurrency >= 1, timeout_factor >= 1 and "
+                              f"min_timeout_s > 0; got {self}")  # fmt: skip
 
 
 def run_quality_gate(
@@ -89,6 +94,8 @@ def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: Qualit
             probe = Probe(task, grader, base, Path(tmp))
             record.control = probe.grade("gold", "the gold patch", gold.texts())
             if record.control.scores:
+                limit = max(cfg.min_timeout_s, cfg.timeout_factor * record.control.duration_s)
+                record.candidate_timeout_s = probe.limit_tests(limit)
                 if "weak_tests" in cfg.gates:
                     record.mutants = audit_tests(gold, probe, max_mutants=cfg.max_mutants, seed=cfg.seed)
                 if "shortcuts" in cfg.gates:

@@ -73,7 +73,8 @@ def find_leaks(task: Task, gold: Change, tests: Change, kinds: Iterable[LeakKind
 
 
 def scan(field: Literal["problem_statement", "hints"], text: str, needles: list[Needle]) -> list[LeakSpan]:
-    """The matches of ``needles`` in ``text``, in order of position."""
+    """The matches of ``needles`` in ``text``, in order of position; a match inside a longer one of the
+    same kind is the same leak (``100.00`` within ``-100.00``) and is not reported twice."""
     if not text:
         return []
     code = [m.span() for m in _CODE_REGIONS.finditer(text)]
@@ -85,7 +86,12 @@ def scan(field: Literal["problem_statement", "hints"], text: str, needles: list[
                 continue
             spans.append(LeakSpan(field=field, kind=needle.kind, start=start, end=end, text=match.group(),
                                   source=needle.source))  # fmt: skip
-    return sorted(spans, key=lambda s: (s.start, s.end, s.kind))
+    outer = [
+        s for s in spans
+        if not any(o.kind == s.kind and o.start <= s.start and s.end <= o.end and o.end - o.start > s.end - s.start
+                   for o in spans)
+    ]  # fmt: skip
+    return sorted(outer, key=lambda s: (s.start, s.end, s.kind))
 
 
 # --- added lines ------------------------------------------------------------------------------
@@ -232,24 +238,35 @@ def expected_value_needles(tests: Change, fail_to_pass: list[str]) -> list[Needl
     return list(values.values())
 
 
-def _expected_literals(changed: ChangedFile, qualname: list[str]) -> Iterator[str]:
-    """Non-trivial literals on the right of ``==`` in the added asserts of test ``qualname``."""
+def _expected_literals(changed: ChangedFile, qualname: list[str]) -> list[str]:
+    """Non-trivial literals on the right of ``==`` in the added asserts of test ``qualname`` that the test
+    file never feeds in: a value that is also an input (``"Café Olé"`` in a CSV row the test loads) is not
+    the answer, and a statement that shows it gives nothing away."""
     try:
         tree = ast.parse(changed.after or "")
     except SyntaxError:
-        return
+        return []
     test = _find_def(tree.body, qualname)
     if test is None:
-        return
+        return []
     added = changed.added_lines()
-    for node in ast.walk(test):
-        if not (isinstance(node, ast.Assert) and node.lineno in added and isinstance(node.test, ast.Compare)):
-            continue
-        operands = [node.test.left, *node.test.comparators]
-        for i, op in enumerate(node.test.ops):
-            if isinstance(op, ast.Eq):
-                inputs = set(_literals(operands[i], anywhere=True))
-                yield from (v for v in _literals(operands[i + 1], anywhere=False) if v not in inputs)
+    expected_sides = [side for node in ast.walk(tree) for side in _expected_sides(node, added)]
+    in_expected = {id(sub) for side in expected_sides for sub in ast.walk(side)}
+    inputs = [
+        text for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.lineno in added and id(node) not in in_expected
+        and (text := _literal_text(node.value)) is not None
+    ]  # fmt: skip
+    found = [v for node in ast.walk(test) for side in _expected_sides(node, added) for v in _literals(side)]
+    return [v for v in dict.fromkeys(found) if not any(v in given for given in inputs)]
+
+
+def _expected_sides(node: ast.AST, added: frozenset[int]) -> list[ast.expr]:
+    """The right-hand operands of ``==`` in an ``assert`` on an added line."""
+    if not (isinstance(node, ast.Assert) and node.lineno in added and isinstance(node.test, ast.Compare)):
+        return []
+    operands = [node.test.left, *node.test.comparators]
+    return [operands[i + 1] for i, op in enumerate(node.test.ops) if isinstance(op, ast.Eq)]
 
 
 def _find_def(body: list[ast.stmt], qualname: list[str]) -> ast.AST | None:
@@ -263,31 +280,20 @@ def _find_def(body: list[ast.stmt], qualname: list[str]) -> ast.AST | None:
     return None
 
 
-def _literals(node: ast.AST, *, anywhere: bool) -> Iterator[str]:
-    """The non-trivial literal values of an expression, as text.
-
-    ``anywhere``: every constant inside it (the inputs of an assertion); otherwise only a literal
-    expected value: a constant, ``-number``, a one-argument constructor of a constant, or a
-    list/tuple/set of those.
-    """
-    if anywhere:
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Constant) and (text := _literal_text(sub.value)) is not None:
-                yield text
+def _literals(node: ast.AST) -> Iterator[str]:
+    """A literal expected value as text: a constant, ``-number``, a one-argument constructor of a constant
+    (``Decimal("0.13")``), or a list/tuple/set of those; trivial values are left out."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        for element in node.elts:
+            yield from _literals(element)
         return
-    if isinstance(node, ast.Constant):
-        text = _literal_text(node.value)
-    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        node = node.args[0]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
         value = node.operand.value
         text = _literal_text(-value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-    elif isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
-        text = _literal_text(node.args[0].value) if isinstance(node.args[0], ast.Constant) else None
-    elif isinstance(node, ast.List | ast.Tuple | ast.Set):
-        for element in node.elts:
-            yield from _literals(element, anywhere=False)
-        return
     else:
-        return
+        text = _literal_text(node.value) if isinstance(node, ast.Constant) else None
     if text is not None:
         yield text
 

@@ -81,6 +81,14 @@ TOOLS: list[dict[str, Any]] = [
 TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOLS)
 
 
+def opening(problem_statement: str) -> str:
+    """The first user message of every episode."""
+    return (
+        "You are in a Python repository at /work. Fix the issue below so that its tests pass, "
+        "then call submit.\n\n" + problem_statement
+    )
+
+
 class Action(BaseModel):
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
@@ -111,10 +119,7 @@ class CodingEnv:
         self.started = time.monotonic()
 
     def first_observation(self) -> str:
-        return (
-            "You are in a Python repository at /work. Fix the issue below so that its tests pass, "
-            "then call submit.\n\n" + self.problem_statement
-        )
+        return opening(self.problem_statement)
 
     def out_of_time(self) -> bool:
         return time.monotonic() - self.started > self.limits.episode_timeout_s

@@ -1,31 +1,64 @@
 """The agent loop: run episodes of a policy in sandboxes, grade them, and record every step.
 
-Status keeps infrastructure out of rewards: a sandbox fault ends an episode as
-``env_error`` (retried), never as reward 0; only ``ok`` episodes carry a reward.
+Status keeps infrastructure out of rewards: a sandbox fault that recovery cannot absorb ends an episode
+as ``env_error`` (retried), never as reward 0; only ``ok`` episodes carry a reward.
+
+Long episodes survive sandbox failures. The loop checkpoints an episode (``rollout.checkpoints``) once
+``checkpoint_every`` steps have passed since the last checkpoint and the workspace changed, and before a
+risky command. When the sandbox fails (a ``SandboxError`` from a command, a file operation or an export,
+or a failed health check around a step), a new sandbox starts from the latest checkpoint, the recorded
+actions after it run again without asking the policy (it is already past them), and the failed step is
+tried again: at most ``max_recoveries`` restores an attempt. Recovery hides no failure of the policy: a
+command that fails is an observation, a policy exception is ``policy_error``, and an action that fails the
+sandbox again right after a restore is taken to be the cause: the policy sees an error observation and the
+workspace is restored to before that action. Every restore is recorded in ``EpisodeRecord.recoveries``.
+
+With ``stop``, an episode stops at its next step boundary and returns its ``EpisodeState`` (checkpointed);
+``Rollout.run`` continues such a state later, in any process: the policy is fast-forwarded over the recorded
+observations (it must choose the recorded actions again, or the episode restarts and says so), the
+workspace is restored and the actions after the checkpoint run again (``rollout.resumable``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import tempfile
+import threading
 import time
-import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
-from trialforge.errors import PolicyError, SandboxError
-from trialforge.rollout.env import CodingEnv, EnvLimits
-from trialforge.rollout.policies import Policy, TaskView
+from trialforge.errors import ConfigError, PolicyError, SandboxError, StoreError
+from trialforge.rollout.checkpoints import (
+    RESTORE,
+    RESTORE_TOOL,
+    Checkpoints,
+    EpisodeState,
+    Recovery,
+    checkpoint_name,
+    episode_prefix,
+    is_risky,
+    parse_checkpoint_name,
+)
+from trialforge.rollout.env import TOOLS, Action, CodingEnv, EnvLimits, StepOutcome
+from trialforge.rollout.policies import EpisodePolicy, Policy, TaskView
 from trialforge.rollout.records import EpisodeRecord, StepRecord
-from trialforge.sandbox.base import Backend, Limits, SandboxSpec
+from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
+from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import VERIFIER_VERSION, Grader
 
 log = logging.getLogger(__name__)
+
+READ_ONLY_TOOLS = frozenset({"view", "submit"})  # steps that leave the workspace as it was
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -35,6 +68,31 @@ class Lineage:
     task_set_version: str
     params_hash: str
     code_version: str
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """One episode to run: a task, a policy, the sample's index in its group, and its seed."""
+
+    task: Task
+    policy: Policy
+    sample: int
+    seed: int
+
+
+def plan_jobs(tasks: list[Task], policies: list[Policy], group_size: int, seed: int) -> list[EpisodeJob]:
+    """G jobs per (task, policy), in a stable order, each with its own seed."""
+    combos = ((t, p, s) for t in tasks for p in policies for s in range(group_size))
+    return [EpisodeJob(task, policy, sample, seed * 1_000_003 + i) for i, (task, policy, sample) in enumerate(combos)]
+
+
+def episode_id(lineage: Lineage, job: EpisodeJob) -> str:
+    """Deterministic per (run, iteration, task, policy, sample, seed): a retried, resumed or rerun episode keeps it.
+
+    The seed is part of it because one iteration may draw a task again (a later round, another seed).
+    """
+    key = [lineage.run_id, lineage.iteration, job.task.task_id, job.policy.name, job.sample, job.seed]
+    return "ep-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -49,96 +107,71 @@ class Rollout:
     limits: Limits
     env_limits: EnvLimits
     lineage: Lineage
-    env_retries: int = 1
+    env_retries: int = 1  # whole attempts again after an env_error
+    checkpoint_every: int = 5  # steps between periodic checkpoints (taken only if the workspace changed; 0: none)
+    max_recoveries: int = 2  # sandbox restores per attempt; one more failure ends it as env_error
+    allow_rollback: bool = False  # offer the ``restore`` tool (rollback to a named checkpoint)
+    store: ObjectStore | None = None  # durable checkpoints (needed to pause); None keeps them in memory
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tool schemas a model is offered: the environment's, and ``restore`` when rollback is on."""
+        return [*TOOLS, RESTORE_TOOL] if self.allow_rollback else list(TOOLS)
 
     def episode(self, task: Task, policy: Policy, sample: int, seed: int) -> EpisodeRecord:
         """One episode, retried on infrastructure faults up to ``env_retries`` times."""
-        for attempt in range(1, self.env_retries + 2):
-            record = self._attempt(task, policy, sample, seed, attempt)
-            if record.status != "env_error":
-                break
-            log.warning("episode %s env_error (attempt %d): %s", record.episode_id, attempt, record.cause)
-        return record
+        return cast(EpisodeRecord, self.run(EpisodeJob(task, policy, sample, seed)))  # no stop: never paused
 
-    def _attempt(self, task: Task, policy: Policy, sample: int, seed: int, attempt: int) -> EpisodeRecord:
-        record = self._new_record(task, policy, sample, seed, attempt)
-        start = time.monotonic()
+    def run(
+        self, job: EpisodeJob, state: EpisodeState | None = None, stop: threading.Event | None = None
+    ) -> EpisodeRecord | EpisodeState:
+        """Run ``job`` from the start, or continue it from ``state``; retried like ``episode``.
+
+        Once ``stop`` is set the episode stops at its next step boundary and its state is returned instead.
+        """
+        if stop is not None and self.store is None:
+            raise ConfigError("pausing an episode needs durable checkpoints: give the Rollout a store")
+        attempt = state.record.attempt if state else 1
+        while True:
+            outcome = self._attempt(job, attempt, state, stop)
+            if isinstance(outcome, EpisodeState) or outcome.status != "env_error" or attempt > self.env_retries:
+                return outcome
+            log.warning("episode %s env_error (attempt %d): %s", outcome.episode_id, attempt, outcome.cause)
+            attempt, state = attempt + 1, None
+
+    def _attempt(
+        self, job: EpisodeJob, attempt: int, state: EpisodeState | None, stop: threading.Event | None
+    ) -> EpisodeRecord | EpisodeState:
+        record = state.record if state else self._new_record(job, attempt)
+        episode = _Episode(self, job, record, time.monotonic() - (state.elapsed_s if state else 0.0), stop)
         try:
-            diff = self._interact(task, policy, seed, record)
+            diff = episode.run(state)
         except SandboxError as exc:
-            return self._finish(record, start, "env_error", f"{exc.cause}: {exc}", "error")
+            return self._finish(episode.record, episode.start, "env_error", f"{exc.cause}: {exc}", "error")
         except PolicyError as exc:
-            return self._finish(record, start, "policy_error", str(exc), "error")
+            return self._finish(episode.record, episode.start, "policy_error", str(exc), "error")
+        if isinstance(diff, EpisodeState):
+            return diff
+        record = episode.record
         if record.termination == "timeout":
-            return self._finish(record, start, "timeout", "episode wall time exceeded", "timeout")
+            return self._finish(record, episode.start, "timeout", "episode wall time exceeded", "timeout")
         record.final_diff = diff
-        verdict = self.grader.grade(task, diff)
+        verdict = self.grader.grade(job.task, diff)
         record.verify_s = verdict.duration_s
         record.reward = verdict.reward
         record.verifier_report = json.dumps(verdict.report(), sort_keys=True)
         record.integrity_flags = json.dumps(verdict.flags)
-        return self._finish(record, start, verdict.status, "" if verdict.status == "ok" else verdict.reason, None)
+        status, cause = verdict.status, "" if verdict.status == "ok" else verdict.reason
+        return self._finish(record, episode.start, status, cause, None)
 
-    def _interact(self, task: Task, policy: Policy, seed: int, record: EpisodeRecord) -> str:
-        """Run the conversation; return the final diff against the base snapshot."""
-        t0 = time.monotonic()
-        base = self.snapshots.materialize(task.snapshot)
-        spec = SandboxSpec(image=self.image, workspace=base, limits=self.limits, labels={"episode": record.episode_id})
-        sandbox = self.backend.create(spec)
-        record.sandbox_s = time.monotonic() - t0
-        try:
-            env = CodingEnv(sandbox, task.problem_statement, self.env_limits)
-            agent = policy.begin(TaskView(task.task_id, task.problem_statement), seed)
-            observation = env.first_observation()
-            record.termination = "max_turns"
-            for step in range(self.env_limits.max_turns):
-                if env.out_of_time():
-                    record.termination = "timeout"
-                    break
-                p0 = time.monotonic()
-                decision = agent.act(observation)
-                policy_s = time.monotonic() - p0
-                outcome = env.step(decision.action)
-                record.step_rows.append(
-                    StepRecord(
-                        run_id=record.run_id,
-                        iteration=record.iteration,
-                        episode_id=record.episode_id,
-                        step=step,
-                        tool=decision.action.tool,
-                        args=json.dumps(decision.action.args, sort_keys=True),
-                        observation=outcome.observation,
-                        action_error=outcome.error,
-                        exec_s=outcome.exec_s,
-                        policy_s=policy_s,
-                        tokens_in=decision.tokens_in,
-                        tokens_out=decision.tokens_out,
-                        logprob=decision.logprob,
-                        info=json.dumps(decision.info, sort_keys=True),
-                    )
-                )
-                record.policy_s += policy_s
-                record.exec_s += outcome.exec_s
-                observation = outcome.observation
-                if outcome.done:
-                    record.termination = "submitted"
-                    break
-            with tempfile.TemporaryDirectory(prefix="tf-final-") as tmp:
-                final = Path(tmp) / "work"
-                sandbox.export_workspace(final)
-                return diff_trees(base, final)
-        finally:
-            sandbox.close()
-
-    def _new_record(self, task: Task, policy: Policy, sample: int, seed: int, attempt: int) -> EpisodeRecord:
-        lin = self.lineage
+    def _new_record(self, job: EpisodeJob, attempt: int) -> EpisodeRecord:
+        lin, task, policy = self.lineage, job.task, job.policy
         tier = task.difficulty[-1].tier if task.difficulty else "unknown"
         return EpisodeRecord(
-            run_id=lin.run_id, iteration=lin.iteration, episode_id=f"ep-{uuid.uuid4().hex[:12]}",
+            run_id=lin.run_id, iteration=lin.iteration, episode_id=episode_id(lin, job),
             task_id=task.task_id, task_set_version=lin.task_set_version, tier=tier, policy=policy.name,
-            policy_version=policy.version, group_id=f"{task.task_id}/{policy.name}", sample=sample, seed=seed,
-            backend=self.backend.name, image_digest=self.image_digest, attempt=attempt, status="ok", cause="",
-            termination="", reward=None, verifier_version=VERIFIER_VERSION, verifier_report="{}",
+            policy_version=policy.version, group_id=f"{task.task_id}/{policy.name}", sample=job.sample,
+            seed=job.seed, backend=self.backend.name, image_digest=self.image_digest, attempt=attempt, status="ok",
+            cause="", termination="", reward=None, verifier_version=VERIFIER_VERSION, verifier_report="{}",
             integrity_flags="[]", final_diff="", steps=0, tool_calls=0, tokens_in=0, tokens_out=0, duration_s=0.0,
             sandbox_s=0.0, policy_s=0.0, exec_s=0.0, verify_s=0.0, params_hash=lin.params_hash,
             code_version=lin.code_version,
@@ -160,15 +193,293 @@ class Rollout:
         return record
 
 
+class _Diverged(Exception):
+    """A saved episode cannot be continued; it starts again from scratch."""
+
+
+class _Episode:
+    """One attempt of one episode: the conversation, its sandbox, its checkpoints and its recoveries."""
+
+    env: CodingEnv  # over the current sandbox; set when the first one opens
+
+    def __init__(
+        self, rollout: Rollout, job: EpisodeJob, record: EpisodeRecord, start: float, stop: threading.Event | None
+    ) -> None:
+        self.ro = rollout
+        self.job = job
+        self.record = record
+        self.start = start  # monotonic time at which the attempt began (earlier when it was resumed)
+        self.stop = stop
+        base = rollout.snapshots.materialize(job.task.snapshot)
+        self.spec = SandboxSpec(
+            image=rollout.image, workspace=base, limits=rollout.limits, labels={"episode": record.episode_id}
+        )
+        prefix = episode_prefix(record.run_id, record.episode_id)
+        self.checkpoints = Checkpoints(base, rollout.store, prefix, keep_all=rollout.allow_rollback)
+        self.sandbox: Sandbox | None = None
+        self.dirty = False  # the workspace changed since the latest checkpoint
+        self.paused = False
+
+    def run(self, state: EpisodeState | None) -> str | EpisodeState:
+        """The conversation to its end; the final diff against the base snapshot (or the state, if paused)."""
+        try:
+            if state is None:
+                agent, observation = self._begin()
+            else:
+                try:
+                    agent, observation = self._resume(state)
+                except _Diverged as exc:
+                    agent, observation = self._restart(str(exc))
+            return self._converse(agent, observation)
+        finally:
+            self._close()
+            if not self.paused:
+                self.checkpoints.clear()  # a finished episode's record says everything its checkpoints did
+
+    # --- starting ------------------------------------------------------------------------
+    def _begin(self) -> tuple[EpisodePolicy, str]:
+        self.checkpoints.clear()  # what an earlier attempt left
+        t0 = time.monotonic()
+        self._open(0)
+        self.record.sandbox_s += time.monotonic() - t0
+        return self.job.policy.begin(self._view(), self.job.seed), self.env.first_observation()
+
+    def _resume(self, state: EpisodeState) -> tuple[EpisodePolicy, str]:
+        """Continue a saved episode: fast-forward the policy, restore the workspace, replay after the checkpoint."""
+        t0 = time.monotonic()
+        policy, step = self.job.policy, state.step
+        if policy.version != self.record.policy_version:
+            ran = self.record.policy_version
+            raise _Diverged(f"policy {policy.name} is at version {policy.version}, the episode ran version {ran}")
+        self.checkpoints.adopt(state.checkpoints)
+        try:
+            self._open(state.checkpoint)
+            diverged = self._replay(state.checkpoint, step)
+        except StoreError as exc:
+            raise _Diverged(f"checkpoint {checkpoint_name(state.checkpoint)} cannot be read: {exc}") from exc
+        except SandboxError as exc:
+            self._recover(step, exc)
+            diverged = []  # the recovery records its own replay
+        agent = policy.begin(self._view(), self.job.seed)
+        observation = self._fast_forward(agent)
+        self.dirty = any(r.tool not in READ_ONLY_TOOLS for r in self.record.step_rows[state.checkpoint :])
+        seconds, replayed = round(time.monotonic() - t0, 4), step - state.checkpoint
+        note = f"fast-forwarded the policy over {step} steps"
+        self._note(Recovery("resume", step, "resumed", note, state.checkpoint, replayed, diverged, seconds))
+        return agent, observation
+
+    def _fast_forward(self, agent: EpisodePolicy) -> str:
+        """Feed the policy the recorded observations; it must choose the recorded actions again."""
+        observation = self.env.first_observation()
+        for row in self.record.step_rows:
+            chosen = agent.act(observation).action
+            args = json.dumps(chosen.args, sort_keys=True)
+            if (chosen.tool, args) != (row.tool, row.args):
+                raise _Diverged(
+                    f"policy {self.job.policy.name}@{self.job.policy.version} is not deterministic: given the recorded "
+                    f"observations it chose {chosen.tool} {args[:200]} at step {row.step}, the recording has "
+                    f"{row.tool} {row.args[:200]}"
+                )
+            observation = row.observation
+        return observation
+
+    def _restart(self, reason: str) -> tuple[EpisodePolicy, str]:
+        log.warning("episode %s restarts from scratch: %s", self.record.episode_id, reason)
+        event = Recovery("restart", len(self.record.step_rows), "not_continued", reason)
+        events = [*json.loads(self.record.recoveries), event.as_dict()]
+        self.record = self.ro._new_record(self.job, self.record.attempt)
+        self.record.recoveries = json.dumps(events)
+        self.dirty = False
+        return self._begin()
+
+    # --- the conversation ----------------------------------------------------------------
+    def _converse(self, agent: EpisodePolicy, observation: str) -> str | EpisodeState:
+        record, every = self.record, self.ro.checkpoint_every
+        record.termination = "max_turns"
+        for step in range(len(record.step_rows), self.ro.env_limits.max_turns):
+            if self.env.out_of_time():
+                record.termination = "timeout"
+                break
+            if self.stop is not None and self.stop.is_set():
+                return self._pause()
+            if self.dirty and every and step - self.checkpoints.latest >= every:
+                self._checkpoint()
+            p0 = time.monotonic()
+            decision = agent.act(observation)
+            policy_s = time.monotonic() - p0
+            if self.dirty and is_risky(decision.action):
+                self._checkpoint()
+            outcome = self._step(step, decision.action)
+            record.step_rows.append(
+                StepRecord(
+                    run_id=record.run_id,
+                    iteration=record.iteration,
+                    episode_id=record.episode_id,
+                    step=step,
+                    tool=decision.action.tool,
+                    args=json.dumps(decision.action.args, sort_keys=True),
+                    observation=outcome.observation,
+                    action_error=outcome.error,
+                    exec_s=outcome.exec_s,
+                    policy_s=policy_s,
+                    tokens_in=decision.tokens_in,
+                    tokens_out=decision.tokens_out,
+                    logprob=decision.logprob,
+                    info=json.dumps(decision.info, sort_keys=True),
+                )
+            )
+            record.policy_s += policy_s
+            record.exec_s += outcome.exec_s
+            self.dirty = self.dirty or decision.action.tool not in READ_ONLY_TOOLS
+            observation = outcome.observation
+            if outcome.done:
+                record.termination = "submitted"
+                break
+        return self._guarded(len(record.step_rows), self._final_diff)
+
+    def _step(self, step: int, action: Action) -> StepOutcome:
+        """Execute one action, recovering the sandbox if it fails; a second failure in a row is the action's."""
+        try:
+            return self._execute(action)
+        except SandboxError as exc:
+            self._recover(step, exc)
+        try:
+            return self._execute(action)
+        except SandboxError as exc:
+            self._recover(step, exc, blamed=True)
+            return StepOutcome(
+                f"error: this action broke the sandbox twice in a row ({exc.cause}); "
+                "the repository is back to its state before it",
+                False,
+                True,
+                0.0,
+            )
+
+    def _execute(self, action: Action) -> StepOutcome:
+        sandbox = self._live()
+        if self.ro.allow_rollback and action.tool == RESTORE:
+            outcome = self._rollback(action, sandbox)
+        else:
+            outcome = self.env.step(action)
+        self._live()  # a dead sandbox can answer a file operation with "no such file": that is no observation
+        return outcome
+
+    def _rollback(self, action: Action, sandbox: Sandbox) -> StepOutcome:
+        start = time.monotonic()
+        name = action.args.get("name")
+        step = parse_checkpoint_name(name)
+        listed = f"checkpoints: {', '.join(self.checkpoints.names())}"
+        if step is None or step not in self.checkpoints.steps:
+            return StepOutcome(f"error: no checkpoint named {name!r}; {listed}", False, True, 0.0)
+        with self.checkpoints.tree(step) as tree:
+            sandbox.reset(tree)
+        text = f"restored {name}: the repository is as it was before action {step}; {listed}"
+        return StepOutcome(text, False, False, time.monotonic() - start)
+
+    def _final_diff(self) -> str:
+        with tempfile.TemporaryDirectory(prefix="tf-final-") as tmp:
+            final = Path(tmp) / "work"
+            self._export(final)
+            return diff_trees(self.checkpoints.base, final)
+
+    # --- checkpoints, pause, recovery ------------------------------------------------------
+    def _checkpoint(self) -> None:
+        take = self.checkpoints.take
+        self._guarded(len(self.record.step_rows), lambda: take(self._export, self.record, self._elapsed()))
+        self.dirty = False
+
+    def _pause(self) -> EpisodeState:
+        if self.dirty:
+            self._checkpoint()
+        self.paused = True
+        log.info("episode paused", extra={"episode": self.record.episode_id, "step": len(self.record.step_rows)})
+        return self.checkpoints.state(self.record, self._elapsed())
+
+    def _guarded(self, step: int, op: Callable[[], _T]) -> _T:
+        """``op`` on the sandbox, recovering it as often as allowed if it fails."""
+        while True:
+            try:
+                return op()
+            except SandboxError as exc:
+                self._recover(step, exc)
+
+    def _recover(self, step: int, exc: SandboxError, *, blamed: bool = False) -> None:
+        """A new sandbox at the state before ``step``: the latest checkpoint, then the recorded actions after it."""
+        kind = "action" if blamed else "sandbox"
+        while True:
+            events = json.loads(self.record.recoveries)
+            if sum(1 for e in events if e["kind"] in ("sandbox", "action")) >= self.ro.max_recoveries:
+                raise exc
+            t0, checkpoint = time.monotonic(), self.checkpoints.latest
+            log.warning(
+                "sandbox failed; restoring",
+                extra={"episode": self.record.episode_id, "step": step, "checkpoint": checkpoint, "error": str(exc)},
+            )
+            try:
+                self._open(checkpoint)
+                diverged = self._replay(checkpoint, step)
+            except SandboxError as again:
+                self._note(Recovery(kind, step, exc.cause, str(exc), checkpoint, ok=False))
+                exc = again
+                continue
+            seconds = round(time.monotonic() - t0, 4)
+            self._note(Recovery(kind, step, exc.cause, str(exc), checkpoint, step - checkpoint, diverged, seconds))
+            return
+
+    def _replay(self, start: int, end: int) -> list[int]:
+        """Execute the recorded actions of steps ``start..end-1`` again; return those whose observation differed."""
+        broke = {e["step"] for e in json.loads(self.record.recoveries) if e["kind"] == "action" and e["ok"]}
+        diverged = []
+        for row in self.record.step_rows[start:end]:
+            if row.step in broke:  # it had no effect: the workspace went back to before it
+                continue
+            outcome = self._execute(Action(tool=row.tool, args=json.loads(row.args)))
+            if outcome.observation != row.observation:
+                diverged.append(row.step)
+        return diverged
+
+    def _note(self, event: Recovery) -> None:
+        self.record.recoveries = json.dumps([*json.loads(self.record.recoveries), event.as_dict()])
+
+    # --- the sandbox -----------------------------------------------------------------------
+    def _open(self, checkpoint: int) -> None:
+        """Replace the sandbox by a new one whose workspace is ``checkpoint``."""
+        self._close()
+        self.sandbox = self.checkpoints.open(self.ro.backend, self.spec, checkpoint)
+        self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits)
+        self.env.started = self.start  # the episode's clock, not this sandbox's
+
+    def _live(self) -> Sandbox:
+        """The sandbox, if it is still there (a health check that costs no command)."""
+        if self.sandbox is None or not self.sandbox.alive():
+            raise SandboxError(f"the sandbox of episode {self.record.episode_id} is gone", cause="died")
+        return self.sandbox
+
+    def _export(self, dest: Path) -> None:
+        sandbox = self._live()
+        try:
+            sandbox.export_workspace(dest)
+        except OSError:
+            self._live()  # a sandbox that died during the copy is a sandbox failure
+            raise
+        self._live()
+
+    def _close(self) -> None:
+        if self.sandbox is not None:
+            sandbox, self.sandbox = self.sandbox, None
+            sandbox.close()
+
+    def _view(self) -> TaskView:
+        return TaskView(self.job.task.task_id, self.job.task.problem_statement)
+
+    def _elapsed(self) -> float:
+        return round(time.monotonic() - self.start, 4)
+
+
 def run_batch(
     rollout: Rollout, tasks: list[Task], policies: list[Policy], group_size: int, seed: int, concurrency: int
 ) -> list[EpisodeRecord]:
     """G episodes per (task, policy), run concurrently; results in a stable order."""
-    jobs = [
-        (task, policy, sample, seed * 1_000_003 + i)
-        for i, (task, policy, sample) in enumerate(
-            (t, p, s) for t in tasks for p in policies for s in range(group_size)
-        )
-    ]
+    jobs = plan_jobs(tasks, policies, group_size, seed)
     with ThreadPoolExecutor(max_workers=max(concurrency, 1)) as pool:
-        return list(pool.map(lambda job: rollout.episode(*job), jobs))
+        return list(pool.map(lambda job: rollout.episode(job.task, job.policy, job.sample, job.seed), jobs))

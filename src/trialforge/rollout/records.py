@@ -7,7 +7,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: episodes gained ``recoveries``
 
 Status = Literal["ok", "env_error", "timeout", "policy_error", "verifier_error"]
 
@@ -65,12 +65,21 @@ class EpisodeRecord:
     verify_s: float
     params_hash: str
     code_version: str
+    recoveries: str = "[]"  # JSON list: every restore after a sandbox failure, resume and restart (rollout.checkpoints)
     step_rows: list[StepRecord] = field(default_factory=list, repr=False)
 
     def row(self) -> dict:
         data = asdict(self)
         data.pop("step_rows")
         return data
+
+    def to_dict(self) -> dict:
+        """The episode with its steps, as JSON-ready data (checkpoints and paused batches keep episodes so)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EpisodeRecord:
+        return cls(**{**data, "step_rows": [StepRecord(**s) for s in data.get("step_rows", [])]})
 
 
 EPISODE_SCHEMA = pa.schema(
@@ -108,6 +117,7 @@ EPISODE_SCHEMA = pa.schema(
         ("verify_s", pa.float64()),
         ("params_hash", pa.string()),
         ("code_version", pa.string()),
+        ("recoveries", pa.string()),
     ],
     metadata={b"trialforge.schema_version": str(SCHEMA_VERSION).encode()},
 )

@@ -29,7 +29,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from trialforge.errors import StoreError
-from trialforge.rollout.env import TOOLS, CodingEnv, EnvLimits
+from trialforge.rollout.env import TOOLS, opening
 from trialforge.rollout.records import EPISODE_SCHEMA
 from trialforge.store import datasets, query
 from trialforge.store.objstore import ObjectStore
@@ -116,7 +116,7 @@ TRL_SCHEMAS: dict[str, pa.Schema] = {
 
 @dataclass(frozen=True)
 class Trajectory:
-    """An ``ok`` episode with its task and its conversation (``messages[0]`` is the user's opening)."""
+    """An ``ok`` episode with its task and its conversation."""
 
     episode: dict[str, Any]
     task: Task
@@ -124,6 +124,15 @@ class Trajectory:
 
     def lineage(self) -> dict[str, Any]:
         return {name: self.episode[name] for name in LINEAGE}
+
+    @property
+    def prompt(self) -> list[dict[str, Any]]:
+        """What the policy was given before it acted: the system message, if any, and the opening."""
+        return self.messages[: 1 + next(i for i, m in enumerate(self.messages) if m["role"] == "user")]
+
+    @property
+    def completion(self) -> list[dict[str, Any]]:
+        return self.messages[len(self.prompt) :]
 
 
 @dataclass(frozen=True)
@@ -138,29 +147,37 @@ class Export:
 # --- conversations -----------------------------------------------------------------------
 
 
-def opening(problem_statement: str) -> str:
-    """The first observation of an episode: the environment frames the statement, and reads nothing else."""
-    return CodingEnv(None, problem_statement, EnvLimits()).first_observation()  # type: ignore[arg-type]
+def conversation(
+    problem_statement: str, step_rows: Sequence[dict[str, Any]], *, system_prompt: str | None = None
+) -> list[dict[str, Any]]:
+    """OpenAI-style messages of one episode from its step rows (in step order).
 
-
-def conversation(problem_statement: str, step_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI-style messages of one episode from its step rows (in step order)."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": opening(problem_statement)}]
+    An assistant message carries the text the policy said with its call, when the policy recorded it
+    (``info["content"]``, as LLM policies do); arguments stay the JSON text the step stored.
+    """
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": opening(problem_statement)})
     for step in step_rows:
         call_id = f"call_{step['step']}"
         call = {"id": call_id, "type": "function", "function": {"name": step["tool"], "arguments": step["args"]}}
-        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        said = json.loads(step["info"] or "{}").get("content") or ""
+        messages.append({"role": "assistant", "content": said, "tool_calls": [call]})
         messages.append({"role": "tool", "content": step["observation"], "tool_call_id": call_id, "name": step["tool"]})
     return messages
 
 
 def trajectories(
-    store: ObjectStore, selection: query.Selection = query.ALL, *, tasks: Sequence[Task] | None = None
+    store: ObjectStore,
+    selection: query.Selection = query.ALL,
+    *,
+    tasks: Sequence[Task] | None = None,
+    system_prompt: str | None = None,
 ) -> list[Trajectory]:
     """The selection's ``ok`` episodes with their conversations, in a stable order.
 
     Tasks come from ``tasks`` when given, else from the published task sets
-    (``datasets/tasks``, partition ``task_set=VERSION``) the episodes name.
+    (``datasets/tasks``, partition ``task_set=VERSION``) the episodes name. ``system_prompt``, when
+    given, opens every conversation (the environment has none; an LLM policy may have used its own).
     """
     ok = replace(selection, statuses=("ok",))
     episode_rows = sorted(
@@ -173,11 +190,13 @@ def trajectories(
     for step in query.steps(store, ok).to_pylist():
         steps_of[(step["run_id"], step["episode_id"])].append(step)
     task_of = _tasks(store, sorted({e["task_set_version"] for e in episode_rows}), tasks)
-    return [
-        Trajectory(e, task, conversation(task.problem_statement, steps_of[(e["run_id"], e["episode_id"])]))
-        for e in episode_rows
-        for task in [_task_of(task_of, e, given=tasks is not None)]
-    ]
+    result = []
+    for episode in episode_rows:
+        task = _task_of(task_of, episode, given=tasks is not None)
+        step_rows = steps_of[(episode["run_id"], episode["episode_id"])]
+        messages = conversation(task.problem_statement, step_rows, system_prompt=system_prompt)
+        result.append(Trajectory(episode, task, messages))
+    return result
 
 
 def _task_of(task_of: dict[tuple[str, str], Task], episode: dict[str, Any], *, given: bool) -> Task:
@@ -216,7 +235,7 @@ def verl_row(index: int, trajectory: Trajectory, *, data_source: str, ability: s
     reward = trajectory.episode["reward"]
     return {
         "data_source": data_source,
-        "prompt": trajectory.messages[:1],
+        "prompt": trajectory.prompt,
         "ability": ability,
         "reward_model": {"style": "rule", "ground_truth": json.dumps(tests, sort_keys=True)},
         "extra_info": {"index": index, "split": task.split, "reward": reward, **trajectory.lineage()},
@@ -227,7 +246,7 @@ def verl_row(index: int, trajectory: Trajectory, *, data_source: str, ability: s
 def trl_row(trajectory: Trajectory, *, layout: TrlLayout) -> dict[str, Any]:
     """One row of TRL's conversational prompt-completion type, or its language-modelling (``messages``) type."""
     conversation_columns: dict[str, Any] = (
-        {"prompt": trajectory.messages[:1], "completion": trajectory.messages[1:]}
+        {"prompt": trajectory.prompt, "completion": trajectory.completion}
         if layout == "prompt_completion"
         else {"messages": trajectory.messages}
     )
@@ -244,11 +263,12 @@ def export_verl(
     selection: query.Selection = query.ALL,
     *,
     tasks: Sequence[Task] | None = None,
+    system_prompt: str | None = None,
     data_source: str = "trialforge",
     ability: str = "coding",
 ) -> Export:
     """Publish the selection's ``ok`` episodes as verl Parquet at ``datasets/verl/export=NAME``."""
-    chosen = trajectories(store, selection, tasks=tasks)
+    chosen = trajectories(store, selection, tasks=tasks, system_prompt=system_prompt)
     rows = [verl_row(i, t, data_source=data_source, ability=ability) for i, t in enumerate(chosen)]
     return _publish(store, VERL, name, rows, VERL_SCHEMA)
 
@@ -259,12 +279,14 @@ def export_trl(
     selection: query.Selection = query.ALL,
     *,
     tasks: Sequence[Task] | None = None,
+    system_prompt: str | None = None,
     layout: TrlLayout = "prompt_completion",
 ) -> Export:
     """Publish the selection's ``ok`` episodes as TRL Parquet at ``datasets/trl/export=NAME``."""
     if layout not in TRL_SCHEMAS:
         raise StoreError(f"unknown TRL layout {layout!r}; layouts: {sorted(TRL_SCHEMAS)}")
-    rows = [trl_row(t, layout=layout) for t in trajectories(store, selection, tasks=tasks)]
+    chosen = trajectories(store, selection, tasks=tasks, system_prompt=system_prompt)
+    rows = [trl_row(t, layout=layout) for t in chosen]
     return _publish(store, TRL, name, rows, TRL_SCHEMAS[layout])
 
 

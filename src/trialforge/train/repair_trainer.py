@@ -66,8 +66,8 @@ def _batch(episodes: list[EpisodeRecord]) -> _Batch:
         old,
         mask,
         torch.tensor(rewards, dtype=torch.float64),
-        torch.tensor(groups),
-        torch.tensor(valid),
+        torch.tensor(groups, dtype=torch.long),
+        torch.tensor(valid, dtype=torch.bool),
     )
 
 
@@ -117,7 +117,7 @@ class RepairTrainer:
             row = [torch.log_softmax(f @ self.weights, dim=0)[c] for f, c in episode]
             row += [self.weights.sum() * 0.0] * (width - len(row))  # padding keeps the graph uniform
             rows.append(torch.stack(row))
-        return torch.stack(rows)
+        return torch.stack(rows) if rows else torch.zeros(0, width, dtype=torch.float64)
 
     # --- checkpoints -----------------------------------------------------------------
     def save(self, store: ObjectStore, key: str) -> None:

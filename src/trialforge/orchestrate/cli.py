@@ -1,0 +1,118 @@
+"""`trialforge serve` and `trialforge flow`: the deployments from one process, and any flow run here.
+
+A typer sub-app, registered on the main one (``app.add_typer(orchestrate.cli.app)``); runnable alone
+as ``python -m trialforge.orchestrate.cli``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+FLOWS = ("ingest", "curate", "rollout", "train", "pipeline")  # flows/NAME.py:NAME
+ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read")]
+SetOpt = Annotated[list[str], typer.Option("--set", "-S", help="override a param: section.key=value (YAML value)")]
+
+
+def key_values(pairs: list[str], option: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, each VALUE read as YAML (so 2 is a number and [a, b] a list)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{option} expects KEY=VALUE, got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def prefect_defaults() -> None:
+    """A small machine's defaults: no telemetry (Prefect, Ray), and time enough for ephemeral Prefect to start."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@contextlib.contextmanager
+def progress_bars() -> Iterator[None]:
+    """Draw the long steps of flows run in this process (validation, rollout shards) as rich progress bars."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from trialforge.orchestrate.runners import progress_sink
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn()) as progress:
+        bars: dict[str, Any] = {}
+
+        def draw(label: str, done: int, total: int | None) -> None:
+            if label not in bars:
+                bars[label] = progress.add_task(label, total=total)
+            progress.update(bars[label], completed=done, total=total)
+
+        with progress_sink(draw):
+            yield
+
+
+def run_flow(name: str, parameters: dict[str, Any]) -> Any:
+    """Run ``flows/NAME.py:NAME`` in this process (from the repository root) with progress bars."""
+    if name not in FLOWS:
+        raise typer.BadParameter(f"unknown flow {name!r}; flows: {', '.join(FLOWS)}")
+    prefect_defaults()
+    from prefect.flows import load_flow_from_entrypoint
+
+    flow = load_flow_from_entrypoint(f"flows/{name}.py:{name}")
+    with progress_bars():
+        return flow(**parameters)
+
+
+@app.command("flow")
+def flow_command(
+    name: Annotated[str, typer.Argument(help="ingest | curate | rollout | train | pipeline")],
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = [],  # noqa: B006
+    param: Annotated[
+        list[str], typer.Option("--param", "-P", help="a flow parameter: run_id=..., iteration=1, shard_size=32 ...")
+    ] = [],  # noqa: B006
+    runner: Annotated[str | None, typer.Option(help="default | ray: where rollout shards run")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (runner ray); none: a local Ray")] = None,
+) -> None:
+    """Run one flow here (ephemeral Prefect unless PREFECT_API_URL is set); --runner ray needs a Prefect server."""
+    parameters = {"params_path": str(params), "overrides": key_values(set_, "--set"), **key_values(param, "--param")}
+    if runner is not None:
+        parameters["runner"] = runner
+    if ray_address is not None:
+        parameters["ray_address"] = ray_address
+    result = run_flow(name, parameters)
+    typer.echo(json.dumps(result.model_dump() if hasattr(result, "model_dump") else result, default=str, indent=2))
+
+
+@app.command()
+def serve(
+    project: Annotated[Path, typer.Option(help="the prefect.yaml whose deployments to serve")] = Path("prefect.yaml"),
+    deployment: Annotated[list[str], typer.Option("--deployment", "-d", help="serve only these (repeatable)")] = [],  # noqa: B006
+    limit: Annotated[int | None, typer.Option(help="most flow runs at once")] = None,
+) -> None:
+    """Serve the deployments of prefect.yaml from this process, schedules included (needs PREFECT_API_URL).
+
+    Runs start in the project's directory, where the flows find params.yaml.
+    """
+    prefect_defaults()
+    from trialforge.orchestrate.serve import serve as serve_deployments
+
+    project = project.resolve()
+    os.chdir(project.parent)
+    serve_deployments(project, deployment or None, limit)
+
+
+if __name__ == "__main__":
+    app()

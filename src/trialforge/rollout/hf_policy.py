@@ -1,0 +1,170 @@
+"""A policy run by a local causal language model (transformers, or any torch module with the same call).
+
+The model writes each action as text, a JSON object ``{"tool": NAME, "args": {...}}``, and sees each
+answer as the next user message. Sampling is our own loop over the model's forward pass (with its KV
+cache) rather than ``generate()``, for two reasons: every episode draws from its own ``torch.Generator``
+seeded from the episode's seed and turn, so an episode replays exactly even when many run in threads
+at once; and the log-probability recorded for each sampled token is exactly the one it was drawn from,
+``log_softmax(logits / temperature)`` (temperature 0 samples greedily and records the model's own
+``log_softmax(logits)``). The step's ``info`` keeps the prompt's token ids, the sampled ids and their
+log-probabilities: what a trainer needs to recompute them under new weights.
+
+The model must accept ``model(input_ids=..., past_key_values=..., use_cache=True)`` and return an object
+with ``.logits`` and ``.past_key_values``, as transformers' causal LMs do. A model or tokenizer given as
+a path is loaded with transformers from local files only.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trialforge.errors import ConfigError, PolicyError
+from trialforge.rollout.chat import Conversation, fit, parse_text_action, system_prompt
+from trialforge.rollout.policies import Decision, TaskView
+
+
+class HFPolicy:
+    """One model and tokenizer shared by every episode (inference only, safe across threads)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        device: str = "cpu",
+        context_tokens: int | None = None,
+        name: str = "hf",
+        version: str | None = None,
+    ) -> None:
+        """``model`` and ``tokenizer`` are objects or local paths (the tokenizer defaults to the model's path).
+
+        ``context_tokens`` defaults to the model's ``max_position_embeddings``; prompts longer than it less
+        ``max_new_tokens`` lose their oldest turns. ``version`` defaults to the model's path.
+        """
+        path = str(model) if isinstance(model, str | Path) else None
+        if path is not None:
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        if tokenizer is None and path is None:
+            raise ConfigError("HFPolicy needs a tokenizer when the model is given as an object")
+        if tokenizer is None or isinstance(tokenizer, str | Path):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer or path), local_files_only=True)
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.device = device
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.name = name
+        self.version = version or path or getattr(model, "name_or_path", "") or "local"
+        self.stop_ids = _stop_ids(model, tokenizer)
+        limit = context_tokens or getattr(model.config, "max_position_embeddings", None)
+        if not limit or limit <= max_new_tokens:
+            raise ConfigError(
+                f"context of {limit} tokens leaves no room for the prompt and {max_new_tokens} new tokens"
+            )
+        self.prompt_budget = limit - max_new_tokens
+
+    def begin(self, view: TaskView, seed: int) -> HFEpisode:
+        return HFEpisode(self, seed)
+
+    def encode(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt for the next reply: the tokenizer's chat template if it has one, else a plain one."""
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        else:
+            end = tok.eos_token or ""
+            text = "".join(
+                f"<|{m['role']}|>\n{m['content']}{end if m['role'] == 'assistant' else ''}\n" for m in messages
+            )
+            text += "<|assistant|>\n"
+        return list(tok.encode(text, add_special_tokens=False))
+
+    @torch.inference_mode()
+    def sample(self, prompt_ids: list[int], generator: torch.Generator) -> tuple[list[int], list[float]]:
+        """Sample up to ``max_new_tokens`` tokens (to a stop token); return them and their log-probabilities."""
+        inputs = torch.tensor([prompt_ids], device=self.device)
+        past = None
+        ids: list[int] = []
+        logprobs: list[float] = []
+        for _ in range(self.max_new_tokens):
+            out = self.model(input_ids=inputs, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[0, -1].float()
+            if self.temperature > 0:
+                logp = torch.log_softmax(logits / self.temperature, dim=-1)
+                token = int(torch.multinomial(logp.exp(), 1, generator=generator))
+            else:
+                logp = torch.log_softmax(logits, dim=-1)
+                token = int(logp.argmax())
+            ids.append(token)
+            logprobs.append(float(logp[token]))
+            if token in self.stop_ids:
+                break
+            inputs = torch.tensor([[token]], device=self.device)
+        return ids, logprobs
+
+
+class HFEpisode:
+    def __init__(self, policy: HFPolicy, seed: int) -> None:
+        self.policy = policy
+        self.seed = seed
+        self.turn = 0
+        self.conversation = Conversation(system_prompt(native_tools=False), native_tools=False)
+
+    def act(self, observation: str) -> Decision:
+        policy = self.policy
+        self.conversation.observe(observation)
+        fitted = fit(self.conversation.messages, lambda m: len(policy.encode(m)) <= policy.prompt_budget)
+        prompt_ids = policy.encode(fitted.messages)
+        if len(prompt_ids) > policy.prompt_budget:
+            raise PolicyError(
+                f"the prompt needs {len(prompt_ids)} tokens even with every earlier turn left out, but the model "
+                f"has room for {policy.prompt_budget}: use a model with a longer context, fewer max_new_tokens "
+                "or a smaller rollout.observation_cap"
+            )
+        generator = torch.Generator(device=policy.device)
+        generator.manual_seed((self.seed * 1_000_003 + self.turn) % 2**63)
+        self.turn += 1
+        ids, logprobs = policy.sample(prompt_ids, generator)
+        text = policy.tokenizer.decode([i for i in ids if i not in policy.stop_ids], skip_special_tokens=True)
+        action = parse_text_action(text)
+        self.conversation.reply(text, action)
+        total = math.fsum(logprobs)
+        if not math.isfinite(total):
+            raise PolicyError(f"the model produced a non-finite log-probability ({total}) at turn {self.turn}")
+        return Decision(
+            action=action,
+            logprob=total,
+            tokens_in=len(prompt_ids),
+            tokens_out=len(ids),
+            info={
+                "text": text,
+                "prompt_ids": prompt_ids,
+                "token_ids": ids,
+                "token_logprobs": logprobs,
+                "temperature": policy.temperature,
+                "dropped_turns": fitted.dropped_turns,
+            },
+        )
+
+
+def _stop_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list | tuple):
+            ids.update(int(i) for i in source)
+    if not ids:
+        raise ConfigError("the tokenizer has no eos_token_id: the policy could not tell where a reply ends")
+    return frozenset(ids)

@@ -1,0 +1,188 @@
+"""A policy served by any OpenAI-compatible chat endpoint (vLLM, SGLang, hosted APIs), through tool calling.
+
+Each turn posts the whole conversation with ``tools=TOOLS`` to ``{base_url}/chat/completions`` and takes
+the first tool call of the first choice as the action. Transport failures (connection errors, timeouts,
+429 and 5xx answers) are retried with exponential backoff and jitter, then raised as ``PolicyError`` (the
+episode ends as ``policy_error``, never with a reward). What the model says is never an error: a reply
+without a tool call, or with arguments that are not a JSON object, becomes an invalid action that the
+environment answers and the trajectory keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from typing import Any
+
+import httpx
+
+from trialforge.errors import PolicyError
+from trialforge.rollout.chat import Conversation, chars, fit, invalid, parse_tool_call, system_prompt
+from trialforge.rollout.env import TOOLS
+from trialforge.rollout.policies import Decision, TaskView
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class OpenAIPolicy:
+    """Chat completions with tool calling; one shared HTTP client (thread-safe) for all episodes."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+        temperature: float = 1.0,
+        max_tokens: int = 1024,
+        logprobs: bool = True,
+        max_context_chars: int | None = None,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        name: str = "openai",
+    ) -> None:
+        """``api_key`` None reads ``OPENAI_API_KEY`` (no Authorization header when neither is set).
+
+        ``logprobs`` asks for the sampled tokens' log-probabilities (vLLM and SGLang return them; turn it off
+        for an endpoint that rejects the field). ``max_context_chars`` drops the oldest turns of a longer
+        conversation before sending it; None sends everything and lets the server refuse what it cannot hold.
+        """
+        self.name = name
+        self.version = model
+        self.model = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.max_retries = max_retries
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.logprobs = logprobs
+        self.max_context_chars = max_context_chars
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(headers=headers, timeout=timeout_s)
+
+    def begin(self, view: TaskView, seed: int) -> OpenAIEpisode:
+        return OpenAIEpisode(self, seed)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def complete(self, messages: list[dict[str, Any]], seed: int) -> tuple[dict[str, Any], int]:
+        """POST one chat completion; returns the parsed response body and the number of attempts it took."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "tools": TOOLS,
+            "tool_choice": "auto",
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "seed": seed % 2**31,
+        }
+        if self.logprobs:
+            body["logprobs"] = True
+        failure, hint = "", None
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self._delay(attempt, hint))
+            hint = None
+            try:
+                response = self._client.post(self.url, json=body)
+            except httpx.TimeoutException as exc:
+                failure = f"timed out ({type(exc).__name__})"
+            except httpx.TransportError as exc:
+                failure = f"transport error ({type(exc).__name__}: {exc})"
+            else:
+                if response.status_code == 200:
+                    return _json(response), attempt + 1
+                failure = f"HTTP {response.status_code}: {response.text[:500]}"
+                if response.status_code not in RETRYABLE_STATUS:
+                    raise PolicyError(f"{self.url} refused the request ({failure}); not retried")
+                hint = _retry_after(response)
+            log.warning("chat completion attempt %d/%d failed: %s", attempt + 1, self.max_retries + 1, failure)
+        raise PolicyError(f"{self.url} failed {self.max_retries + 1} times; last: {failure}")
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential backoff with full jitter; the server's Retry-After, when given, is a floor."""
+        delay = random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
+        return delay if retry_after is None else max(delay, min(retry_after, self.max_backoff_s))
+
+
+class OpenAIEpisode:
+    def __init__(self, policy: OpenAIPolicy, seed: int) -> None:
+        self.policy = policy
+        self.seed = seed
+        self.conversation = Conversation(system_prompt(native_tools=True), native_tools=True)
+
+    def act(self, observation: str) -> Decision:
+        self.conversation.observe(observation)
+        messages, dropped = self.conversation.messages, 0
+        if self.policy.max_context_chars is not None:
+            budget = self.policy.max_context_chars
+            fitted = fit(messages, lambda m: chars(m) <= budget)
+            messages, dropped = fitted.messages, fitted.dropped_turns
+        data, attempts = self.policy.complete(messages, self.seed + len(self.conversation.messages))
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise PolicyError(f"{self.policy.url} answered without choices[0].message: {str(data)[:300]}") from exc
+        calls = message.get("tool_calls") or []
+        if calls:
+            call = calls[0]
+            function = call.get("function") or {}
+            action = parse_tool_call(str(function.get("name", "")), function.get("arguments"))
+            call_id = call.get("id") or f"call-{len(self.conversation.messages)}"
+        else:
+            action, call_id = invalid("the reply has no tool call"), None
+        self.conversation.reply(message.get("content"), action, call_id)
+        usage = data.get("usage") or {}
+        token_logprobs = _token_logprobs(choice)
+        info: dict[str, Any] = {
+            "response_id": data.get("id", ""),
+            "finish_reason": choice.get("finish_reason"),
+            "attempts": attempts,
+            "dropped_turns": dropped,
+        }
+        if message.get("content"):
+            info["content"] = message["content"]
+        if token_logprobs is not None:
+            info["token_logprobs"] = token_logprobs
+        return Decision(
+            action=action,
+            logprob=sum(token_logprobs) if token_logprobs else None,
+            tokens_in=int(usage.get("prompt_tokens") or 0),
+            tokens_out=int(usage.get("completion_tokens") or 0),
+            info=info,
+        )
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise PolicyError(f"{response.url} answered 200 with a body that is not JSON: {response.text[:300]}") from exc
+    if not isinstance(data, dict):
+        raise PolicyError(f"{response.url} answered 200 with JSON that is not an object: {str(data)[:300]}")
+    return data
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _token_logprobs(choice: dict[str, Any]) -> list[float] | None:
+    """Per-token log-probabilities of the sampled tokens (``choices[0].logprobs.content[*].logprob``)."""
+    content = (choice.get("logprobs") or {}).get("content")
+    if not content:
+        return None
+    return [float(item["logprob"]) for item in content if isinstance(item, dict) and "logprob" in item]

@@ -1,0 +1,282 @@
+"""Orchestration: deployments served and triggered on a real Prefect server, a killed run resumed, Ray shards.
+
+Every flow runs on a three-task subset of the bundled tickets, one validation run, gold and noop policies,
+one episode per (task, policy): 6 episodes, in shards of 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+from prefect.client.schemas.objects import StateType
+from prefect.exceptions import ParameterTypeError
+from prefect.states import Failed
+
+from trialforge.errors import ConfigError, SandboxError, StoreError
+from trialforge.orchestrate import runners, shards
+from trialforge.rollout.loop import Lineage
+from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA
+from trialforge.store import datasets
+from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.tasks.schema import Source, Task
+
+SHARD_SIZE = 2
+EPISODES = 6  # 3 tasks x (gold, noop) x 1
+
+
+def small_overrides(tickets: Path, root: Path) -> dict:
+    return {
+        "sources.tickets": str(tickets),
+        "validate.runs": 1,
+        "rollout.group_size": 1,
+        "rollout.policies": ["gold", "noop"],
+        "train.iterations": 1,
+        "run.store": f"file://{root / 'store'}",
+        "run.out_dir": str(root / "out"),
+    }
+
+
+@pytest.fixture(scope="module")
+def tickets(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tickets") / "three.jsonl"
+    lines = (REPO_ROOT / "tasks_src" / "tickets" / "github_issues.jsonl").read_text().splitlines()
+    path.write_text("\n".join(lines[:3]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def curated(prefect_api, tickets, tmp_path_factory) -> tuple[dict, str]:
+    """The ingest and curate flows run once: their overrides and the curated task-set version.
+
+    It also fills the validation cache that the pipeline subprocesses below share (same PREFECT_HOME).
+    """
+    ingest, curate = load_flow("ingest"), load_flow("curate")
+    overrides = small_overrides(tickets, tmp_path_factory.mktemp("curated"))
+    ingested = ingest(params_path=str(REPO_ROOT / "params.yaml"), overrides=overrides)
+    result = curate(params_path=str(REPO_ROOT / "params.yaml"), overrides=overrides, ingested=ingested.version)
+    assert (ingested.tasks, result.tasks) == (3, 3)
+    return overrides, result.version
+
+
+def load_flow(name: str):
+    from prefect.flows import load_flow_from_entrypoint
+
+    return load_flow_from_entrypoint(f"{REPO_ROOT / 'flows' / name}.py:{name}")
+
+
+def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen | None = None, timeout=300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"process exited ({process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def process_group(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "trialforge.orchestrate.cli", *args]
+
+
+def episode_frame(store: ObjectStore, run_id: str):
+    return datasets.read_pandas(store, "episodes", filters={"run": run_id})
+
+
+# --- on a real Prefect server ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts(
+    prefect_api, prefect_env, state_dir, tickets, tmp_path
+):
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.deployments import run_deployment
+
+    env = {**prefect_env, "TRIALFORGE_STATE_DIR": str(state_dir), "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    serve = cli("serve", "--deployment", "ingest-nightly")
+    with process_group(serve, env, tmp_path / "serve.log") as served, get_client(sync_client=True) as client:
+
+        def registered() -> bool:
+            return any(d.name == "ingest-nightly" for d in client.read_deployments())
+
+        wait_for(registered, "the deployment to be registered", served)
+        deployment = client.read_deployment_by_name("ingest/ingest-nightly")
+        overrides = small_overrides(tickets, tmp_path)
+        run = run_deployment(deployment.id, parameters={"overrides": overrides}, timeout=300, poll_interval=1)
+        artifacts = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+    log = (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
+    assert run.state is not None and run.state.type == StateType.COMPLETED, log
+    assert [s.schedule.cron for s in deployment.schedules] == ["0 2 * * *"]
+    assert deployment.concurrency_limit == 1
+    assert deployment.concurrency_options.collision_strategy == "CANCEL_NEW"
+    funnel = json.loads(next(a for a in artifacts if a.key == "trialforge-funnel").data)
+    assert funnel == [{"stage": "ingest", "seen": 3, "kept": 3, "dropped": "-"}]
+    version, tasks = shards.read_taskset(open_store(overrides["run.store"]), shards.INGESTED)
+    assert len(tasks) == 3 and len(version) == 16
+
+
+@pytest.mark.slow
+def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
+    curated, prefect_env, state_dir, tickets, tmp_path
+):
+    run_id = "resume-1"
+    overrides = small_overrides(tickets, tmp_path)
+    store = open_store(overrides["run.store"])
+    argv = cli("flow", "pipeline", "--params", str(REPO_ROOT / "params.yaml"))
+    argv += [arg for k, v in overrides.items() for arg in ("-S", f"{k}={json.dumps(v)}")]
+    argv += ["-P", f"run_id={run_id}", "-P", f"shard_size={SHARD_SIZE}"]
+    env = {**prefect_env, "TRIALFORGE_STATE_DIR": str(state_dir)}
+    where = {"run": run_id, "iteration": "0"}
+
+    def published() -> dict[str, dict[str, str]]:
+        """Per dataset: part key -> written_at."""
+        return {
+            name: {e["key"]: e["written_at"] for e in datasets.list_parts(store, name, filters=where)}
+            for name in shards.EPISODE_DATASETS
+        }
+
+    with process_group(argv, env, tmp_path / "first.log") as first:
+        wait_for(lambda: len(published()["steps"]) >= 1, "the first shard to be published", first)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    before = published()
+    assert 1 <= len(before["steps"]) < EPISODES // SHARD_SIZE, "the kill came too late to test a resume"
+
+    done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    after = published()
+    for name in shards.EPISODE_DATASETS:
+        assert len(after[name]) == EPISODES // SHARD_SIZE
+        for key in before["steps"]:  # a shard finished before the kill was not run again
+            key = key.replace("datasets/steps/", f"datasets/{name}/")
+            assert after[name][key] == before[name][key]
+    episodes = episode_frame(store, run_id)
+    assert len(episodes) == EPISODES and episodes["episode_id"].is_unique
+    jobs = set(zip(episodes["task_id"], episodes["policy"], episodes["sample"], strict=True))
+    assert len(jobs) == EPISODES
+    steps = datasets.read_pandas(store, "steps", filters={"run": run_id})
+    assert set(steps["episode_id"]) == set(episodes["episode_id"])  # no steps left over from the killed shard
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["run_id"] == run_id and metrics["episodes"]["episodes"] == EPISODES
+
+
+@pytest.mark.slow
+def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(curated, ray_local):
+    from prefect import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+
+    rollout = load_flow("rollout")
+    overrides, version = curated
+    store = open_store(overrides["run.store"])
+    common = {"params_path": str(REPO_ROOT / "params.yaml"), "overrides": overrides, "task_set": version}
+    default = rollout(run_id="cmp-default", **common, shard_size=SHARD_SIZE)
+    with get_client(sync_client=True) as client:
+        # sandbox.concurrency is 2: one shard at a time may hold the limit's 2 slots, whichever worker runs it
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=runners.SANDBOX_LIMIT, limit=2))
+        try:
+            on_ray = rollout(run_id="cmp-ray", **common, shard_size=SHARD_SIZE, runner="ray")
+        finally:
+            client.delete_global_concurrency_limit_by_name(runners.SANDBOX_LIMIT)
+    assert (default.episodes, on_ray.episodes) == (EPISODES, EPISODES)
+    assert (default.shards, on_ray.shards) == (EPISODES // SHARD_SIZE,) * 2
+
+    def rewards(run_id: str) -> dict:
+        frame = episode_frame(store, run_id)
+        assert set(frame["status"]) == {"ok"}
+        return {(r.task_id, r.policy, r.sample, r.seed): r.reward for r in frame.itertuples()}
+
+    assert rewards("cmp-ray") == rewards("cmp-default")
+    spans = sorted((r.started_at, r.finished_at) for r in on_ray.reports)
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), "shards overlapped"
+
+
+# --- the pieces, without a server --------------------------------------------------------
+
+
+def _task(task_id: str) -> Task:
+    return Task(
+        task_id=task_id,
+        source=Source(kind="synthetic", ref=task_id),
+        repo="r",
+        problem_statement=f"fix {task_id}",
+        gold_patch="",
+        test_patch="",
+    )
+
+
+def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
+    tasks = [_task(f"t{i}") for i in range(5)]
+    plan = shards.plan_shards(tasks, ["gold", "noop"], group_size=3, seed=7, shard_size=4)
+    jobs = [job for shard in plan for job in shard.jobs]
+    assert len(jobs) == 5 * 2 * 3 == len({(j.task_id, j.policy, j.sample) for j in jobs})
+    assert len({j.seed for j in jobs}) == len(jobs)
+    assert [len(s.jobs) for s in plan] == [4] * 7 + [2]
+    assert [s.id for s in shards.plan_shards(list(reversed(tasks)), ["gold", "noop"], 3, 7, 4)] == [s.id for s in plan]
+    assert shards.plan_shards(tasks, ["gold", "noop"], 3, 7, 5)[0].id != plan[0].id  # another plan, other names
+
+
+def test_a_shard_is_done_once_both_parts_are_published_and_a_foreign_plan_is_refused(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    plan = shards.plan_shards([_task("t0"), _task("t1")], ["noop"], 1, 0, 1)
+    lineage = Lineage("r1", 0, "0" * 16, "p", "c")
+    partition = {"run": "r1", "iteration": "0"}
+    assert shards.pending_shards(store, plan, lineage) == plan
+    datasets.write_rows(store, "episodes", [], EPISODE_SCHEMA, partition=partition, part=plan[0].id)
+    assert shards.pending_shards(store, plan, lineage) == plan  # its steps are not published yet
+    datasets.write_rows(store, "steps", [], STEP_SCHEMA, partition=partition, part=plan[0].id)
+    assert shards.pending_shards(store, plan, lineage) == plan[1:]
+    datasets.write_rows(store, "episodes", [], EPISODE_SCHEMA, partition=partition, part="batch-0")
+    with pytest.raises(ConfigError, match="different shard plan"):
+        shards.pending_shards(store, plan, lineage)
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (SandboxError("engine gone", cause="engine"), True),
+        (StoreError("bucket unreachable"), True),
+        (ConfigError("bad params"), False),
+        (KeyError("bug"), False),
+    ],
+)
+def test_only_infrastructure_faults_are_retried(error, retried):
+    assert runners.infrastructure_fault(runners.rollout_shard, None, Failed(data=error)) is retried
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [({"run_id": "../escape"}, "run_id"), ({"runner": "spark"}, "runner"), ({"shard_size": 0}, "shard_size")],
+)
+def test_flow_parameters_are_validated_with_clear_errors(bad, named):
+    with pytest.raises(ParameterTypeError, match=named):
+        load_flow("rollout").validate_parameters({"run_id": "ok-1", **bad})

@@ -1,0 +1,355 @@
+"""LLM policies: an OpenAI-compatible endpoint (a real HTTP server on 127.0.0.1 playing a script) driving
+real episodes in bubblewrap sandboxes, and a local causal LM (a tiny randomly initialised transformers model
+with a byte-level tokenizer built here: nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+
+import pytest
+import torch
+from chat_server import ChatServer, Fault, text_reply, tool_call
+
+from trialforge.errors import PolicyError
+from trialforge.rollout.chat import INVALID_TOOL, Conversation, fit, parse_text_action, parse_tool_call
+from trialforge.rollout.env import TOOLS, Action, EnvLimits
+from trialforge.rollout.loop import Lineage, Rollout
+from trialforge.rollout.openai_policy import OpenAIPolicy
+from trialforge.rollout.policies import TaskView
+from trialforge.sandbox.base import Limits
+from trialforge.store.objstore import open_store
+from trialforge.tasks.patches import diff_trees
+from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.verify.grader import Grader
+
+pytest_plugins = ["chat_server"]
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TESTS = "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+VIEW = TaskView("t", "add() subtracts")
+
+
+@pytest.fixture(scope="module")
+def world(bwrap_backend, base_image, tmp_path_factory):
+    """One small task (add() subtracts) and a Rollout over real bubblewrap sandboxes."""
+    root = tmp_path_factory.mktemp("llm")
+    snapshots = SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
+    trees = {}
+    for kind, files in (("base", {"calc/ops.py": BUGGY}), ("fixed", {"calc/ops.py": FIXED}),
+                        ("tested", {"calc/ops.py": BUGGY, "tests/test_ops.py": TESTS})):  # fmt: skip
+        trees[kind] = root / kind
+        for rel, text in {"calc/__init__.py": "", **files}.items():
+            (trees[kind] / rel).parent.mkdir(parents=True, exist_ok=True)
+            (trees[kind] / rel).write_text(text)
+    task = Task(
+        task_id="calc-add",
+        source=Source(kind="synthetic", ref="test"),
+        repo="calc",
+        snapshot=snapshots.put(trees["base"]),
+        problem_statement="add(2, 3) returns -1 instead of 5.",
+        gold_patch=diff_trees(trees["base"], trees["fixed"]),
+        test_patch=diff_trees(trees["base"], trees["tested"]),
+        fail_to_pass=["tests/test_ops.py::test_add"],
+    )
+    rollout = Rollout(
+        backend=bwrap_backend,
+        image=base_image.name,
+        image_digest=base_image.digest,
+        snapshots=snapshots,
+        grader=Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits(), test_timeout_s=60),
+        limits=Limits(),
+        env_limits=EnvLimits(max_turns=6),
+        lineage=Lineage("llm-test", 0, "taskset", "params", "code"),
+    )
+    return task, rollout
+
+
+def policy(server: ChatServer, **kwargs) -> OpenAIPolicy:
+    options = {"timeout_s": 5.0, "max_retries": 2, "backoff_s": 0.01, "max_backoff_s": 0.05, **kwargs}
+    return OpenAIPolicy(server.url, "scripted-model", api_key="sk-test", **options)
+
+
+# --- OpenAI-compatible endpoint ------------------------------------------------------------
+
+
+def test_a_scripted_model_fixes_a_task_through_view_replace_submit(world, chat_server):
+    task, rollout = world
+    chat_server.play(
+        tool_call("view", {"path": "calc/ops.py"}, logprobs=[-0.5, -0.25], usage=(120, 9)),
+        tool_call("replace", {"path": "calc/ops.py", "old": "a - b", "new": "a + b"}, logprobs=[-1.0]),
+        tool_call("submit", logprobs=[-0.125]),
+    )
+    record = rollout.episode(task, policy(chat_server), sample=0, seed=7)
+
+    assert (record.status, record.reward, record.termination) == ("ok", 1.0, "submitted")
+    assert record.policy_version == "scripted-model"
+    steps = record.step_rows
+    assert [s.tool for s in steps] == ["view", "replace", "submit"]
+    assert [s.logprob for s in steps] == [-0.75, -1.0, -0.125]
+    assert (steps[0].tokens_in, steps[0].tokens_out, record.tokens_in) == (120, 9, 320)
+    assert "return a - b" in steps[0].observation and not any(s.action_error for s in steps)
+    assert "+    return a + b" in record.final_diff
+
+    first, second, third = chat_server.requests
+    assert all(r["tools"] == TOOLS and r["model"] == "scripted-model" for r in chat_server.requests)
+    assert [m["role"] for m in first["messages"]] == ["system", "user"]
+    assert task.problem_statement in first["messages"][1]["content"]
+    call = second["messages"][-2]["tool_calls"][0]
+    answer = second["messages"][-1]
+    assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == ("view", {"path": "calc/ops.py"})
+    assert answer["role"] == "tool" and answer["tool_call_id"] == call["id"] and "a - b" in answer["content"]
+    assert third["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": third["messages"][-2]["tool_calls"][0]["id"],
+        "content": "replaced 1 occurrence in calc/ops.py",
+    }
+    assert first["seed"] != second["seed"]
+
+
+def test_server_errors_are_retried_until_an_answer_comes(chat_server):
+    chat_server.play(Fault(500), Fault(429, headers={"Retry-After": "0"}), tool_call("submit"))
+    decision = policy(chat_server).begin(VIEW, seed=1).act("fix it")
+    assert decision.action == Action(tool="submit")
+    assert decision.info["attempts"] == 3 and len(chat_server.requests) == 3
+    assert decision.logprob is None  # the answer carried no logprobs
+    assert chat_server.requests[0] == chat_server.requests[2]  # a retry resends the same request
+
+
+def test_a_hanging_endpoint_ends_the_episode_as_policy_error_after_retries(world, chat_server):
+    task, rollout = world
+    chat_server.play(Fault(hang_s=30), Fault(hang_s=30))
+    start = time.monotonic()
+    record = rollout.episode(task, policy(chat_server, timeout_s=0.5, max_retries=1), sample=0, seed=1)
+    assert time.monotonic() - start < 20
+    assert (record.status, record.reward, record.termination) == ("policy_error", None, "error")
+    assert "failed 2 times; last: timed out" in record.cause
+    assert len(chat_server.requests) == 2
+
+
+def test_a_client_error_is_not_retried(chat_server):
+    chat_server.play(Fault(400), tool_call("submit"))
+    with pytest.raises(PolicyError, match=r"HTTP 400.*not retried"):
+        policy(chat_server).begin(VIEW, seed=1).act("fix it")
+    assert len(chat_server.requests) == 1
+
+
+def test_malformed_replies_are_invalid_actions_the_episode_survives(world, chat_server):
+    task, rollout = world
+    chat_server.play(
+        tool_call("view", arguments='{"path": "calc/ops.py"'),
+        text_reply("I believe the bug is in ops.py."),
+        tool_call("submit"),
+    )
+    record = rollout.episode(task, policy(chat_server), sample=0, seed=2)
+
+    assert (record.status, record.reward) == ("ok", 0.0)  # graded: the policy's mistakes are its own
+    steps = record.step_rows
+    assert [s.tool for s in steps] == [INVALID_TOOL, INVALID_TOOL, "submit"]
+    assert [s.action_error for s in steps] == [True, True, False]
+    assert "not valid JSON" in json.loads(steps[0].args)["error"]
+    second, third = chat_server.requests[1:]
+    told = second["messages"][-1]
+    assert told["role"] == "user" and "arguments of 'view' are not valid JSON" in told["content"]
+    assert "tool_calls" not in second["messages"][-2]  # no call left waiting for a tool answer
+    assert third["messages"][-2]["content"] == "I believe the bug is in ops.py."
+    assert "the reply has no tool call" in third["messages"][-1]["content"]
+
+
+def test_a_long_conversation_drops_its_oldest_turns_whole(chat_server):
+    chat_server.play(*(tool_call("run", {"command": f"echo {i}"}) for i in range(4)))
+    episode = policy(chat_server, max_context_chars=2000).begin(VIEW, seed=1)
+    for i in range(4):
+        decision = episode.act(f"observation {i} " + "x" * 500)
+    messages = chat_server.requests[-1]["messages"]
+    assert decision.info["dropped_turns"] == 1
+    assert "1 earlier turn(s)" in messages[1]["content"] and "observation 0" in messages[1]["content"]
+    assert "observation 1" not in json.dumps(messages) and "observation 3" in messages[-1]["content"]
+    called = {c["id"] for m in messages for c in m.get("tool_calls", [])}
+    assert all(m["tool_call_id"] in called for m in messages if m["role"] == "tool")
+
+
+# --- parsing and fitting -------------------------------------------------------------------
+
+
+def test_tool_call_arguments_must_be_a_json_object():
+    assert parse_tool_call("view", '{"path": "a.py"}') == Action(tool="view", args={"path": "a.py"})
+    assert parse_tool_call("submit", "") == Action(tool="submit")
+    assert parse_tool_call("frobnicate", "{}").tool == "frobnicate"  # the environment judges tool names
+    assert "must be a JSON object, not list" in parse_tool_call("view", "[1]").args["error"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('Let me look. {"tool": "view", "args": {"path": "a.py"}} ok', Action(tool="view", args={"path": "a.py"})),
+        ('{"note": 1} then {"tool": "submit"}', Action(tool="submit")),
+        ('{"tool": "run", "args": {"command": "echo }"}}', Action(tool="run", args={"command": "echo }"})),
+    ],
+)
+def test_a_text_reply_yields_its_first_tool_object(text, expected):
+    assert parse_text_action(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [("no json here", "holds no JSON object"), ('{"tool": 3, "args": {}}', 'string "tool"'), ("{tool: x}", "holds no")],
+)
+def test_a_text_reply_without_a_tool_object_is_invalid(text, error):
+    action = parse_text_action(text)
+    assert action.tool == INVALID_TOOL and error in action.args["error"]
+
+
+def test_fit_keeps_the_task_and_the_latest_turn_when_nothing_smaller_fits():
+    conversation = Conversation("sys", native_tools=False)
+    for i in range(3):
+        conversation.observe(f"obs {i}")
+        conversation.reply(f"reply {i}", Action(tool="submit"))
+    fitted = fit(conversation.messages, lambda m: False)
+    assert fitted.dropped_turns == 2
+    assert [m["content"].split("\n")[0] for m in fitted.messages] == ["sys", "obs 0", "reply 2"]
+
+
+# --- local causal LM (transformers) --------------------------------------------------------
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """A 2-layer GPT-2 with random weights and a byte-level tokenizer (256 bytes + end of text), saved to disk."""
+    pytest.importorskip("transformers", reason="transformers is not installed in this environment")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    byte_chars = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(byte_chars))}
+    vocab["<|endoftext|>"] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
+    eos = tokenizer.eos_token_id
+    config = GPT2Config(
+        n_layer=2, n_head=2, n_embd=32, n_positions=2048, vocab_size=len(vocab), bos_token_id=eos, eos_token_id=eos
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    path = tmp_path_factory.mktemp("tiny-lm")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path, model, tokenizer
+
+
+def hf_policy(tiny_lm, **kwargs):
+    from trialforge.rollout.hf_policy import HFPolicy
+
+    _, model, tokenizer = tiny_lm
+    return HFPolicy(model, tokenizer, **{"max_new_tokens": 24, "temperature": 0.8, **kwargs})
+
+
+def recompute(model, prompt_ids: list[int], token_ids: list[int], temperature: float) -> list[float]:
+    ids = torch.tensor([prompt_ids + token_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(1, torch.tensor(token_ids).unsqueeze(1)).squeeze(1).tolist()
+
+
+def test_local_lm_logprobs_match_a_forward_pass(tiny_lm):
+    from trialforge.rollout.hf_policy import HFPolicy
+
+    path, model, _ = tiny_lm
+    loaded = HFPolicy(str(path), max_new_tokens=24, temperature=0.8)  # from local files only
+    decision = loaded.begin(VIEW, seed=3).act("fix add()")
+    info = decision.info
+    assert loaded.version == str(path)
+    assert decision.tokens_out == len(info["token_ids"]) == len(info["token_logprobs"]) > 0
+    assert decision.tokens_in == len(info["prompt_ids"])
+    assert math.isfinite(decision.logprob) and decision.logprob < 0
+    again = recompute(model, info["prompt_ids"], info["token_ids"], 0.8)
+    assert again == pytest.approx(info["token_logprobs"], abs=1e-4)
+    assert decision.logprob == pytest.approx(sum(again), abs=1e-3)
+
+
+def test_local_lm_replays_exactly_under_a_seed(tiny_lm):
+    policy = hf_policy(tiny_lm)
+
+    def tokens(seed: int) -> list[list[int]]:
+        episode = policy.begin(VIEW, seed)
+        return [episode.act(obs).info["token_ids"] for obs in ("fix add()", "error: bad reply")]
+
+    assert tokens(11) == tokens(11)
+    assert tokens(11) != tokens(12)
+
+
+def test_local_lm_babble_is_an_invalid_action_shown_back_to_it(tiny_lm):
+    episode = hf_policy(tiny_lm).begin(VIEW, seed=5)
+    first = episode.act("fix add()")
+    assert first.action.tool == INVALID_TOOL and first.info["text"]
+    second = episode.act("error: unknown tool 'invalid'")
+    prompt = hf_policy(tiny_lm).tokenizer.decode(second.info["prompt_ids"])
+    assert prompt.startswith("<|system|>\n") and prompt.endswith("<|assistant|>\n")
+    assert first.info["text"] + "<|endoftext|>\n<|user|>\nYour reply was not a valid tool call" in prompt
+
+
+def test_local_lm_uses_the_tokenizers_chat_template_when_it_has_one(tiny_lm):
+    policy = hf_policy(tiny_lm)
+    policy.tokenizer = copy.deepcopy(policy.tokenizer)
+    policy.tokenizer.chat_template = CHAT_TEMPLATE
+    prompt = policy.tokenizer.decode(policy.begin(VIEW, seed=1).act("fix add()").info["prompt_ids"])
+    assert prompt.startswith("[system]You are") and prompt.endswith("[user]fix add()[assistant]")
+
+
+def test_local_lm_drops_old_turns_to_fit_and_fails_clearly_when_the_task_cannot(tiny_lm):
+    from trialforge.rollout.hf_policy import HFPolicy
+
+    observations = ("fix add()", "a" * 300, "b" * 300)
+    free = hf_policy(tiny_lm).begin(VIEW, seed=1)
+    lengths = [free.act(obs).tokens_in for obs in observations]
+    budget = lengths[1] + 120  # room for the task, one turn and the note saying what was left out
+    assert lengths[2] > budget
+    episode = hf_policy(tiny_lm, context_tokens=budget + 24).begin(VIEW, seed=1)
+    decisions = [episode.act(obs) for obs in observations]
+    assert [d.info["dropped_turns"] for d in decisions] == [0, 0, 1]
+    assert [d.tokens_in for d in decisions[:2]] == lengths[:2] and decisions[2].tokens_in <= budget
+    prompt = episode.policy.tokenizer.decode(decisions[2].info["prompt_ids"])
+    assert "1 earlier turn(s)" in prompt and "a" * 300 not in prompt and "b" * 300 in prompt
+
+    _, model, tokenizer = tiny_lm
+    tight = HFPolicy(model, tokenizer, max_new_tokens=24, context_tokens=lengths[0])
+    with pytest.raises(PolicyError, match="even with every earlier turn left out"):
+        tight.begin(VIEW, seed=1).act("fix add()")
+
+
+def test_a_local_lm_trained_to_submit_submits(tiny_lm):
+    """Teacher-force the tiny model on one reply; greedy decoding must then produce that tool call."""
+    _, model, tokenizer = tiny_lm
+    trained = type(model)(model.config)
+    trained.load_state_dict(model.state_dict())
+    policy = hf_policy((None, trained, tokenizer), temperature=0.0)
+    prompt_ids = policy.begin(VIEW, seed=1).act("fix add()").info["prompt_ids"]
+    target = [*tokenizer.encode('{"tool": "submit", "args": {}}', add_special_tokens=False), tokenizer.eos_token_id]
+    ids = torch.tensor([prompt_ids + target])
+    labels = ids.clone()
+    labels[0, : len(prompt_ids)] = -100
+    trained.train()
+    optimiser = torch.optim.Adam(trained.parameters(), lr=3e-3)
+    for _ in range(150):
+        optimiser.zero_grad()
+        trained(input_ids=ids, labels=labels).loss.backward()
+        optimiser.step()
+    trained.eval()
+
+    decision = policy.begin(VIEW, seed=1).act("fix add()")
+    assert decision.action == Action(tool="submit")
+    assert decision.info["token_ids"] == target
+    assert decision.logprob > -1.0
