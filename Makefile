@@ -44,7 +44,7 @@ lint: $(STAMP)
 lock:
 	rm -rf .lockenv && python3 -m venv .lockenv
 	.lockenv/bin/pip install -q -e '.[dev]'
-	.lockenv/bin/pip freeze --exclude-editable | sed 's/+cpu$$//' > requirements.lock
+	.lockenv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sed 's/+cpu$$//' > requirements.lock
 	rm -rf .lockenv
 
 clean:

@@ -1,7 +1,7 @@
 """The whole loop: ingest -> curate -> (rollout -> train) x train.iterations -> report, as subflows.
 
-A run that died resumes where it stopped when rerun with its ``run_id``: published shards and taken
-training steps are skipped, and validation verdicts come from the cache.
+A run that died resumes where it stopped when rerun with its ``run_id``: it keeps the task set it started
+with, and skips the shards it published and the training steps it took.
 """
 
 from __future__ import annotations
@@ -35,15 +35,19 @@ def pipeline(
     run_id = run_id or runners.default_run_id(params.run.name)
     common = {"params_path": params_path, "overrides": overrides}
     with runners.held_runtime(params) as rt:
-        ingested = ingest(**common)
-        curated = curate(**common, ingested=ingested.version)
+        taskset = shards.started_run(rt.store, run_id)
+        if taskset is None:
+            ingested = ingest(**common)
+            curated = curate(**common, ingested=ingested.version)
+            funnels = ingested.funnels + curated.funnels
+            taskset = shards.start_run(rt.store, run_id, curated.model_copy(update={"funnels": funnels}))
         checkpoint, updates = None, []
         for iteration in range(params.train.iterations):
             rollout(
                 run_id=run_id,
                 iteration=iteration,
                 **common,
-                task_set=curated.version,
+                task_set=taskset.version,
                 checkpoint=checkpoint,
                 runner=runner,
                 ray_address=ray_address,
@@ -52,8 +56,8 @@ def pipeline(
             trained = train(run_id=run_id, iteration=iteration, **common, checkpoint=checkpoint)
             checkpoint = trained.checkpoint
             updates += [trained.stats] if trained.stats else []
-        _, tasks = shards.read_taskset(rt.store, shards.TASKS, curated.version)
-        metrics = finish_run(rt, run_id, tasks, ingested.funnels + curated.funnels, updates)
-        runners.funnel_artifacts(ingested.funnels + curated.funnels)
+        _, tasks = shards.read_taskset(rt.store, shards.TASKS, taskset.version)
+        metrics = finish_run(rt, run_id, tasks, taskset.funnels, updates)
+        runners.funnel_artifacts(taskset.funnels)
         runners.episode_artifacts(rt.store, run_id)
     return metrics

@@ -442,6 +442,7 @@ def test_identifier_back_references_survive_renaming_only() -> None:
     renamed = normalize_code("q = r + r\n")
     different = normalize_code("a = b + c\n")
     assert same.canon == renamed.canon == different.canon
+    assert same.back is not None and renamed.back is not None and different.back is not None
     assert same.back.tolist() == renamed.back.tolist() != different.back.tolist()
 
 

@@ -137,7 +137,7 @@ def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts
     log = (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
     assert run.state is not None and run.state.type == StateType.COMPLETED, log
     assert [s.schedule.cron for s in deployment.schedules] == ["0 2 * * *"]
-    assert deployment.concurrency_limit == 1
+    assert deployment.global_concurrency_limit is not None and deployment.global_concurrency_limit.limit == 1
     assert deployment.concurrency_options.collision_strategy == "CANCEL_NEW"
     funnel = json.loads(next(a for a in artifacts if a.key == "trialforge-funnel").data)
     assert funnel == [{"stage": "ingest", "seen": 3, "kept": 3, "dropped": "-"}]
@@ -158,11 +158,10 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
     env = {**prefect_env, "TRIALFORGE_STATE_DIR": str(state_dir)}
     where = {"run": run_id, "iteration": "0"}
 
-    def published() -> dict[str, dict[str, str]]:
+    def published(names=shards.EPISODE_DATASETS) -> dict[str, dict[str, str]]:
         """Per dataset: part key -> written_at."""
         return {
-            name: {e["key"]: e["written_at"] for e in datasets.list_parts(store, name, filters=where)}
-            for name in shards.EPISODE_DATASETS
+            name: {e["key"]: e["written_at"] for e in datasets.list_parts(store, name, filters=where)} for name in names
         }
 
     with process_group(argv, env, tmp_path / "first.log") as first:
@@ -171,6 +170,7 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
         first.wait()
     before = published()
     assert 1 <= len(before["steps"]) < EPISODES // SHARD_SIZE, "the kill came too late to test a resume"
+    curated_before = published([shards.INGESTED, shards.TASKS])
 
     done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -180,6 +180,7 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
         for key in before["steps"]:  # a shard finished before the kill was not run again
             key = key.replace("datasets/steps/", f"datasets/{name}/")
             assert after[name][key] == before[name][key]
+    assert published([shards.INGESTED, shards.TASKS]) == curated_before  # it kept the task set it started with
     episodes = episode_frame(store, run_id)
     assert len(episodes) == EPISODES and episodes["episode_id"].is_unique
     jobs = set(zip(episodes["task_id"], episodes["policy"], episodes["sample"], strict=True))

@@ -225,8 +225,14 @@ CHAT_TEMPLATE = (
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
-    """A 2-layer GPT-2 with random weights and a byte-level tokenizer (256 bytes + end of text), saved to disk."""
+    """A 2-layer GPT-2 with random weights and a byte-level tokenizer (256 bytes + end of text), saved to disk.
+
+    Torch runs single-threaded meanwhile: on two busy cores its spinning worker threads make these tiny
+    models' operations tens of times slower than one thread.
+    """
     pytest.importorskip("transformers", reason="transformers is not installed in this environment")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -246,7 +252,8 @@ def tiny_lm(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-lm")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    return path, model, tokenizer
+    yield path, model, tokenizer
+    torch.set_num_threads(threads)
 
 
 def hf_policy(tiny_lm, **kwargs):
@@ -335,7 +342,7 @@ def test_a_local_lm_trained_to_submit_submits(tiny_lm):
     _, model, tokenizer = tiny_lm
     trained = type(model)(model.config)
     trained.load_state_dict(model.state_dict())
-    policy = hf_policy((None, trained, tokenizer), temperature=0.0)
+    policy = hf_policy((None, trained, tokenizer), temperature=0.0, system="Reply with one JSON tool call.")
     prompt_ids = policy.begin(VIEW, seed=1).act("fix add()").info["prompt_ids"]
     target = [*tokenizer.encode('{"tool": "submit", "args": {}}', add_special_tokens=False), tokenizer.eos_token_id]
     ids = torch.tensor([prompt_ids + target])

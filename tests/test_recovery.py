@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -377,10 +378,10 @@ def test_restore_rolls_the_workspace_back_to_a_named_checkpoint_only_when_enable
 def test_a_paused_batch_resumes_in_another_process_with_every_episode_once_and_unchanged(world, bwrap_backend) -> None:
     rollout, wander = make_rollout(world, bwrap_backend), Wander(world.tasks)
     jobs = batch_jobs(world.tasks, wander)
-    trigger_job = jobs[12]  # the first wandering episode: the batch is paused just before its fourth action
+    trigger_job = jobs[12]  # the first wandering episode: pause the batch as it views notes/answer.txt (action 6)
     batch = ResumableBatch(
         rollout,
-        batch_jobs(world.tasks, Trigger(wander, trigger_job.seed, 3, lambda: batch.pause())),
+        batch_jobs(world.tasks, Trigger(wander, trigger_job.seed, 6, lambda: batch.pause())),
         world.store,
         "pause-test",
         concurrency=2,
@@ -391,7 +392,7 @@ def test_a_paused_batch_resumes_in_another_process_with_every_episode_once_and_u
     assert not first.complete and trigger_key in paused and set(paused) <= set(first.pending)
     assert len(first.episodes) + len(first.pending) == 18 and 11 <= len(first.episodes) <= 14
     state = EpisodeState.from_json(world.store.get_bytes(f"batches/pause-test/paused/{trigger_key}.json"))
-    assert state.step == 4 and state.checkpoint == 3 and state.record.attempt == 1  # step-3: the periodic checkpoint
+    assert (state.step, state.checkpoint, state.record.attempt) == (7, 6, 1)  # a view changes nothing: no new one
 
     config = world.root / "resume.json"
     config.write_text(json.dumps({"root": str(world.root), "batch": "pause-test"}))
@@ -423,7 +424,7 @@ def test_a_paused_batch_resumes_in_another_process_with_every_episode_once_and_u
         (event,) = json.loads(got.recoveries)
         assert event["kind"] == "resume" and event["diverged"] == []
     (event,) = json.loads(records[trigger_key].recoveries)
-    assert (event["step"], event["checkpoint"], event["replayed"]) == (4, 3, 1)
+    assert (event["step"], event["checkpoint"], event["replayed"]) == (7, 6, 1)
 
 
 def test_an_episode_whose_policy_cannot_be_fast_forwarded_restarts_and_says_so(world, bwrap_backend) -> None:
@@ -439,6 +440,47 @@ def test_an_episode_whose_policy_cannot_be_fast_forwarded_restarts_and_says_so(w
     assert (record.status, record.reward, record.steps) == ("ok", 1.0, 11)
     (event,) = json.loads(record.recoveries)
     assert (event["kind"], event["step"]) == ("restart", 4) and "is not deterministic" in event["message"]
+
+
+def test_a_signal_pauses_a_batch_mid_episode_while_its_handler_is_installed(world, bwrap_backend) -> None:
+    wander = Wander(world.tasks)
+    signal_self = lambda: os.kill(os.getpid(), signal.SIGUSR1)  # noqa: E731
+    job = EpisodeJob(world.tasks[0], Trigger(wander, 51, 2, signal_self), 0, 51)
+    batch = ResumableBatch(make_rollout(world, bwrap_backend), [job], world.store, "signal-test")
+    before = signal.getsignal(signal.SIGUSR1)
+    with batch.pause_on(signal.SIGUSR1):
+        result = batch.run()
+    assert signal.getsignal(signal.SIGUSR1) is before
+    key = episode_id(LINEAGE, job)
+    assert (result.episodes, result.pending) == ([], [key])
+    state = EpisodeState.from_json(world.store.get_bytes(f"batches/signal-test/paused/{key}.json"))
+    assert 3 <= state.step < 11  # at a step boundary after the signal, well before the end
+
+
+class RunnerDied(Exception):
+    """What a dead runner leaves in the store (checkpoints, no done or paused record), without killing pytest."""
+
+
+def test_an_episode_whose_runner_died_continues_from_its_newest_durable_checkpoint(world, bwrap_backend) -> None:
+    rollout, task, wander = make_rollout(world, bwrap_backend), world.tasks[0], Wander(world.tasks)
+    job = EpisodeJob(task, wander, 0, 31)
+    key = episode_id(LINEAGE, job)
+
+    def die() -> None:
+        raise RunnerDied
+
+    with pytest.raises(RunnerDied):  # before the rm of action 8: checkpoints step-3 and step-6 are in the store
+        ResumableBatch(rollout, [EpisodeJob(task, Trigger(wander, 31, 8, die), 0, 31)], world.store, "crash-test").run()
+    left = world.store.list(f"checkpoints/episodes/{LINEAGE.run_id}/{key}/")
+    assert [k.rsplit("/", 1)[1] for k in left] == ["step-3.json", "step-3.tar", "step-6.json", "step-6.tar"]
+
+    result = ResumableBatch(rollout, [job], world.store, "crash-test").resume()
+    assert (result.resumed, result.pending) == ([key], [])
+    (record,) = result.episodes
+    (event,) = json.loads(record.recoveries)
+    assert (event["kind"], event["step"], event["checkpoint"], event["replayed"]) == ("resume", 6, 6, 0)
+    clean = rollout.episode(task, wander, 0, 31)
+    assert (record.reward, record.final_diff, trajectory(record)) == (1.0, clean.final_diff, trajectory(clean))
 
 
 # --- the resuming process --------------------------------------------------------------------------------------

@@ -73,6 +73,20 @@ class CurateParams(_Section):
     sampler: SamplerConfig = SamplerConfig()
 
 
+QualityGate = Literal["weak_tests", "leaks", "shortcuts"]
+
+
+class QualityParams(_Section):
+    gates: list[QualityGate] = ["weak_tests", "leaks", "shortcuts"]  # audits that run and are recorded
+    enforce: list[QualityGate] = ["weak_tests", "shortcuts"]  # failing one of these drops the task
+    max_mutants: int = Field(8, ge=0)
+    leak_kinds: list[Literal["added_line", "new_identifier", "expected_value"]] = [
+        "added_line", "new_identifier", "expected_value",
+    ]  # fmt: skip
+    timeout_factor: float = Field(10.0, ge=1)
+    min_timeout_s: float = Field(20.0, gt=0)
+
+
 class RolloutParams(_Section):
     policies: list[str] = ["gold", "noop", "repair"]
     group_size: int = Field(4, ge=1)
@@ -101,6 +115,7 @@ class Params(_Section):
     sandbox: SandboxParams = SandboxParams()
     validate_: ValidateParams = Field(ValidateParams(), alias="validate")
     curate: CurateParams = CurateParams()
+    quality: QualityParams = QualityParams()
     rollout: RolloutParams = RolloutParams()
     train: TrainParams = TrainParams()
     observe: ObserveParams = ObserveParams()

@@ -1,6 +1,6 @@
 """The pipeline's steps as plain functions: flows, CLI steps, DVC stages and tests all call these.
 
-ingest -> validate -> decontaminate -> tier -> (rollout -> train) x iterations -> report
+ingest -> validate -> decontaminate -> quality -> tier -> (rollout -> train) x iterations -> report
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
 from trialforge.observe.health import HealthThresholds, assert_trainable, check_health
 from trialforge.observe.metrics import iteration_metrics, load_run
+from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
@@ -85,6 +86,23 @@ def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
         funnel.keep()
         kept.append(task)
     return kept, funnel
+
+
+def quality(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
+    """Weak tests, answer leaks and shortcut solutions: each task's record is kept on the task."""
+    qp = rt.params.quality
+    cfg = QualityConfig(
+        max_mutants=qp.max_mutants,
+        seed=rt.params.run.seed,
+        gates=tuple(qp.gates),
+        enforce=tuple(qp.enforce),
+        leak_kinds=tuple(qp.leak_kinds),
+        timeout_factor=qp.timeout_factor,
+        min_timeout_s=qp.min_timeout_s,
+        concurrency=rt.params.sandbox.concurrency,
+    )
+    kept, records, funnel = run_quality_gate(tasks, rt.grader(), rt.snapshots, cfg)
+    return [t.model_copy(update={"quality": records[t.task_id]}) for t in kept], funnel
 
 
 def tier(tasks: list[Task]) -> list[Task]:

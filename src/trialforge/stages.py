@@ -17,7 +17,7 @@ from trialforge.observe.summary import write_json
 from trialforge.runtime import open_runtime
 from trialforge.tasks.taskset import read_tasks, write_tasks
 
-STAGES = ("ingest", "validate", "decontaminate", "tier", "train", "report")
+STAGES = ("ingest", "validate", "decontaminate", "quality", "tier", "train", "report")
 
 
 def _paths(params: Params) -> dict[str, Path]:
@@ -26,6 +26,7 @@ def _paths(params: Params) -> dict[str, Path]:
         "ingest": out / "tasks" / "ingested.parquet",
         "validate": out / "tasks" / "validated.parquet",
         "decontaminate": out / "tasks" / "decontaminated.parquet",
+        "quality": out / "tasks" / "quality.parquet",
         "tier": out / "tasks" / "taskset.parquet",
         "train": out / "train" / "run.json",
         "funnels": out / "funnel",
@@ -44,8 +45,11 @@ def run_stage(name: str, params: Params) -> None:
         elif name == "decontaminate":
             tasks, funnel = pipeline.decontaminate(rt, read_tasks(paths["validate"]))
             _save(paths, "decontaminate", tasks, funnel)
+        elif name == "quality":
+            tasks, funnel = pipeline.quality(rt, read_tasks(paths["decontaminate"]))
+            _save(paths, "quality", tasks, funnel)
         elif name == "tier":
-            pipeline.publish_taskset(rt, pipeline.tier(read_tasks(paths["decontaminate"])))
+            pipeline.publish_taskset(rt, pipeline.tier(read_tasks(paths["quality"])))
         elif name == "train":
             run_id = pipeline.new_run_id(params.run.name)
             results = pipeline.train_loop(rt, read_tasks(paths["tier"]), run_id)
@@ -53,7 +57,7 @@ def run_stage(name: str, params: Params) -> None:
             write_json(paths["train"], {"run_id": run_id, "updates": updates})
         elif name == "report":
             run = json.loads(paths["train"].read_text())
-            funnels = [json.loads((paths["funnels"] / f"{s}.json").read_text()) for s in STAGES[:3]]
+            funnels = [json.loads((paths["funnels"] / f"{s}.json").read_text()) for s in STAGES[:4]]
             finish_run(rt, run["run_id"], read_tasks(paths["tier"]), funnels, run["updates"])
         else:
             raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")

@@ -47,7 +47,9 @@ log = logging.getLogger(__name__)
 
 Method = Literal["ngram", "minhash", "repo_excluded", "time_cutoff"]
 EVAL_SPLIT = "eval_split"
+KINDS: tuple[Kind, ...] = ("text", "code")
 TASK_FIELDS: dict[str, Kind] = {"problem_statement": "text", "gold_patch": "code", "test_patch": "code"}
+SWEBENCH_FIELDS: dict[str, Kind] = {"problem_statement": "text", "patch": "code", "test_patch": "code"}
 MAX_HITS_PER_FIELD = 10  # per method; a boilerplate passage can hit hundreds of references
 _BATCH = 4096  # fields encoded and queried together: bounds memory, keeps numpy calls large
 _EMPTY = np.empty(0, dtype=np.uint64)
@@ -199,7 +201,9 @@ class DecontamIndex:
     """Hashed n-grams and MinHash signatures of reference documents, built once per set.
 
     Build with :meth:`build`; query a batch of texts with :meth:`query`. The references of
-    each kind live in their own shard so text is never compared with code.
+    each kind live in their own shard so text is never compared with code. References
+    under ``min_tokens`` tokens are matched by n-grams only. Queries reuse scratch
+    buffers: share an index between processes, not threads.
     """
 
     def __init__(self, refs: Sequence[RefDoc], cfg: DecontamConfig) -> None:
@@ -209,7 +213,7 @@ class DecontamIndex:
         self._tokens = TokenHasher()
         self._minhash = MinHasher(cfg.num_perm, cfg.seed)
         self._shards: dict[Kind, _Shard] = {}
-        for kind in ("text", "code"):
+        for kind in KINDS:
             of_kind = [r for r in self.refs if r.kind == kind]
             if of_kind:
                 self._shards[kind] = _Shard(of_kind, cfg, self._tokens, self._minhash, self.bands, self.rows)
@@ -257,9 +261,8 @@ class DecontamIndex:
         tuned for the threshold the index was built with.
         """
         hits: list[tuple[Hit, ...]] = []
-        for start in range(0, len(texts), _BATCH):
-            batch = [normalize(text, kind) for text in texts[start : start + _BATCH]]
-            hits.extend(self.query_tokens(batch, kind, threshold))
+        for start in range(0, len(texts), _BATCH):  # normalised tokens are the bulk of the memory
+            hits.extend(self.query_tokens([normalize(t, kind) for t in texts[start : start + _BATCH]], kind, threshold))
         return hits
 
     def query_tokens(
@@ -272,17 +275,21 @@ class DecontamIndex:
         """:meth:`query` for texts normalised already (by :func:`normalize` with this kind)."""
         threshold = self.cfg.threshold if threshold is None else threshold
         shard = self._shards.get(kind)
-        if shard is None or not tokens:
+        if shard is None:
             return [() for _ in tokens]
-        enc = _encode(tokens, kind, self.cfg, self._tokens, methods)
-        found: dict[int, list[Hit]] = defaultdict(list)
-        if "ngram" in methods:
-            for doc, hits in _ngram_hits(shard, enc, self.cfg.ngram_n).items():
-                found[doc].extend(hits)
-        if "minhash" in methods:
-            for doc, hits in _minhash_hits(shard, enc, self._minhash, threshold).items():
-                found[doc].extend(hits)
-        return [tuple(found[doc]) if doc in found else () for doc in range(len(tokens))]
+        hits: list[tuple[Hit, ...]] = []
+        for start in range(0, len(tokens), _BATCH):
+            batch = tokens[start : start + _BATCH]
+            enc = _encode(batch, kind, self.cfg, self._tokens, methods)
+            found: dict[int, list[Hit]] = defaultdict(list)
+            if "ngram" in methods:
+                for doc, more in _ngram_hits(shard, enc, self.cfg.ngram_n).items():
+                    found[doc].extend(more)
+            if "minhash" in methods:
+                for doc, more in _minhash_hits(shard, enc, self._minhash, threshold).items():
+                    found[doc].extend(more)
+            hits.extend(tuple(found[doc]) if doc in found else () for doc in range(len(batch)))
+        return hits
 
 
 def _ngram_hits(shard: _Shard, enc: _Encoded, n: int) -> dict[int, list[Hit]]:
@@ -355,9 +362,9 @@ def swebench_refs(path: str | Path, ref_set: str = "swebench") -> list[RefDoc]:
     refs = []
     for lineno, row in _read_jsonl(Path(path)):
         instance = _require(row, "instance_id", path, lineno)
-        for name, kind in (("problem_statement", "text"), ("patch", "code"), ("test_patch", "code")):
+        for name, kind in SWEBENCH_FIELDS.items():
             if row.get(name):
-                refs.append(RefDoc(ref_set, f"{instance}#{name}", row[name], kind))  # type: ignore[arg-type]
+                refs.append(RefDoc(ref_set, f"{instance}#{name}", row[name], kind))
     return refs
 
 
@@ -452,23 +459,23 @@ def policy_matches(task: Task, cfg: DecontamConfig) -> list[dict[str, Any]]:
     repo = normalize_repo(task.repo)
     for pattern in cfg.exclude_repos:
         if fnmatch.fnmatchcase(repo, normalize_repo(pattern)):
-            matches.append(_policy_match("repo_excluded", "exclude_repos", pattern, "repo", task.repo))
+            matches.append(_policy_match("repo_excluded", "exclude_repos", pattern, "repo"))
             break
     created = parse_time(task.created_at) if task.created_at else None
     cutoff = parse_time(cfg.cutoff) if cfg.cutoff else None
     if created is not None and cutoff is not None and created > cutoff:
-        matches.append(_policy_match("time_cutoff", "cutoff", cfg.cutoff or "", "created_at", task.created_at))
+        matches.append(_policy_match("time_cutoff", "cutoff", cfg.cutoff or "", "created_at"))
     return matches
 
 
-def _policy_match(method: Method, ref_set: str, doc_id: str, field_name: str, value: str) -> dict[str, Any]:
+def _policy_match(method: Method, ref_set: str, doc_id: str, field_name: str) -> dict[str, Any]:
     return {
         "method": method,
         "ref_set": ref_set,
         "doc_id": doc_id,
         "field": field_name,
         "score": None,
-        "ngram": value,
+        "ngram": None,
         "offset": None,
     }
 
@@ -552,14 +559,14 @@ def content_matches(
 ) -> list[list[dict[str, Any]]]:
     """The n-gram and MinHash matches of each task's fields, all tasks in one batch per kind."""
     found: list[list[dict[str, Any]]] = [[] for _ in tasks]
-    for kind in ("text", "code"):
+    for kind in KINDS:
         fields = [
             (i, name)
             for i, task in enumerate(tasks)
             for name, k in TASK_FIELDS.items()
             if k == kind and getattr(task, name)
         ]
-        hits = index.query([getattr(tasks[i], name) for i, name in fields], kind, threshold)  # type: ignore[arg-type]
+        hits = index.query([getattr(tasks[i], name) for i, name in fields], kind, threshold)
         for (i, name), field_hits in zip(fields, hits, strict=True):
             found[i].extend(hit.as_match(name) for hit in field_hits)
     return found
@@ -578,7 +585,9 @@ def mark(task: Task, matches: list[dict[str, Any]]) -> Task:
         if key not in seen:
             seen.add(key)
             merged.append(m)
-    verdict = "contaminated" if merged else "clean"
+    verdict: Literal["clean", "contaminated"] = (
+        "contaminated" if merged or task.decontamination.verdict == "contaminated" else "clean"
+    )
     return task.model_copy(update={"decontamination": Decontamination(verdict=verdict, matches=merged)})
 
 

@@ -309,13 +309,13 @@ def ngram_hashes(
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     m = max(len(hashes) - n + 1, 0)
-    acc = _window_token(hashes, back, 0, m)
+    acc = hashes[:m].copy()
     for j in range(1, n):
         acc *= _POLY
         acc += _window_token(hashes, back, j, m)
     starts = np.cumsum(lengths) - lengths
     counts = np.maximum(lengths - n + 1, 0)
-    keep = _ranges(starts[counts > 0], counts[counts > 0])
+    keep = expand_ranges(starts[counts > 0], counts[counts > 0])
     grams = mix64(acc[keep]) if len(keep) else _EMPTY_U64
     if short == "whole" and ((lengths > 0) & (lengths < n)).any():
         grams, counts = _add_whole_docs(grams, counts, hashes, back, starts, lengths, n)
@@ -323,12 +323,14 @@ def ngram_hashes(
 
 
 def _window_token(hashes: np.ndarray, back: np.ndarray | None, j: int, m: int) -> np.ndarray:
-    """The hash of the ``j``-th token of each of ``m`` windows, its in-window back-reference added."""
-    tokens = hashes[j : j + m].copy()
-    if back is not None and j > 0:
-        ref = back[j : j + m]
-        tokens += np.where(ref <= j, ref, 0).astype(_U64) * _BACK
-    return tokens
+    """The hash of the ``j``-th token of each of ``m`` windows, its in-window back-reference added.
+
+    The first token of a window never points inside it, so ``j = 0`` needs no reference.
+    """
+    if back is None:
+        return hashes[j : j + m]
+    ref = back[j : j + m]
+    return hashes[j : j + m] + np.where(ref <= j, ref, 0).astype(_U64) * _BACK
 
 
 def _add_whole_docs(
@@ -352,7 +354,7 @@ def _add_whole_docs(
     return (np.concatenate(pieces) if pieces else _EMPTY_U64), counts
 
 
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``concatenate([arange(s, s + c) for s, c in zip(starts, counts)])``, vectorised."""
     total = int(counts.sum())
     if total == 0:
@@ -370,9 +372,12 @@ class NgramIndex:
 
     def __init__(self, grams: np.ndarray, counts: np.ndarray) -> None:
         docs = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
-        pairs = np.unique(np.stack([grams, docs.astype(_U64)]), axis=1)  # one row per (n-gram, doc)
-        self.hashes: np.ndarray = pairs[0]
-        self.docs: np.ndarray = pairs[1].astype(np.int32)
+        order = np.lexsort((docs, grams))
+        grams, docs = grams[order], docs[order]
+        first = np.ones(len(grams), dtype=bool)  # one entry per (n-gram, document)
+        first[1:] = (grams[1:] != grams[:-1]) | (docs[1:] != docs[:-1])
+        self.hashes: np.ndarray = grams[first]
+        self.docs: np.ndarray = docs[first]
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -387,4 +392,4 @@ class NgramIndex:
         right = np.searchsorted(self.hashes, queries, side="right")
         counts = right - left
         hit = np.flatnonzero(counts)
-        return np.repeat(hit, counts[hit]), self.docs[_ranges(left[hit], counts[hit])]
+        return np.repeat(hit, counts[hit]), self.docs[expand_ranges(left[hit], counts[hit])]

@@ -25,7 +25,7 @@ from dataclasses import astuple, dataclass, fields
 
 from trialforge.config import Params
 from trialforge.errors import ConfigError
-from trialforge.orchestrate import ShardReport, TrainResult
+from trialforge.orchestrate import ShardReport, StageResult, TrainResult
 from trialforge.pipeline import make_policies, store_episodes
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout
@@ -187,6 +187,23 @@ def read_taskset(store: ObjectStore, dataset: str, version: str | None = None) -
     version = version or max(entries, key=lambda e: e["written_at"])["partition"]["task_set"]
     table = datasets.read_table(store, dataset, filters={"task_set": version})
     return version, from_table(table.drop_columns(["task_set"]))  # the partition key is not a task field
+
+
+def run_record_key(run_id: str) -> str:
+    return f"runs/{run_id}.json"
+
+
+def start_run(store: ObjectStore, run_id: str, taskset: StageResult) -> StageResult:
+    """Record the task set a run trains on (and the funnels that made it) before its first rollout."""
+    store.put_bytes(run_record_key(run_id), taskset.model_dump_json().encode())
+    return taskset
+
+
+def started_run(store: ObjectStore, run_id: str) -> StageResult | None:
+    """The task set a run recorded at its start, or None for a run not started: a resumed run keeps its task
+    set even if curating again would give another version (validation timings are part of a task)."""
+    key = run_record_key(run_id)
+    return StageResult.model_validate_json(store.get_bytes(key)) if store.exists(key) else None
 
 
 def load_episodes(store: ObjectStore, run_id: str, iteration: int, policy: str) -> list[EpisodeRecord]:

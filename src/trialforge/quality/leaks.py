@@ -9,11 +9,12 @@ Three kinds of leak, each reported with the span that matched:
   that the tests do not call (a name the tests call is the interface the task asks for, not its
   answer). Code-shaped names (``snake_case``, ``camelCase``, digits) count anywhere; a name that is
   also a plain word counts only where the statement writes it as code (backticks, fenced blocks,
-  ``>>>`` lines), so "normalize" in prose is not a leak but ```normalize``` is.
+  ``>>>`` lines): "normalize" in prose is not a leak, `normalize` in backticks is.
 - ``expected_value``: a literal on the right of ``assert ... ==`` in the lines the test patch adds to
   a fail-to-pass test (a constant, a one-argument constructor such as ``Decimal("0.13")``, or a
-  list/tuple/set of those), unless it also appears among that assertion's inputs. Trivial values
-  (booleans, None, small integers, strings under three characters) are skipped.
+  list/tuple/set of those), unless the test file also feeds it in (it occurs in a constant the added
+  lines use elsewhere: an input the statement may show freely). Trivial values (booleans, None,
+  integers under ten, strings under three characters) are skipped.
 
 Nothing here runs code; it reads the patches, the base tree and the statement.
 """

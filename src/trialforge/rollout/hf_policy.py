@@ -39,13 +39,15 @@ class HFPolicy:
         temperature: float = 1.0,
         device: str = "cpu",
         context_tokens: int | None = None,
+        system: str | None = None,
         name: str = "hf",
         version: str | None = None,
     ) -> None:
         """``model`` and ``tokenizer`` are objects or local paths (the tokenizer defaults to the model's path).
 
         ``context_tokens`` defaults to the model's ``max_position_embeddings``; prompts longer than it less
-        ``max_new_tokens`` lose their oldest turns. ``version`` defaults to the model's path.
+        ``max_new_tokens`` lose their oldest turns. ``system`` replaces the default instructions (which list
+        the tools and the JSON reply format). ``version`` defaults to the model's path.
         """
         path = str(model) if isinstance(model, str | Path) else None
         if path is not None:
@@ -63,6 +65,7 @@ class HFPolicy:
         self.device = device
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.system = system if system is not None else system_prompt(native_tools=False)
         self.name = name
         self.version = version or path or getattr(model, "name_or_path", "") or "local"
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -119,7 +122,7 @@ class HFEpisode:
         self.policy = policy
         self.seed = seed
         self.turn = 0
-        self.conversation = Conversation(system_prompt(native_tools=False), native_tools=False)
+        self.conversation = Conversation(policy.system, native_tools=False)
 
     def act(self, observation: str) -> Decision:
         policy = self.policy

@@ -144,18 +144,26 @@ class Rollout:
         record = state.record if state else self._new_record(job, attempt)
         episode = _Episode(self, job, record, time.monotonic() - (state.elapsed_s if state else 0.0), stop)
         try:
-            diff = episode.run(state)
+            ended = episode.run(state)
         except SandboxError as exc:
-            return self._finish(episode.record, episode.start, "env_error", f"{exc.cause}: {exc}", "error")
+            ended = self._finish(episode.record, episode.start, "env_error", f"{exc.cause}: {exc}", "error")
         except PolicyError as exc:
-            return self._finish(episode.record, episode.start, "policy_error", str(exc), "error")
-        if isinstance(diff, EpisodeState):
-            return diff
+            ended = self._finish(episode.record, episode.start, "policy_error", str(exc), "error")
+        if isinstance(ended, EpisodeState):
+            return ended
+        # The episode has ended: its record says all its checkpoints did. (Any other exception leaves them, so a
+        # batch whose runner died continues from them.)
+        episode.checkpoints.clear()
+        if isinstance(ended, EpisodeRecord):
+            return ended
+        return self._graded(job.task, episode, ended)
+
+    def _graded(self, task: Task, episode: _Episode, diff: str) -> EpisodeRecord:
         record = episode.record
         if record.termination == "timeout":
             return self._finish(record, episode.start, "timeout", "episode wall time exceeded", "timeout")
         record.final_diff = diff
-        verdict = self.grader.grade(job.task, diff)
+        verdict = self.grader.grade(task, diff)
         record.verify_s = verdict.duration_s
         record.reward = verdict.reward
         record.verifier_report = json.dumps(verdict.report(), sort_keys=True)
@@ -218,7 +226,6 @@ class _Episode:
         self.checkpoints = Checkpoints(base, rollout.store, prefix, keep_all=rollout.allow_rollback)
         self.sandbox: Sandbox | None = None
         self.dirty = False  # the workspace changed since the latest checkpoint
-        self.paused = False
 
     def run(self, state: EpisodeState | None) -> str | EpisodeState:
         """The conversation to its end; the final diff against the base snapshot (or the state, if paused)."""
@@ -233,8 +240,6 @@ class _Episode:
             return self._converse(agent, observation)
         finally:
             self._close()
-            if not self.paused:
-                self.checkpoints.clear()  # a finished episode's record says everything its checkpoints did
 
     # --- starting ------------------------------------------------------------------------
     def _begin(self) -> tuple[EpisodePolicy, str]:
@@ -391,7 +396,6 @@ class _Episode:
     def _pause(self) -> EpisodeState:
         if self.dirty:
             self._checkpoint()
-        self.paused = True
         log.info("episode paused", extra={"episode": self.record.episode_id, "step": len(self.record.step_rows)})
         return self.checkpoints.state(self.record, self._elapsed())
 

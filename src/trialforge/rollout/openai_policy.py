@@ -45,6 +45,7 @@ class OpenAIPolicy:
         max_context_chars: int | None = None,
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
+        system: str | None = None,
         name: str = "openai",
     ) -> None:
         """``api_key`` None reads ``OPENAI_API_KEY`` (no Authorization header when neither is set).
@@ -52,7 +53,9 @@ class OpenAIPolicy:
         ``logprobs`` asks for the sampled tokens' log-probabilities (vLLM and SGLang return them; turn it off
         for an endpoint that rejects the field). ``max_context_chars`` drops the oldest turns of a longer
         conversation before sending it; None sends everything and lets the server refuse what it cannot hold.
+        ``system`` replaces the default instructions.
         """
+        self.system = system if system is not None else system_prompt(native_tools=True)
         self.name = name
         self.version = model
         self.model = model
@@ -118,7 +121,7 @@ class OpenAIEpisode:
     def __init__(self, policy: OpenAIPolicy, seed: int) -> None:
         self.policy = policy
         self.seed = seed
-        self.conversation = Conversation(system_prompt(native_tools=True), native_tools=True)
+        self.conversation = Conversation(policy.system, native_tools=True)
 
     def act(self, observation: str) -> Decision:
         self.conversation.observe(observation)

@@ -12,7 +12,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+from trialforge.quality import QualityRecord
+
+SCHEMA_VERSION = 2
 
 Split = Literal["train", "eval"]
 
@@ -66,10 +68,13 @@ class Task(BaseModel):
     validation: Validation = Field(default_factory=Validation)
     decontamination: Decontamination = Field(default_factory=Decontamination)
     difficulty: list[Difficulty] = Field(default_factory=list)
+    quality: QualityRecord | None = None
     schema_version: int = SCHEMA_VERSION
 
     # --- Parquet rows -------------------------------------------------------------
-    _NESTED: ClassVar[tuple[str, ...]] = ("source", "validation", "decontamination", "difficulty", "fail_to_pass", "pass_to_pass", "test_cmd")
+    _NESTED: ClassVar[tuple[str, ...]] = (
+        "source", "validation", "decontamination", "difficulty", "quality", "fail_to_pass", "pass_to_pass", "test_cmd",
+    )  # fmt: skip
 
     def to_row(self) -> dict[str, Any]:
         row = self.model_dump()
