@@ -354,8 +354,9 @@ def report(
         share = f"{sum(truth[i] for i in rows) / max(1, len(rows)):.2f}"
         rates = "".join(f"{sum(run.flagged[i] for i in rows) / max(1, len(rows)):12.3f}" for run in runs.values())
         print(f"{label:>10s}{len(rows):6d}{share:>7s}{rates}")
-    rusage = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"\nbenchmark: {rusage.ru_utime + rusage.ru_stime:.0f} CPU s in all, max RSS {rusage.ru_maxrss / 1024:.0f} MiB")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s, rss_mib = usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    print(f"\nbenchmark: {cpu_s:.0f} CPU s in all, max RSS {rss_mib:.0f} MiB")
 
 
 def mcnemar(b: int, c: int) -> float:

@@ -58,10 +58,10 @@ def main() -> None:
         with open_runtime(params) as rt:
             start = time.monotonic()
             tasks, _ = pipeline.ingest(rt)
-            valid, _ = pipeline.validate(rt, tasks)
-            valid = valid[: args.tasks] if args.tasks else valid
-            print(f"{len(valid)} valid tasks (of {len(tasks)} ingested) in {time.monotonic() - start:.0f}s; "
-                  f"gold policy, {args.group} episode(s) per task, backend {rt.backend.name}")  # fmt: skip
+            checked, _ = pipeline.validate(rt, tasks)
+            valid = checked[: args.tasks] if args.tasks else checked
+            print(f"{len(tasks)} tasks ingested, {len(checked)} valid, in {time.monotonic() - start:.0f}s; rolling out "
+                  f"{len(valid)} with the gold policy, {args.group} episode(s) each, on {rt.backend.name}")  # fmt: skip
             lineage = Lineage("bench-rollout", 0, task_set_version(valid), params.digest(), code_version())
             gold = GoldPolicy(valid)
             header = f"{'conc':>4} {'episodes':>8} {'wall s':>7} {'ep/s':>6} {'steps/s':>7}"

@@ -60,7 +60,7 @@ def test_rejected_tasks_are_reported_with_reasons(demo_run):
     metrics = json.loads((tmp / "out" / "metrics.json").read_text())
     assert metrics["tasks"]["ingest"]["dropped"] == {"no_linked_fix": 1}
     assert "no_fail_to_pass" in metrics["tasks"]["validate"]["dropped"]
-    assert metrics["tasks"]["decontaminate"]["dropped"] == {"duplicate_of_eval": 1}
+    assert metrics["tasks"]["decontaminate"]["dropped"] == {"ngram:heldout_eval": 1}
 
 
 def test_parquet_carries_lineage_rewards_and_steps(demo_run):

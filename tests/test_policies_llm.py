@@ -342,7 +342,7 @@ def test_a_local_lm_trained_to_submit_submits(tiny_lm):
     _, model, tokenizer = tiny_lm
     trained = type(model)(model.config)
     trained.load_state_dict(model.state_dict())
-    policy = hf_policy((None, trained, tokenizer), temperature=0.0, system="Reply with one JSON tool call.")
+    policy = hf_policy((None, trained, tokenizer), max_new_tokens=40, temperature=0.0, system="Reply with a tool call.")
     prompt_ids = policy.begin(VIEW, seed=1).act("fix add()").info["prompt_ids"]
     target = [*tokenizer.encode('{"tool": "submit", "args": {}}', add_special_tokens=False), tokenizer.eos_token_id]
     ids = torch.tensor([prompt_ids + target])
@@ -359,4 +359,4 @@ def test_a_local_lm_trained_to_submit_submits(tiny_lm):
     decision = policy.begin(VIEW, seed=1).act("fix add()")
     assert decision.action == Action(tool="submit")
     assert decision.info["token_ids"] == target
-    assert decision.logprob > -1.0
+    assert decision.logprob > -3.0  # untrained, each of these 31 tokens costs about -5.5

