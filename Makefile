@@ -8,6 +8,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 export RAY_USAGE_STATS_ENABLED := 0
+export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup system image demo test bench lint lock clean
 

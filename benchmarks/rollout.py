@@ -8,7 +8,9 @@ episode verified in a fresh sandbox) at each concurrency. For each level it prin
 over the batch's wall time, and how the episodes' summed time splits: sandbox lifecycle (materialise and
 start), verification, policy, command execution in the sandbox, and the rest (our own overhead: the
 final diff, closing the sandbox, bookkeeping). Every gold episode must score 1.0; the benchmark fails
-otherwise, since a fast wrong rollout measures nothing.
+otherwise, since a fast wrong rollout measures nothing. With ``--group`` above 1 a task's gold episodes
+end in the same diff, so all but the first reuse its verdict (as a real GRPO group's duplicates do):
+the verification share falls and episodes/s rises accordingly.
 """
 
 from __future__ import annotations

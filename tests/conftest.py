@@ -12,8 +12,10 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: torch's thread pool only adds contention on 2 cores
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest_plugins = ["s3_server", "engine_fixture"]
+pytest_plugins = ["s3_server", "engine_fixture", "chat_server"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,6 @@ from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import Grader
 
-pytest_plugins = ["chat_server"]
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -190,6 +189,10 @@ def test_tool_call_arguments_must_be_a_json_object():
         ('Let me look. {"tool": "view", "args": {"path": "a.py"}} ok', Action(tool="view", args={"path": "a.py"})),
         ('{"note": 1} then {"tool": "submit"}', Action(tool="submit")),
         ('{"tool": "run", "args": {"command": "echo }"}}', Action(tool="run", args={"command": "echo }"})),
+        (
+            '<tool_call>{"name": "view", "arguments": {"path": "b.py"}}</tool_call>',
+            Action(tool="view", args={"path": "b.py"}),
+        ),
     ],
 )
 def test_a_text_reply_yields_its_first_tool_object(text, expected):

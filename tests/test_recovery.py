@@ -220,16 +220,14 @@ def batch_jobs(tasks: list[Task], wander: Any) -> list[EpisodeJob]:
 def world(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
     """A bundled task, ingested and validated; a store, a snapshot cache and one grader (verdicts shared)."""
     root = tmp_path_factory.mktemp("recovery")
-    store = open_store(f"file://{root / 'store'}")
-    snapshots = SnapshotStore(store, root / "cache")
+    world = open_world(root, [], bwrap_backend)
     src = REPO_ROOT / "tasks_src"
-    tasks, _ = ingest_github_issues(src / "tickets" / "github_issues.jsonl", src / "repos", snapshots)
+    tasks, _ = ingest_github_issues(src / "tickets" / "github_issues.jsonl", src / "repos", world.snapshots)
     (task,) = [t for t in tasks if t.task_id == TASK_ID]
-    task = validate_task(task, bwrap_backend, bwrap_backend.image.name, snapshots, Limits(), ValidateConfig(runs=1))
+    task = validate_task(task, bwrap_backend, world.image.name, world.snapshots, Limits(), ValidateConfig(runs=1))
     assert task.validation.valid, task.validation.reason
     (root / "tasks.json").write_text(json.dumps([task.model_dump(mode="json")]))
-    world = open_world(root, [task], bwrap_backend)
-    world.root = root
+    world.tasks, world.root = [task], root
     return world
 
 

@@ -72,7 +72,11 @@ def parse_tool_call(name: str, arguments: str | dict[str, Any] | None) -> Action
 
 
 def parse_text_action(text: str) -> Action:
-    """The first JSON object ``{"tool": NAME, "args": {...}}`` in a model's text reply, as an Action."""
+    """The first JSON object ``{"tool": NAME, "args": {...}}`` in a model's text reply, as an Action.
+
+    ``{"name": NAME, "arguments": {...}}``, the shape instruction-tuned models tend to write tool calls in,
+    is read the same way.
+    """
     decoder = json.JSONDecoder()
     found_object = False
     start = text.find("{")
@@ -83,7 +87,8 @@ def parse_text_action(text: str) -> Action:
             value = None
         if isinstance(value, dict):
             found_object = True
-            tool, args = value.get("tool"), value.get("args", {})
+            keys = ("tool", "args") if "tool" in value else ("name", "arguments")
+            tool, args = value.get(keys[0]), value.get(keys[1], {})
             if isinstance(tool, str) and isinstance(args, dict):
                 return Action(tool=tool, args=args)
         start = text.find("{", start + 1)
