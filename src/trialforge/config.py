@@ -101,6 +101,10 @@ class RolloutParams(_Section):
     max_turns: int = Field(12, ge=1)
     observation_cap: int = 8000
     env_retries: int = Field(1, ge=0)
+    checkpoint_every: int = Field(5, ge=0)  # steps between episode checkpoints (0: only before risky commands)
+    max_recoveries: int = Field(2, ge=0)  # sandbox restores from a checkpoint per episode attempt
+    allow_rollback: bool = False  # offer the `restore` tool (roll back to a named checkpoint)
+    durable_checkpoints: bool = False  # keep episode checkpoints in the object store, not only in memory
 
 
 class TrainParams(_Section):

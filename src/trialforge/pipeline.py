@@ -165,6 +165,10 @@ def rollout(
         ),
         lineage=lineage,
         env_retries=rp.env_retries,
+        checkpoint_every=rp.checkpoint_every,
+        max_recoveries=rp.max_recoveries,
+        allow_rollback=rp.allow_rollback,
+        store=rt.store if rp.durable_checkpoints else None,
     )
     seed = (rt.params.run.seed * 1000 + lineage.iteration) * 100 + round_
     return run_batch(runner, tasks, policies, rp.group_size, seed, sp.concurrency)

@@ -125,6 +125,10 @@ class BwrapSandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _require_alive(self) -> None:
+        if not self.alive():
+            raise SandboxError(f"sandbox {self.id} is closed or lost its workspace", cause="died")
+
     def alive(self) -> bool:
         return not self.closed and self.workspace.is_dir() and (self.cgroup is None or self.cgroup.dirs[0].is_dir())
 
@@ -196,6 +200,7 @@ class BwrapSandbox:
     # --- files -----------------------------------------------------------------------
     def _host_path(self, path: str) -> Path:
         """Map a sandbox path under /work to the host, refusing anything that resolves outside it."""
+        self._require_alive()
         rel = os.path.relpath(os.path.join(WORKDIR, path), WORKDIR)
         if rel == ".." or rel.startswith("../"):
             raise SandboxError(f"path {path!r} is outside {WORKDIR}", cause="path")
@@ -218,10 +223,12 @@ class BwrapSandbox:
         host.write_bytes(data)
 
     def export_workspace(self, dest: Path) -> None:
+        self._require_alive()
         _copy_tree(self.workspace, dest)
 
     # --- snapshots ---------------------------------------------------------------------
     def snapshot(self) -> BwrapSnapshot:
+        self._require_alive()
         snap_id = uuid.uuid4().hex[:12]
         path = self.owner.snapshot_dir / snap_id
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -234,8 +241,7 @@ class BwrapSandbox:
         self.reset(snap.path)
 
     def reset(self, workspace: Path | None) -> None:
-        if self.closed or not self.workspace.is_dir():
-            raise SandboxError(f"sandbox {self.id} is closed or lost its workspace", cause="died")
+        self._require_alive()
         for child in self.workspace.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
