@@ -1,0 +1,349 @@
+"""GRPO-family updates of a transformers causal LM from the episodes of a local HF policy (``rollout.hf_policy``).
+
+One ``update`` is one optimiser step over a batch of episodes:
+
+1. Every ``ok`` episode becomes one token sequence (layout below); episodes of any other status are
+   dropped before anything is computed, so they never enter a group statistic or the loss.
+2. ``group_advantages`` gives each episode one advantage from the rewards of its group.
+3. The sequences are split into ``grad_accum_steps`` micro-batches; each gets one forward pass, its
+   ``policy_loss`` is weighted by its share of the batch (tokens for token-mean, sequences otherwise)
+   and back-propagated, so the accumulated gradient is the full batch's.
+4. ``clip_grad_norm_`` bounds the gradient, the optimiser steps, and the policy version goes up by one.
+
+Sequence layout. Step k of an episode recorded ``prompt_ids`` P_k (the whole conversation so far, as the
+policy encoded it) and the sampled ``token_ids`` G_k with their ``token_logprobs``. Because P_k extends
+P_{k-1} + G_{k-1} with the environment's answer (and the next turn's header), the episode is one sequence::
+
+    P_0 + G_0 + (P_1 - P_0 - G_0) + G_1 + (P_2 - P_1 - G_1) + G_2 ...
+    mask: 0.. 1.. 0..               1.. 0..               1..
+
+Only generated tokens have mask 1 and an old log-probability; prompt, tool-output and template tokens
+have mask 0. When P_k does *not* extend the sequence so far (the policy dropped old turns to fit its
+context, or re-encoding a reply gave other token ids than were sampled), a new sequence starts from P_k:
+the tokens must be scored in exactly the context they were sampled in. Such an episode contributes
+several sequences, all with its advantage.
+
+Log-probabilities are recomputed as the policy sampled them, ``log_softmax(logits / temperature)`` with
+each step's recorded temperature (temperature 0, greedy, is scored at 1).
+
+Off-policy batches: a batch produced by an older policy version (``behaviour_version < version``, see
+``train.staleness``) with ``LossConfig.tis_cap`` set has its old log-probabilities recomputed under the
+current weights before the step, and the recorded ones passed as behaviour log-probabilities for
+truncated importance sampling. Without ``tis_cap`` the recorded ones serve as old log-probabilities.
+
+Checkpoints (``save``/``load``) hold the model and optimiser state, the version, the data cursor and
+seed, and the torch (CPU and CUDA) and Python RNG states: a run resumed from one continues exactly as
+if it had not stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from trialforge.errors import ConfigError
+from trialforge.rollout.records import EpisodeRecord
+from trialforge.store.objstore import ObjectStore
+from trialforge.train.device import TrainDevice, pick_device
+from trialforge.train.loss import LossConfig, group_advantages, policy_loss
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW. The defaults are those of common GRPO recipes for LLMs."""
+
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    eps: float = 1e-8
+
+
+@dataclass(frozen=True)
+class TokenSequence:
+    """One training row: token ids, which of them the policy generated, and their recorded log-probs."""
+
+    episode: int  # index of its episode in the batch
+    ids: list[int]
+    mask: list[int]  # 1 where the policy generated the token
+    logprobs: list[float]  # behaviour log-prob where mask is 1, else 0
+    temperatures: list[float]  # the sampling temperature of each generated token, 1 elsewhere
+
+
+@dataclass(frozen=True)
+class LMUpdateStats:
+    policy_version: int  # the version after this update
+    device: str
+    episodes: int
+    excluded_not_ok: int
+    sequences: int
+    micro_batches: int
+    zero_variance_groups: int
+    stale: bool  # the batch came from an older policy version
+    loss: float
+    pg_loss: float
+    kl: float
+    clip_fraction: float
+    ratio_mean: float
+    grad_norm: float  # before clipping
+    tokens: int  # generated (trained-on) tokens
+    forward_tokens: int  # every token passed through the model (padding excluded)
+    seconds: float
+    tokens_per_s: float  # forward_tokens / seconds: the update's throughput
+
+
+def episode_sequences(ep: EpisodeRecord, index: int) -> list[TokenSequence]:
+    """The token sequences of one episode (layout in the module docstring)."""
+    rows: list[TokenSequence] = []
+    ids: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    temps: list[float] = []
+    for step in ep.step_rows:
+        info = json.loads(step.info) if step.info else {}
+        if "prompt_ids" not in info or "token_ids" not in info:
+            raise ConfigError(
+                f"episode {ep.episode_id} step {step.step} (policy {ep.policy!r}) has no prompt_ids/token_ids in "
+                "its info: the LM trainer learns only from episodes of a local HF policy"
+            )
+        prompt, generated, lps = info["prompt_ids"], info["token_ids"], info["token_logprobs"]
+        if len(lps) != len(generated):
+            raise ConfigError(
+                f"episode {ep.episode_id} step {step.step}: {len(generated)} token ids but {len(lps)} log-probs"
+            )
+        if prompt[: len(ids)] != ids:  # the context changed under the policy: score this step in its own
+            rows.append(TokenSequence(index, ids, mask, logprobs, temps))
+            ids, mask, logprobs, temps = [], [], [], []
+        delta = prompt[len(ids) :]
+        temperature = float(info.get("temperature") or 1.0)
+        ids = ids + delta + generated
+        mask = mask + [0] * len(delta) + [1] * len(generated)
+        logprobs = logprobs + [0.0] * len(delta) + [float(x) for x in lps]
+        temps = temps + [1.0] * len(delta) + [temperature] * len(generated)
+    rows.append(TokenSequence(index, ids, mask, logprobs, temps))
+    return [r for r in rows if any(r.mask[1:])]  # position 0 has no context to be scored in
+
+
+@dataclass
+class _MicroBatch:
+    ids: Tensor  # [b, L] right-padded
+    attention: Tensor  # [b, L]
+    mask: Tensor  # [b, L - 1]: target t + 1 was generated
+    old: Tensor  # [b, L - 1] recorded log-probs of the targets
+    temps: Tensor  # [b, L - 1]
+    advantages: Tensor  # [b]
+    behaviour: Tensor | None = None  # [b, L - 1], set for stale batches under TIS
+
+
+def _collate(rows: list[TokenSequence], advantages: Tensor, device: torch.device) -> _MicroBatch:
+    width = max(len(r.ids) for r in rows)
+
+    def pad(values: list[list[Any]], fill: float, dtype: torch.dtype) -> Tensor:
+        return torch.tensor([v + [fill] * (width - len(v)) for v in values], dtype=dtype, device=device)
+
+    ids = pad([r.ids for r in rows], 0, torch.long)
+    attention = pad([[1] * len(r.ids) for r in rows], 0, torch.long)
+    mask = pad([r.mask for r in rows], 0, torch.float32)[:, 1:]
+    old = pad([r.logprobs for r in rows], 0.0, torch.float32)[:, 1:]
+    temps = pad([r.temperatures for r in rows], 1.0, torch.float32)[:, 1:]
+    adv = torch.stack([advantages[r.episode] for r in rows]).to(device=device, dtype=torch.float32)
+    return _MicroBatch(ids, attention, mask, old, temps, adv)
+
+
+def _split(rows: list[TokenSequence], parts: int) -> list[list[TokenSequence]]:
+    size = math.ceil(len(rows) / parts)
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+class LMTrainer:
+    """The model, its optimiser, the policy version and the data cursor; ``update`` is one GRPO step."""
+
+    def __init__(
+        self,
+        model: Any,
+        optim: OptimConfig | None = None,
+        loss: LossConfig | None = None,
+        device: TrainDevice | None = None,
+        *,
+        grad_accum_steps: int = 1,
+        max_grad_norm: float | None = 1.0,
+        gradient_checkpointing: bool = False,
+        data_seed: int = 0,
+    ) -> None:
+        """``model``: a transformers causal LM, or a local path to one (loaded with ``local_files_only``)."""
+        if grad_accum_steps < 1:
+            raise ConfigError(f"grad_accum_steps={grad_accum_steps} must be >= 1")
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ConfigError(f"max_grad_norm={max_grad_norm} must be > 0 (or None to only measure the norm)")
+        if isinstance(model, str | Path):
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
+        self.device = device or pick_device()
+        self.model = model.to(self.device.torch_device)
+        if gradient_checkpointing:  # transformers 5 renamed it; older versions have only the old name
+            model = self.model
+            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+        self.optim_cfg = optim or OptimConfig()
+        self.loss_cfg = loss or LossConfig()
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=self.optim_cfg.lr,
+            betas=self.optim_cfg.betas,
+            weight_decay=self.optim_cfg.weight_decay,
+            eps=self.optim_cfg.eps,
+        )
+        self.grad_accum_steps = grad_accum_steps
+        self.max_grad_norm = max_grad_norm
+        self.version = 0
+        self.data_seed = data_seed
+        self.cursor = 0  # batches drawn so far by next_batch
+
+    # --- data ------------------------------------------------------------------------------------
+    def next_batch(self, pool_size: int, batch_size: int) -> list[int]:
+        """Indices of the next batch drawn from a pool of ``pool_size`` items (groups, tasks); advances the cursor.
+
+        The draw depends only on ``data_seed`` and the cursor, both checkpointed, so a resumed run draws
+        the batch the interrupted one would have drawn.
+        """
+        rng = random.Random(self.data_seed * 1_000_003 + self.cursor)
+        self.cursor += 1
+        return sorted(rng.sample(range(pool_size), min(batch_size, pool_size)))
+
+    # --- the update ------------------------------------------------------------------------------
+    def update(self, episodes: list[EpisodeRecord], behaviour_version: int | None = None) -> LMUpdateStats:
+        """One optimiser step over ``episodes``; ``behaviour_version`` is the policy version that produced them."""
+        start = time.perf_counter()
+        valid = [ep.status == "ok" and ep.reward is not None for ep in episodes]
+        kept = [ep for ep, ok in zip(episodes, valid, strict=True) if ok]
+        group_index: dict[str, int] = {}
+        groups = torch.tensor([group_index.setdefault(ep.group_id, len(group_index)) for ep in kept], dtype=torch.long)
+        rewards = torch.tensor([float(ep.reward) for ep in kept], dtype=torch.float64)  # type: ignore[arg-type]
+        advantages, group_stats = group_advantages(
+            rewards, groups, torch.ones(len(kept), dtype=torch.bool), self.loss_cfg.advantage, self.loss_cfg.eps
+        )
+        rows = [row for i, ep in enumerate(kept) for row in episode_sequences(ep, i)]
+        stale = behaviour_version is not None and behaviour_version < self.version
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = self._accumulate(rows, advantages, stale) if rows else None
+        grad_norm = self._clip_and_step() if rows else 0.0
+        self.version += 1
+        seconds = time.perf_counter() - start
+        forward_tokens = sum(len(r.ids) for r in rows)
+        t = totals or {}
+        return LMUpdateStats(
+            policy_version=self.version,
+            device=self.device.describe(),
+            episodes=len(episodes),
+            excluded_not_ok=len(episodes) - len(kept),
+            sequences=len(rows),
+            micro_batches=len(_split(rows, self.grad_accum_steps)) if rows else 0,
+            zero_variance_groups=group_stats.zero_variance_groups,
+            stale=stale,
+            loss=t.get("loss", 0.0),
+            pg_loss=t.get("pg_loss", 0.0),
+            kl=t.get("kl", 0.0),
+            clip_fraction=t.get("clip_fraction", 0.0),
+            ratio_mean=t.get("ratio_mean", 0.0),
+            grad_norm=grad_norm,
+            tokens=sum(sum(r.mask[1:]) for r in rows),
+            forward_tokens=forward_tokens,
+            seconds=seconds,
+            tokens_per_s=forward_tokens / seconds if seconds > 0 else 0.0,
+        )
+
+    def token_logprobs(self, batch: _MicroBatch) -> Tensor:
+        """[b, L - 1]: log-probability of token t + 1 given tokens <= t, at the token's sampling temperature."""
+        with self.device.autocast():
+            out = self.model(input_ids=batch.ids, attention_mask=batch.attention, use_cache=False)
+        logits = out.logits[:, :-1].float() / batch.temps[..., None]
+        return torch.log_softmax(logits, dim=-1).gather(-1, batch.ids[:, 1:, None]).squeeze(-1)
+
+    def _accumulate(self, rows: list[TokenSequence], advantages: Tensor, stale: bool) -> dict[str, float]:
+        """Forward and backward every micro-batch, each loss weighted by its share; return the batch's stats."""
+        cfg = self.loss_cfg
+        width = max(len(r.ids) for r in rows) - 1
+        if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.norm_length is None:
+            cfg = dataclasses.replace(cfg, norm_length=width)  # one divisor for every micro-batch
+        total_tokens = sum(sum(r.mask[1:]) for r in rows)  # a token at position 0 has no context to score it in
+        total_seqs = len(rows)
+        totals = dict.fromkeys(("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean"), 0.0)
+        for chunk in _split(rows, self.grad_accum_steps):
+            batch = _collate(chunk, advantages, self.device.torch_device)
+            if stale and cfg.tis_cap is not None:
+                with torch.no_grad():
+                    self.model.eval()
+                    batch.behaviour, batch.old = batch.old, self.token_logprobs(batch)
+                    self.model.train()
+            loss, stats = policy_loss(
+                self.token_logprobs(batch), batch.old, batch.advantages, batch.mask, cfg,
+                behaviour_logprobs=batch.behaviour,
+            )  # fmt: skip
+            tokens = int(batch.mask.sum())
+            share = tokens / total_tokens if cfg.aggregation == "token-mean" else len(chunk) / total_seqs
+            (loss * share).backward()
+            for key in ("loss", "pg_loss", "kl"):
+                totals[key] += getattr(stats, key) * share
+            for key in ("clip_fraction", "ratio_mean"):
+                totals[key] += getattr(stats, key) * tokens / total_tokens
+        return totals
+
+    def _clip_and_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm or math.inf)
+        self.optimizer.step()
+        return float(norm)
+
+    def snapshot(self) -> dict[str, Tensor]:
+        """A CPU copy of the weights for a rollout worker (``train.staleness``); detached from training."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def save(self, store: ObjectStore, run_id: str) -> str:
+        """Write ``checkpoints/<run_id>/lm-v<version>.pt``; return its key."""
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "cursor": self.cursor,
+            "data_seed": self.data_seed,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "python": random.getstate(),
+            },
+        }
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        key = f"checkpoints/{run_id}/lm-v{self.version}.pt"
+        store.put_bytes(key, buf.getvalue())
+        return key
+
+    @classmethod
+    def load(cls, store: ObjectStore, key: str, model: Any, **kwargs: Any) -> LMTrainer:
+        """A trainer around ``model`` (same architecture) restored from ``key``; ``kwargs`` as for the constructor.
+
+        Restores the process's torch and Python RNGs too, as a restarted run needs for its dropout and
+        sampling to continue where the saved one left off.
+        """
+        state = torch.load(io.BytesIO(store.get_bytes(key)), weights_only=True, map_location="cpu")
+        trainer = cls(model, data_seed=state["data_seed"], **kwargs)
+        trainer.model.load_state_dict(state["model"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        trainer.version = state["version"]
+        trainer.cursor = state["cursor"]
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"]["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        random.setstate(state["rng"]["python"])
+        return trainer
