@@ -8,7 +8,8 @@
 3. *Broke a test*: screening runs the suite in ONE sandbox seeded from the original tree per worker,
    writing each mutant's file and restoring a snapshot between candidates (a sandbox start per
    candidate would cost more than the write-run-restore cycle). A candidate is kept when a test
-   that passes on the original no longer passes; which tests broke is recorded.
+   that passes on the original no longer passes; which tests broke is recorded. Mutants that hang
+   are cut off early (``screen_timeout``) instead of costing a full test timeout later.
 4. *Stated*: a problem statement written from what the failing tests show (their names, the
    public function they call, the observed error or values), phrased as a user's bug report.
    It never shows the mutated or original line, the mutation's file line, or the family name;
@@ -59,6 +60,8 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass(frozen=True)
 class SynthesisConfig:
+    """The knobs of one synthesis run over one repository (all plain values, ready for params.yaml)."""
+
     max_per_file: int | None = 40
     max_total: int | None = 120  # per repository
     seed: int = 0
@@ -416,9 +419,9 @@ def _sort_screened(mutants: list[Mutant], outcomes: dict[str, Outcome], funnel: 
     kept = []
     for mutant in mutants:
         report, broke = outcomes[mutant.digest]
-        if not report.reported:
-            why = "timed out" if report.timed_out else "no report"
-            funnel.reject(mutant, "tests_did_not_run", f"{why}: {report.log_tail[-300:]}")
+        if not report.reported:  # a mutant that loops forever or kills the interpreter: not a usable task
+            reason = "screen_timeout" if report.timed_out else "tests_did_not_run"
+            funnel.reject(mutant, reason, f"no test report: {report.log_tail[-300:]}")
         elif not broke:
             funnel.reject(mutant, "no_test_broke", "every test that passes on the original still passes")
         else:
