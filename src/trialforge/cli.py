@@ -43,8 +43,15 @@ def _prefect_defaults() -> None:
 
 
 @app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+def main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    log_format: Annotated[str, typer.Option("--log-format", help="json (one object per line) | text")] = "text",
+) -> None:
+    from trialforge.observe.logs import setup_logging
+
+    if log_format not in ("json", "text"):
+        raise typer.BadParameter(f"--log-format must be json or text, not {log_format!r}")
+    setup_logging(logging.INFO if verbose else logging.WARNING, fmt=log_format)  # type: ignore[arg-type]
 
 
 @app.command()
