@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.images import base_image
@@ -25,10 +26,11 @@ from trialforge.sandbox.pool import PoolConfig, SandboxPool
 LIMITS = Limits(memory_mb=512, pids=128, disk_mb=64)
 
 
-def timed(fn: Callable[[], object]) -> float:
+def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    """(milliseconds, result) of one call."""
     start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000
+    result = fn(*args)
+    return (time.perf_counter() - start) * 1000, result
 
 
 def stats(samples: list[float]) -> str:
@@ -61,24 +63,25 @@ def backends(names: list[str]) -> Iterator[list[tuple[str, Backend]]]:
 
 def measure(name: str, backend: Backend, image: str, seed: Path, reps: int) -> dict[str, list[float]]:
     spec = SandboxSpec(image=image, workspace=seed, limits=LIMITS)
-    out: dict[str, list[float]] = {k: [] for k in ("cold start", "warm acquire", "exec true", "snapshot", "restore", "close")}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("cold start", "warm acquire", "exec true", "snapshot", "restore", "close")
+    }
     for _ in range(reps):
-        box = []
-        out["cold start"].append(timed(lambda: box.append(backend.create(spec))))
-        sandbox = box[0]
-        out["exec true"].append(timed(lambda: sandbox.exec(["true"])))
-        snaps = []
-        out["snapshot"].append(timed(lambda: snaps.append(sandbox.snapshot())))
+        ms, sandbox = timed(backend.create, spec)
+        out["cold start"].append(ms)
+        out["exec true"].append(timed(sandbox.exec, ["true"])[0])
+        ms, snap = timed(sandbox.snapshot)
+        out["snapshot"].append(ms)
         sandbox.write_file("scratch.txt", b"dirty")
-        out["restore"].append(timed(lambda: sandbox.restore(snaps[0])))
-        backend.release(snaps[0])
-        out["close"].append(timed(sandbox.close))
+        out["restore"].append(timed(sandbox.restore, snap)[0])
+        backend.release(snap)
+        out["close"].append(timed(sandbox.close)[0])
     pool = SandboxPool(backend, LIMITS, PoolConfig(warm_per_image=1))
     pool.prewarm(image, 1)
     for _ in range(reps):
-        box = []
-        out["warm acquire"].append(timed(lambda: box.append(pool.acquire(image, seed))))
-        pool.release(box[0], image)
+        ms, sandbox = timed(pool.acquire, image, seed)
+        out["warm acquire"].append(ms)
+        pool.release(sandbox, image)
     pool.close()
     return out
 
@@ -104,8 +107,8 @@ def episode_ratio(backend: Backend, image: str, seed: Path, reps: int) -> tuple[
         finally:
             sandbox.close()
 
-    pooled_ms = statistics.mean(timed(pooled) for _ in range(reps))
-    naive_ms = statistics.mean(timed(naive) for _ in range(reps))
+    pooled_ms = statistics.mean(timed(pooled)[0] for _ in range(reps))
+    naive_ms = statistics.mean(timed(naive)[0] for _ in range(reps))
     pool.close()
     return pooled_ms, naive_ms
 

@@ -1,4 +1,4 @@
-"""Curate an ingested task set: validate -> decontaminate -> tier -> publish the task set."""
+"""Curate an ingested task set: validate -> decontaminate -> quality gate -> tier -> publish the task set."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def decontaminate(rt, tasks):
 
 
 @task(cache_policy=NO_CACHE)
+def quality(rt, tasks):
+    return steps.quality(rt, tasks)
+
+
+@task(cache_policy=NO_CACHE)
 def tier(tasks):
     return steps.tier(tasks)
 
@@ -46,8 +51,9 @@ def curate(
         with runners.track("validate"):
             tasks, validated = validate(rt, tasks)
         tasks, decontaminated = decontaminate(rt, tasks)
-        tasks = tier(tasks)
-        version = publish_taskset(rt, tasks)
-    funnels = [validated.as_dict(), decontaminated.as_dict()]
+        with runners.track("quality gate"):
+            tasks, gated = quality(rt, tasks)
+        version = publish_taskset(rt, tier(tasks))
+    funnels = [validated.as_dict(), decontaminated.as_dict(), gated.as_dict()]
     runners.funnel_artifacts(funnels)
     return StageResult(version=version, tasks=len(tasks), funnels=funnels)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +32,10 @@ def rollout(
     with runners.held_runtime(params) as rt:
         version, tasks = shards.read_taskset(rt.store, shards.TASKS, task_set)
         lineage = Lineage(run_id, iteration, version, params.digest(), code_version())
-        rp = params.rollout
-        plan = shards.plan_shards(tasks, rp.policies, rp.group_size, shards.batch_seed(params, iteration), shard_size)
-        todo = shards.pending_shards(rt.store, plan, lineage)
         repair = shards.repair_state(rt, checkpoint)
-        reports, wall_s = runners.run_shards(params, lineage, todo, tasks, repair, runner, ray_address)
+        start = time.monotonic()
+        with runners.shard_submitter(params, lineage, tasks, repair, runner, ray_address) as run:
+            record, reports = shards.rollout_iteration(rt, tasks, lineage, repair, shard_size, run)
+        wall_s = time.monotonic() - start
         runners.episode_artifacts(rt.store, run_id, iteration)
-    return RolloutResult(
-        run_id=run_id,
-        iteration=iteration,
-        shards=len(plan),
-        skipped=len(plan) - len(todo),
-        wall_s=wall_s,
-        reports=reports,
-    )
+    return RolloutResult(run_id=run_id, iteration=iteration, wall_s=wall_s, reports=reports, record=record)

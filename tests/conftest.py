@@ -15,7 +15,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: torch's thread pool only adds contention on 2 cores
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest_plugins = ["s3_server", "engine_fixture", "chat_server"]
+pytest_plugins = ["s3_server", "engine_fixture", "chat_server", "prefect_server", "ray_fixture"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,13 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT
 
 from trialforge.store.objstore import open_store
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.patches import apply_patch, diff_trees
 from trialforge.tasks.snapshots import SnapshotStore
-
-from conftest import REPO_ROOT
 
 TICKETS = REPO_ROOT / "tasks_src" / "tickets" / "github_issues.jsonl"
 REPOS = REPO_ROOT / "tasks_src" / "repos"
@@ -77,7 +76,9 @@ def test_unknown_repository_is_reported(snapshots, tmp_path):
 def test_invalid_utf8_is_replaced_not_fatal(snapshots, tmp_path):
     line = next(line for line in TICKETS.read_text().splitlines() if '"fix": {' in line)
     export = tmp_path / "latin1.jsonl"
-    export.write_bytes(line.replace('"title": "', '"title": "caf\\u00e9 ', 1).encode() + b"\n" + b'{"title": "\xff\xfe"}\n')
+    export.write_bytes(
+        line.replace('"title": "', '"title": "caf\\u00e9 ', 1).encode() + b"\n" + b'{"title": "\xff\xfe"}\n'
+    )
     tasks, funnel = ingest_github_issues(export, REPOS, snapshots)
     assert len(tasks) == 1 and funnel.dropped["invalid_record"] == 1
     assert Path(export).exists()

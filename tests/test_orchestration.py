@@ -38,13 +38,25 @@ EPISODES = 6  # 3 tasks x (gold, noop) x 1
 def small_overrides(tickets: Path, root: Path) -> dict:
     return {
         "sources.tickets": str(tickets),
+        "sources.repos": str(REPO_ROOT / "tasks_src" / "repos"),
+        "sources.eval_set": str(REPO_ROOT / "tasks_src" / "eval" / "heldout.jsonl"),
         "validate.runs": 1,
         "rollout.group_size": 1,
         "rollout.policies": ["gold", "noop"],
+        "quality.gates": [],  # the quality gate's audits have tests of their own
+        "quality.enforce": [],
         "train.iterations": 1,
         "run.store": f"file://{root / 'store'}",
         "run.out_dir": str(root / "out"),
     }
+
+
+@pytest.fixture(scope="module")
+def params_path(tmp_path_factory) -> str:
+    """Library defaults: every knob these tests need is an override (the demo's params.yaml is not theirs)."""
+    path = tmp_path_factory.mktemp("params") / "params.yaml"
+    path.write_text("{}\n")
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +68,15 @@ def tickets(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def curated(prefect_api, tickets, tmp_path_factory) -> tuple[dict, str]:
+def curated(prefect_api, params_path, tickets, tmp_path_factory) -> tuple[dict, str]:
     """The ingest and curate flows run once: their overrides and the curated task-set version.
 
     It also fills the validation cache that the pipeline subprocesses below share (same PREFECT_HOME).
     """
     ingest, curate = load_flow("ingest"), load_flow("curate")
     overrides = small_overrides(tickets, tmp_path_factory.mktemp("curated"))
-    ingested = ingest(params_path=str(REPO_ROOT / "params.yaml"), overrides=overrides)
-    result = curate(params_path=str(REPO_ROOT / "params.yaml"), overrides=overrides, ingested=ingested.version)
+    ingested = ingest(params_path=params_path, overrides=overrides)
+    result = curate(params_path=params_path, overrides=overrides, ingested=ingested.version)
     assert (ingested.tasks, result.tasks) == (3, 3)
     return overrides, result.version
 
@@ -116,7 +128,7 @@ def episode_frame(store: ObjectStore, run_id: str):
 
 @pytest.mark.slow
 def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts(
-    prefect_api, prefect_env, state_dir, tickets, tmp_path
+    prefect_api, prefect_env, state_dir, params_path, tickets, tmp_path
 ):
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
@@ -132,7 +144,8 @@ def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts
         wait_for(registered, "the deployment to be registered", served)
         deployment = client.read_deployment_by_name("ingest/ingest-nightly")
         overrides = small_overrides(tickets, tmp_path)
-        run = run_deployment(deployment.id, parameters={"overrides": overrides}, timeout=300, poll_interval=1)
+        parameters = {"params_path": params_path, "overrides": overrides}
+        run = run_deployment(deployment.id, parameters=parameters, timeout=300, poll_interval=1)
         artifacts = client.read_artifacts(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
     log = (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
     assert run.state is not None and run.state.type == StateType.COMPLETED, log
@@ -147,12 +160,12 @@ def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts
 
 @pytest.mark.slow
 def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
-    curated, prefect_env, state_dir, tickets, tmp_path
+    curated, prefect_env, state_dir, params_path, tickets, tmp_path
 ):
     run_id = "resume-1"
     overrides = small_overrides(tickets, tmp_path)
     store = open_store(overrides["run.store"])
-    argv = cli("flow", "pipeline", "--params", str(REPO_ROOT / "params.yaml"))
+    argv = cli("flow", "pipeline", "--params", params_path)
     argv += [arg for k, v in overrides.items() for arg in ("-S", f"{k}={json.dumps(v)}")]
     argv += ["-P", f"run_id={run_id}", "-P", f"shard_size={SHARD_SIZE}"]
     env = {**prefect_env, "TRIALFORGE_STATE_DIR": str(state_dir)}
@@ -192,16 +205,20 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
 
 
 @pytest.mark.slow
-def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(curated, ray_local):
+def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(curated, params_path, ray_local):
     from prefect import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     rollout = load_flow("rollout")
     overrides, version = curated
     store = open_store(overrides["run.store"])
-    common = {"params_path": str(REPO_ROOT / "params.yaml"), "overrides": overrides, "task_set": version}
-    default = rollout(run_id="cmp-default", **common, shard_size=SHARD_SIZE)
+    common = {"params_path": params_path, "overrides": overrides, "task_set": version}
+    state = rollout(run_id="cmp-default", **common, shard_size=SHARD_SIZE, return_state=True)
+    default = state.result()
     with get_client(sync_client=True) as client:
+        run_filter = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+        artifacts = {a.key: a for a in client.read_artifacts(flow_run_filter=run_filter)}
         # sandbox.concurrency is 2: one shard at a time may hold the limit's 2 slots, whichever worker runs it
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=runners.SANDBOX_LIMIT, limit=2))
         try:
@@ -209,7 +226,7 @@ def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(cura
         finally:
             client.delete_global_concurrency_limit_by_name(runners.SANDBOX_LIMIT)
     assert (default.episodes, on_ray.episodes) == (EPISODES, EPISODES)
-    assert (default.shards, on_ray.shards) == (EPISODES // SHARD_SIZE,) * 2
+    assert len(default.reports) == len(on_ray.reports) == EPISODES // SHARD_SIZE
 
     def rewards(run_id: str) -> dict:
         frame = episode_frame(store, run_id)
@@ -217,6 +234,10 @@ def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(cura
         return {(r.task_id, r.policy, r.sample, r.seed): r.reward for r in frame.itertuples()}
 
     assert rewards("cmp-ray") == rewards("cmp-default")
+    pass_rates = {(r["policy"], r["pass_rate"]) for r in json.loads(artifacts["trialforge-pass-rate"].data)}
+    assert pass_rates == {("gold", 1.0), ("noop", 0.0)}
+    assert json.loads(artifacts["trialforge-errors"].data)[0]["episodes"] == 0
+    assert store.uri("datasets/episodes/run=cmp-default/iteration=0") in artifacts["trialforge-data"].data
     spans = sorted((r.started_at, r.finished_at) for r in on_ray.reports)
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), "shards overlapped"
 
@@ -237,18 +258,21 @@ def _task(task_id: str) -> Task:
 
 def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
     tasks = [_task(f"t{i}") for i in range(5)]
-    plan = shards.plan_shards(tasks, ["gold", "noop"], group_size=3, seed=7, shard_size=4)
+    scripted = shards.policies(["gold", "noop"], tasks, shards.RepairState())
+    plan = shards.plan_shards(tasks, scripted, group_size=3, seed=7, shard_size=4, round_=0)
     jobs = [job for shard in plan for job in shard.jobs]
     assert len(jobs) == 5 * 2 * 3 == len({(j.task_id, j.policy, j.sample) for j in jobs})
     assert len({j.seed for j in jobs}) == len(jobs)
     assert [len(s.jobs) for s in plan] == [4] * 7 + [2]
-    assert [s.id for s in shards.plan_shards(list(reversed(tasks)), ["gold", "noop"], 3, 7, 4)] == [s.id for s in plan]
-    assert shards.plan_shards(tasks, ["gold", "noop"], 3, 7, 5)[0].id != plan[0].id  # another plan, other names
+    assert [s.id for s in shards.plan_shards(tasks, scripted, 3, 7, 4, 0)] == [s.id for s in plan]
+    assert {shards.round_of(s.id) for s in plan} == {0}
+    assert shards.plan_shards(tasks, scripted, 3, 7, 5, 0)[0].id != plan[0].id  # another plan, other names
 
 
 def test_a_shard_is_done_once_both_parts_are_published_and_a_foreign_plan_is_refused(tmp_path):
     store = open_store(f"file://{tmp_path}")
-    plan = shards.plan_shards([_task("t0"), _task("t1")], ["noop"], 1, 0, 1)
+    tasks = [_task("t0"), _task("t1")]
+    plan = shards.plan_shards(tasks, shards.policies(["noop"], tasks, shards.RepairState()), 1, 0, 1, round_=0)
     lineage = Lineage("r1", 0, "0" * 16, "p", "c")
     partition = {"run": "r1", "iteration": "0"}
     assert shards.pending_shards(store, plan, lineage) == plan
@@ -256,8 +280,10 @@ def test_a_shard_is_done_once_both_parts_are_published_and_a_foreign_plan_is_ref
     assert shards.pending_shards(store, plan, lineage) == plan  # its steps are not published yet
     datasets.write_rows(store, "steps", [], STEP_SCHEMA, partition=partition, part=plan[0].id)
     assert shards.pending_shards(store, plan, lineage) == plan[1:]
+    datasets.write_rows(store, "episodes", [], EPISODE_SCHEMA, partition=partition, part="r1-00000-0123abcd")
+    assert shards.pending_shards(store, plan, lineage) == plan[1:]  # another round's part is not in the way
     datasets.write_rows(store, "episodes", [], EPISODE_SCHEMA, partition=partition, part="batch-0")
-    with pytest.raises(ConfigError, match="different shard plan"):
+    with pytest.raises(ConfigError, match="another plan"):
         shards.pending_shards(store, plan, lineage)
 
 
@@ -281,3 +307,12 @@ def test_only_infrastructure_faults_are_retried(error, retried):
 def test_flow_parameters_are_validated_with_clear_errors(bad, named):
     with pytest.raises(ParameterTypeError, match=named):
         load_flow("rollout").validate_parameters({"run_id": "ok-1", **bad})
+
+
+def test_ray_runner_needs_a_prefect_server_and_ray_address_needs_the_ray_runner():
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}), pytest.raises(ConfigError, match="PREFECT_API_URL"):
+        runners.check_runner("ray", None)
+    with pytest.raises(ConfigError, match="only used with runner='ray'"):
+        runners.check_runner("default", "ray://head:10001")

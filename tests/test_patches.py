@@ -45,7 +45,7 @@ def test_reverse_apply_restores_the_before_tree(tmp_path):
 )
 def test_paths_escaping_the_repository_are_refused(path):
     patch = f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
-    with pytest.raises(PatchError, match="escapes|git metadata"):
+    with pytest.raises(PatchError, match=r"escapes|git metadata"):
         check_paths(patch)
 
 
@@ -67,7 +67,10 @@ def test_patch_that_does_not_apply_names_the_problem(tmp_path):
 def test_symlink_escape_is_refused(tmp_path):
     repo = _tree(tmp_path / "repo", {"ok.py": "x\n"})
     (repo / "link").symlink_to(tmp_path)
-    patch = "diff --git a/link/evil.py b/link/evil.py\nnew file mode 100644\n--- /dev/null\n+++ b/link/evil.py\n@@ -0,0 +1 @@\n+x\n"
+    patch = (
+        "diff --git a/link/evil.py b/link/evil.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/link/evil.py\n@@ -0,0 +1 @@\n+x\n"
+    )
     with pytest.raises(PatchError):
         apply_patch(repo, patch)
     assert not (tmp_path / "evil.py").exists()

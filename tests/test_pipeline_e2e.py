@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow

@@ -27,7 +27,6 @@ from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import Grader
 
-
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 TESTS = "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -12,34 +11,18 @@ import typer
 
 from trialforge.config import load_params
 from trialforge.observe import cli as observe_cli
+from trialforge.orchestrate.cli import app as orchestrate_app
+from trialforge.orchestrate.cli import key_values, run_flow
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 image_app = typer.Typer(no_args_is_help=True, help="Sandbox images.")
 app.add_typer(image_app, name="image")
+app.add_typer(orchestrate_app)  # `serve` and `flow NAME` at the top level
 app.command()(observe_cli.report)
 app.command()(observe_cli.compare)
 
 ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read")]
 SetOpt = Annotated[list[str], typer.Option("--set", "-S", help="override a param: section.key=value (YAML value)")]
-
-
-def _overrides(pairs: list[str]) -> dict:
-    import yaml
-
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"--set expects section.key=value, got {pair!r}")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
-def _prefect_defaults() -> None:
-    # Ephemeral Prefect on a small machine: no telemetry, and time enough for its first start.
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
 @app.callback()
@@ -55,13 +38,24 @@ def main(
 
 
 @app.command()
-def run(params: ParamsOpt = Path("params.yaml"), set_: SetOpt = []) -> None:  # noqa: B006
+def run(
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = [],  # noqa: B006
+    run_id: Annotated[str | None, typer.Option("--run-id", help="resume this run (default: a new run)")] = None,
+    runner: Annotated[str, typer.Option("--runner", help="default | ray")] = "default",
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address")] = None,
+    shard_size: Annotated[int, typer.Option("--shard-size", help="episodes per Prefect task")] = 64,
+) -> None:
     """Run the whole pipeline as one Prefect flow (ephemeral Prefect unless PREFECT_API_URL is set)."""
-    _prefect_defaults()
-    from prefect.flows import load_flow_from_entrypoint
-
-    flow = load_flow_from_entrypoint("flows/pipeline.py:pipeline")
-    flow(params_path=str(params), overrides=_overrides(set_))
+    parameters = {
+        "params_path": str(params),
+        "overrides": key_values(set_, "--set"),
+        "run_id": run_id,
+        "runner": runner,
+        "ray_address": ray_address,
+        "shard_size": shard_size,
+    }
+    run_flow("pipeline", parameters)
 
 
 @app.command()
@@ -112,7 +106,7 @@ def stage(
     """Run one pipeline stage file-to-file (what dvc.yaml calls)."""
     from trialforge.stages import run_stage
 
-    run_stage(name, load_params(params, _overrides(set_)))
+    run_stage(name, load_params(params, key_values(set_, "--set")))
 
 
 if __name__ == "__main__":

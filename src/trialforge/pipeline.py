@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trialforge.config import Params
 from trialforge.curate.decontam import (
     DecontamConfig,
     DecontamIndex,
@@ -144,13 +145,11 @@ class IterationResult:
     sampler: dict = field(default_factory=dict)
 
 
-def rollout(
-    rt: Runtime, tasks: list[Task], policies: list[Policy], lineage: Lineage, *, round_: int = 0
-) -> list[EpisodeRecord]:
-    """One batch of episodes; ``round_`` separates the seeds of successive draws within an iteration."""
+def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:
+    """The episode runner for one iteration, from params (every door builds it here)."""
     rp = rt.params.rollout
     sp = rt.params.sandbox
-    runner = Rollout(
+    return Rollout(
         backend=rt.backend,
         image=rt.image.name,
         image_digest=rt.image_digest,
@@ -170,8 +169,20 @@ def rollout(
         allow_rollback=rp.allow_rollback,
         store=rt.store if rp.durable_checkpoints else None,
     )
-    seed = (rt.params.run.seed * 1000 + lineage.iteration) * 100 + round_
-    return run_batch(runner, tasks, policies, rp.group_size, seed, sp.concurrency)
+
+
+def round_seed(params: Params, iteration: int, round_: int) -> int:
+    """Seeds of successive draws within an iteration never repeat."""
+    return (params.run.seed * 1000 + iteration) * 100 + round_
+
+
+def rollout(
+    rt: Runtime, tasks: list[Task], policies: list[Policy], lineage: Lineage, *, round_: int = 0
+) -> list[EpisodeRecord]:
+    """One batch of episodes; ``round_`` separates the seeds of successive draws within an iteration."""
+    seed = round_seed(rt.params, lineage.iteration, round_)
+    p = rt.params
+    return run_batch(make_rollout(rt, lineage), tasks, policies, p.rollout.group_size, seed, p.sandbox.concurrency)
 
 
 def store_episodes(rt: Runtime, episodes: list[EpisodeRecord], lineage: Lineage, part: str) -> list[str]:

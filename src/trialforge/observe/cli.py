@@ -48,7 +48,9 @@ def report(
 
     with _opened(store, params) as (objects, loaded):
         thresholds = HealthThresholds(**loaded.observe.model_dump())
-        path = render_report(objects, run, out or Path(loaded.run.out_dir) / f"report-{run}.html", thresholds=thresholds)
+        path = render_report(
+            objects, run, out or Path(loaded.run.out_dir) / f"report-{run}.html", thresholds=thresholds
+        )
     typer.echo(f"report: {path.resolve().as_uri()}")
 
 

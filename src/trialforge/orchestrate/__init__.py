@@ -54,13 +54,20 @@ class ShardReport(BaseModel):
         return self.finished_at - self.started_at
 
 
+class IterationRecord(BaseModel):
+    """How an iteration's rollout ended: what the learner's step and the next iteration's sampler need."""
+
+    kept: list[str] = []  # task ids of the learner's groups the sampler kept (the train batch)
+    rates: dict[str, float] = {}  # live pass rates of the learner after this iteration
+    sampler: dict[str, Any] = {}  # the sampler's stats (SamplerStats.as_dict)
+
+
 class RolloutResult(BaseModel):
     run_id: str
     iteration: int
-    shards: int
-    skipped: int  # already published by an earlier attempt of this run
     wall_s: float  # the flow's rollout, from starting its task runner to the last shard's report
-    reports: list[ShardReport]  # of the shards this flow ran, in plan order
+    reports: list[ShardReport]  # the shards this flow ran (an earlier attempt's published ones are skipped)
+    record: IterationRecord
 
     @property
     def episodes(self) -> int:

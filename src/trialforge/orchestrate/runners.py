@@ -9,7 +9,7 @@
   Prefect server has one (``prefect gcl create sandboxes --limit N``); without it (ephemeral Prefect)
   each worker is bounded by ``sandbox.concurrency`` alone.
 - **Caching**: validation verdicts persist keyed by what decides them (tasks, settings, image, code),
-  so a rerun of a dead run does not validate again.
+  so curating the same tickets again does not validate them again.
 - **Artifacts** of each run (funnel, pass-rate and error tables, links to the Parquet data) and
   **progress** for whoever waits (``progress_sink``: the CLI draws it with rich).
 """
@@ -20,7 +20,6 @@ import atexit
 import contextlib
 import hashlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,7 +44,7 @@ from prefect.tasks import exponential_backoff
 from trialforge.config import Params
 from trialforge.errors import ConfigError, SandboxError, StoreError
 from trialforge.orchestrate import Runner, ShardReport
-from trialforge.orchestrate.shards import RepairState, Shard, execute_shard
+from trialforge.orchestrate.shards import RepairState, RunShards, Shard, execute_shard, round_of
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, open_runtime
 from trialforge.store import datasets
@@ -96,7 +95,7 @@ def worker_runtime(params: Params) -> Runtime:
 
 def default_run_id(name: str) -> str:
     """``NAME-<flow run id>``: a Prefect retry of the same flow run resumes the same run."""
-    return f"{name}-{(flow_run.get_id() or '')[:8] or 'local'}"
+    return f"{name}-{flow_run.get_id()[:8]}"  # type: ignore[index]  # always inside a flow run
 
 
 def check_runner(runner: Runner, ray_address: str | None) -> None:
@@ -186,36 +185,36 @@ def rollout_shard(work: ShardWork) -> ShardReport:
         return execute_shard(rt, work.shard, work.tasks, work.repair, work.lineage)
 
 
-def run_shards(
+@contextlib.contextmanager
+def shard_submitter(
     params: Params,
     lineage: Lineage,
-    shards: list[Shard],
     tasks: list[Task],
     repair: RepairState,
     runner: Runner = "default",
     ray_address: str | None = None,
-) -> tuple[list[ShardReport], float]:
-    """Run ``shards`` on ``runner``; return their reports (in plan order) and the wall time it took."""
-    start = time.monotonic()
+) -> Iterator[RunShards]:
+    """While the block runs, a function that runs shards of this iteration on ``runner`` and returns their
+    reports in plan order (a round at a time: the sampler needs each round's rewards before the next)."""
     by_id = {t.task_id: t for t in tasks}
     logger = get_run_logger()
-    reports: list[ShardReport] = []
     with shard_runner(runner, ray_address) as task_runner:
-        slots = sandbox_slots(params) if shards else 0
-        futures = [
-            task_runner.submit(
-                rollout_shard,
-                {"work": ShardWork(params, lineage, s, [by_id[i] for i in s.task_ids()], repair, slots)},
-            )
-            for s in shards
-        ]
-        with track(f"rollout iteration {lineage.iteration}", len(shards)) as advance:
-            for future in as_completed(futures):
-                report = future.result()
-                reports.append(report)
-                advance()
-                logger.info("shard %s: %d episodes %s", report.shard_id, report.episodes, report.statuses)
-    return sorted(reports, key=lambda r: r.shard_id), round(time.monotonic() - start, 4)
+        slots = sandbox_slots(params)
+
+        def run(shards: list[Shard]) -> list[ShardReport]:
+            works = [ShardWork(params, lineage, s, [by_id[i] for i in s.task_ids()], repair, slots) for s in shards]
+            futures = [task_runner.submit(rollout_shard, {"work": w}) for w in works]
+            reports = []
+            label = f"rollout iteration {lineage.iteration}" + (f" round {round_of(shards[0].id)}" if shards else "")
+            with track(label, len(shards)) as advance:
+                for future in as_completed(futures):
+                    report = future.result()
+                    reports.append(report)
+                    advance()
+                    logger.info("shard %s: %d episodes %s", report.shard_id, report.episodes, report.statuses)
+            return sorted(reports, key=lambda r: r.shard_id)
+
+        yield run
 
 
 # --- caching -----------------------------------------------------------------------------

@@ -1,16 +1,20 @@
-"""Rollout work as shards, and the store traffic around them. No Prefect here: ``runners`` submits these.
+"""Rollout work as shards, and the store traffic around them. No Prefect here: ``runners`` submits the shards.
 
-A shard is a fixed list of (task, policy, sample, seed) jobs, tens to hundreds of episodes: one Prefect
-task, one published part of ``episodes`` and of ``steps``. The plan is a pure function of the task set,
-the policies, the group size, the seed and the shard size, and each part is named by its shard's index
-and the plan's digest, so:
+An iteration rolls out as ``pipeline.train_loop`` does: round 0 runs the scripted policies (gold, noop)
+on every task; rounds 1, 2, ... run the learner's groups as its ``BatchSampler`` draws them (a round's
+rewards decide the next draw). Each round is cut into shards: fixed lists of (task, policy, sample, seed)
+jobs, tens to hundreds of episodes, one Prefect task each, one published part of ``episodes`` and of
+``steps``. A part is named by its round, its index and a digest of the round's plan, so:
 
 - a retried shard rewrites the same keys instead of adding rows;
-- a rerun of a dead run (same run id) skips the shards published in both datasets;
-- a rerun under a different plan is refused, never mixed into the same partition.
+- a rerun of a dead run (same run id) skips the shards published in both datasets, and replays the
+  sampler from the rewards already stored, so it draws what the dead run drew;
+- a rerun under another plan (tasks, policies, group size, seed, shard size) is refused, never mixed
+  into the same partition.
 
-Around the shards: the task sets they read (``ingested`` from the ingest flow, ``tasks`` from curation)
-and the learner's step over the episodes they published, checkpointed so that it too is taken once.
+The end of an iteration's rollout is recorded (``runs/RUN/iteration-I.json``: the sampler's kept groups,
+the live pass rates after it, its stats), the learner's step reads that record and the published episodes,
+and its stats mark it as taken. Around all this: the task sets the flows hand each other through the store.
 """
 
 from __future__ import annotations
@@ -18,17 +22,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, fields
 
-from trialforge.config import Params
+from trialforge.curate.sampler import BatchSampler, group_rewards, update_pass_rates
+from trialforge.curate.tiers import policy_key
 from trialforge.errors import ConfigError
-from trialforge.orchestrate import ShardReport, StageResult, TrainResult
-from trialforge.pipeline import make_policies, store_episodes
-from trialforge.rollout.env import EnvLimits
-from trialforge.rollout.loop import Lineage, Rollout
+from trialforge.orchestrate import IterationRecord, ShardReport, StageResult, TrainResult
+from trialforge.pipeline import assert_healthy, make_policies, make_rollout, round_seed, store_episodes
+from trialforge.rollout.loop import Lineage, plan_jobs
+from trialforge.rollout.policies import Policy
 from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.rollout.repair import RepairPolicy
 from trialforge.runtime import Runtime
@@ -43,6 +50,8 @@ log = logging.getLogger(__name__)
 INGESTED = "ingested"  # task sets as the ingest flow found them
 TASKS = "tasks"  # curated task sets (pipeline.publish_taskset)
 EPISODE_DATASETS = ("episodes", "steps")  # pipeline.store_episodes writes a shard's part to both, in this order
+LEARNER = RepairPolicy.name  # the policy the train step updates; the others are scripted references
+_PART = re.compile(r"^r(\d+)-\d{5}-[0-9a-f]{8}$")
 
 
 # --- the plan ----------------------------------------------------------------------------
@@ -65,20 +74,15 @@ class Shard:
         return sorted({job.task_id for job in self.jobs})
 
 
-def batch_seed(params: Params, iteration: int) -> int:
-    """The seed of one iteration's rollout batch (as ``pipeline.rollout`` derives it)."""
-    return params.run.seed * 1000 + iteration
-
-
-def plan_shards(tasks: list[Task], policies: list[str], group_size: int, seed: int, shard_size: int) -> list[Shard]:
-    """G jobs per (task, policy) with ``run_batch``'s seeds, tasks in id order, cut into shards of ``shard_size``."""
-    ordered = sorted(tasks, key=lambda t: t.task_id)
-    combos = ((t.task_id, p, s) for t in ordered for p in policies for s in range(group_size))
-    jobs = [Job(task_id, policy, sample, seed * 1_000_003 + i) for i, (task_id, policy, sample) in enumerate(combos)]
+def plan_shards(
+    tasks: list[Task], policies: list[Policy], group_size: int, seed: int, shard_size: int, round_: int
+) -> list[Shard]:
+    """``plan_jobs``' jobs (G per task and policy, their seeds) cut into shards of ``shard_size``."""
+    jobs = [Job(j.task.task_id, j.policy.name, j.sample, j.seed) for j in plan_jobs(tasks, policies, group_size, seed)]
     blob = json.dumps([task_set_version(tasks), shard_size, [astuple(j) for j in jobs]])
     digest = hashlib.sha256(blob.encode()).hexdigest()[:8]
     starts = range(0, len(jobs), shard_size)
-    return [Shard(f"shard-{n:05d}-{digest}", tuple(jobs[at : at + shard_size])) for n, at in enumerate(starts)]
+    return [Shard(f"r{round_}-{n:05d}-{digest}", tuple(jobs[at : at + shard_size])) for n, at in enumerate(starts)]
 
 
 def _partition(lineage: Lineage) -> dict[str, str]:
@@ -90,20 +94,28 @@ def _part_name(entry: dict) -> str:
 
 
 def pending_shards(store: ObjectStore, plan: list[Shard], lineage: Lineage) -> list[Shard]:
-    """The shards of ``plan`` not yet published in both datasets for this run and iteration."""
+    """The shards of ``plan`` (one round) not yet published in both datasets for this run and iteration."""
     published = {
         name: {_part_name(e) for e in datasets.list_parts(store, name, filters=_partition(lineage))}
         for name in EPISODE_DATASETS
     }
-    foreign = sorted(set.union(*published.values()) - {s.id for s in plan})
+    planned = {s.id for s in plan}
+    rounds = {round_of(s) for s in planned}
+    foreign = sorted(p for p in set.union(*published.values()) if p not in planned and round_of(p) in rounds | {None})
     if foreign:
         raise ConfigError(
-            f"run {lineage.run_id!r} iteration {lineage.iteration} already holds parts {foreign[:3]} of a different "
-            "shard plan (other tasks, policies, group size, seed or shard size); resume it with the settings it "
+            f"run {lineage.run_id!r} iteration {lineage.iteration} already holds parts {foreign[:3]} of another "
+            "plan (other tasks, policies, group size, seed or shard size); resume it with the settings it "
             "started with, or start a new run id"
         )
     done = set.intersection(*published.values())
     return [s for s in plan if s.id not in done]
+
+
+def round_of(part: str) -> int | None:
+    """The round a shard's part belongs to; None for a part no shard plan names (e.g. ``train_loop``'s)."""
+    match = _PART.match(part)
+    return int(match.group(1)) if match else None
 
 
 # --- running one shard -------------------------------------------------------------------
@@ -126,24 +138,8 @@ class RepairState:
         return RepairPolicy(list(self.weights) if self.weights is not None else None, version=f"v{self.version}")
 
 
-def _rollout(rt: Runtime, lineage: Lineage) -> Rollout:
-    rp, sp = rt.params.rollout, rt.params.sandbox
-    return Rollout(
-        backend=rt.backend,
-        image=rt.image.name,
-        image_digest=rt.image_digest,
-        snapshots=rt.snapshots,
-        grader=rt.grader(),
-        limits=sp.limits(),
-        env_limits=EnvLimits(
-            max_turns=rp.max_turns,
-            observation_cap=rp.observation_cap,
-            command_timeout_s=sp.exec_timeout_s,
-            episode_timeout_s=sp.episode_timeout_s,
-        ),
-        lineage=lineage,
-        env_retries=rp.env_retries,
-    )
+def policies(names: list[str], tasks: list[Task], repair: RepairState) -> list[Policy]:
+    return make_policies(names, tasks, repair)  # type: ignore[arg-type]  # it asks only for .policy()
 
 
 def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairState, lineage: Lineage) -> ShardReport:
@@ -154,11 +150,11 @@ def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairSt
     if missing:
         raise ConfigError(f"shard {shard.id} needs tasks {missing} that were not given to it")
     names = sorted({job.policy for job in shard.jobs})
-    policies = dict(zip(names, make_policies(names, tasks, repair), strict=True))  # type: ignore[arg-type]
-    runner = _rollout(rt, lineage)
+    by_name = dict(zip(names, policies(names, tasks, repair), strict=True))
+    runner = make_rollout(rt, lineage)
     with ThreadPoolExecutor(max_workers=max(rt.params.sandbox.concurrency, 1)) as pool:
         episodes = list(
-            pool.map(lambda j: runner.episode(by_id[j.task_id], policies[j.policy], j.sample, j.seed), shard.jobs)
+            pool.map(lambda j: runner.episode(by_id[j.task_id], by_name[j.policy], j.sample, j.seed), shard.jobs)
         )
     store_episodes(rt, episodes, lineage, part=shard.id)
     statuses = dict(Counter(e.status for e in episodes))
@@ -166,6 +162,62 @@ def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairSt
     return ShardReport(
         shard_id=shard.id, episodes=len(episodes), statuses=statuses, started_at=started, finished_at=time.time()
     )
+
+
+# --- one iteration -----------------------------------------------------------------------
+
+RunShards = Callable[[list[Shard]], list[ShardReport]]  # runs the pending shards of one round, wherever
+
+
+def iteration_key(run_id: str, iteration: int) -> str:
+    return f"runs/{run_id}/iteration-{iteration}.json"
+
+
+def read_iteration(store: ObjectStore, run_id: str, iteration: int) -> IterationRecord | None:
+    key = iteration_key(run_id, iteration)
+    return IterationRecord.model_validate_json(store.get_bytes(key)) if store.exists(key) else None
+
+
+def rollout_iteration(
+    rt: Runtime, tasks: list[Task], lineage: Lineage, repair: RepairState, shard_size: int, run: RunShards
+) -> tuple[IterationRecord, list[ShardReport]]:
+    """Round 0 (scripted policies, every task), then the learner's rounds as its sampler draws them; each round's
+    shards through ``run``. Returns the iteration's record (stored last) and the reports of the shards run now."""
+    done = read_iteration(rt.store, lineage.run_id, lineage.iteration)
+    if done is not None:
+        return done, []
+    params, it = rt.params, lineage.iteration
+    group = params.rollout.group_size
+    reports: list[ShardReport] = []
+
+    def roll(draw: list[Task], names: list[str], round_: int) -> list[Shard]:
+        plan = plan_shards(
+            draw, policies(names, tasks, repair), group, round_seed(params, it, round_), shard_size, round_
+        )
+        reports.extend(run(pending_shards(rt.store, plan, lineage)))
+        return plan
+
+    scripted = [n for n in params.rollout.policies if n != LEARNER]
+    if scripted:
+        roll(tasks, scripted, 0)
+    record = IterationRecord()
+    if LEARNER in params.rollout.policies:
+        previous = read_iteration(rt.store, lineage.run_id, it - 1) if it else None
+        rates = previous.rates if previous else {}
+        sampler = BatchSampler(tasks, params.curate.sampler, params.run.seed * 1000 + it)
+        draw, round_, drawn = sampler.begin(rates, policy_key(LEARNER, f"v{repair.version}")), 1, []
+        while draw:
+            seeds = [job.seed for shard in roll(draw, [LEARNER], round_) for job in shard.jobs]
+            batch = load_episodes(rt.store, lineage.run_id, it, LEARNER, seeds=seeds)  # read back: a resume replays
+            drawn += batch
+            draw, round_ = sampler.report(group_rewards(batch, LEARNER)), round_ + 1
+        record = IterationRecord(
+            kept=[t.task_id for t in sampler.kept],
+            rates=update_pass_rates(rates, drawn, LEARNER, params.curate.sampler.ema_alpha),
+            sampler=sampler.stats.as_dict(),
+        )
+    rt.store.put_bytes(iteration_key(lineage.run_id, it), record.model_dump_json().encode())
+    return record, reports
 
 
 # --- around the shards: task sets in, episodes and checkpoints out -----------------------
@@ -206,10 +258,13 @@ def started_run(store: ObjectStore, run_id: str) -> StageResult | None:
     return StageResult.model_validate_json(store.get_bytes(key)) if store.exists(key) else None
 
 
-def load_episodes(store: ObjectStore, run_id: str, iteration: int, policy: str) -> list[EpisodeRecord]:
-    """A policy's published episodes of one iteration, with their steps, in a stable order."""
+def load_episodes(
+    store: ObjectStore, run_id: str, iteration: int, policy: str, seeds: list[int] | None = None
+) -> list[EpisodeRecord]:
+    """A policy's published episodes of one iteration (those with ``seeds``, if given), with their steps."""
     where = {"run": run_id, "iteration": str(iteration)}
-    episodes = datasets.read_table(store, "episodes", filters={**where, "policy": policy})
+    chosen = {"policy": policy} | ({"seed": [str(s) for s in seeds]} if seeds is not None else {})
+    episodes = datasets.read_table(store, "episodes", filters=where | chosen)
     if episodes.num_rows == 0:
         return []
     steps = datasets.read_table(store, "steps", filters={**where, "episode_id": episodes["episode_id"].to_pylist()})
@@ -222,10 +277,7 @@ def load_episodes(store: ObjectStore, run_id: str, iteration: int, policy: str) 
         EpisodeRecord(**row, step_rows=sorted(by_episode[row["episode_id"]], key=lambda s: s.step))
         for row in episodes.select(columns).to_pylist()
     ]
-    return sorted(records, key=lambda e: (e.task_id, e.sample, e.seed))
-
-
-LEARNER = "repair"  # the policy the train step updates
+    return sorted(records, key=lambda e: e.seed)  # plan order: seeds grow with the job's index
 
 
 def checkpoint_key(run_id: str, version: int) -> str:
@@ -243,20 +295,26 @@ def repair_state(rt: Runtime, checkpoint: str | None) -> RepairState:
 
 
 def train_iteration(rt: Runtime, run_id: str, iteration: int, checkpoint: str | None) -> TrainResult:
-    """One update of the learner from ``checkpoint`` over the iteration's published episodes.
+    """One update of the learner from ``checkpoint`` over the groups the iteration's sampler kept.
 
-    The checkpoint is saved first and its stats beside it last: the stats mark the step as taken, so a
-    rerun of the run returns them instead of updating twice.
+    As in ``pipeline.train_loop``: nothing without the learner among the policies, and never on a batch
+    the environment broke (the health gate). The checkpoint is saved first and its stats beside it last:
+    the stats mark the step as taken, so a rerun of the run returns them instead of updating twice.
     """
+    if LEARNER not in rt.params.rollout.policies:
+        return TrainResult(checkpoint=checkpoint, stats=None)
+    record = read_iteration(rt.store, run_id, iteration)
+    if record is None:
+        raise ConfigError(f"run {run_id!r} has not finished the rollout of iteration {iteration}: run that first")
     trainer = load_trainer(rt, checkpoint)
     key = checkpoint_key(run_id, trainer.version + 1)
     stats_key = key.removesuffix(".pt") + ".json"
     if rt.store.exists(stats_key):
         return TrainResult(checkpoint=key, stats=json.loads(rt.store.get_bytes(stats_key)), resumed=True)
-    episodes = load_episodes(rt.store, run_id, iteration, LEARNER)
-    if not episodes:
-        return TrainResult(checkpoint=checkpoint, stats=None)
-    stats = vars(trainer.update(episodes))
+    assert_healthy(rt, run_id, iteration)
+    kept = set(record.kept)
+    learner = [e for e in load_episodes(rt.store, run_id, iteration, LEARNER) if e.task_id in kept]
+    stats = vars(trainer.update(learner)) | {"sampler": record.sampler}
     trainer.save(rt.store, key)
     rt.store.put_bytes(stats_key, json.dumps(stats, sort_keys=True).encode())
     return TrainResult(checkpoint=key, stats=stats)

@@ -102,7 +102,7 @@ def _hunks(block: str) -> list[tuple[str, str]]:
             hunks.append(([], []))
         elif hunks and line.startswith("\\"):  # "\ No newline at end of file" applies to the line before
             old, new = hunks[-1]
-            for side in ((old,) if last == "-" else (new,) if last == "+" else (old, new)):
+            for side in (old,) if last == "-" else (new,) if last == "+" else (old, new):
                 side[-1] = side[-1].rstrip("\n")
         elif hunks and line[:1] in (" ", "-", "+"):
             old, new = hunks[-1]

@@ -78,7 +78,16 @@ def line_edits(line: str) -> list[tuple[str, str]]:
     for keyword in ("if ", "elif ", "while ", "return "):
         if stripped.startswith(keyword) and not stripped.startswith(keyword + "not "):
             at = len(line) - len(stripped) + len(keyword)
-            edits.append(("negation", line[:at] + "not (" + line[at:].rstrip().rstrip(":") + ")" + (":" if line.rstrip().endswith(":") else "")))
+            edits.append(
+                (
+                    "negation",
+                    line[:at]
+                    + "not ("
+                    + line[at:].rstrip().rstrip(":")
+                    + ")"
+                    + (":" if line.rstrip().endswith(":") else ""),
+                )
+            )
     for match in _CALL2.finditer(line):
         swapped = match.group(1) + match.group(3).strip() + ", " + match.group(2).strip() + match.group(4)
         edits.append(("swap_args", line[: match.start()] + swapped + line[match.end() :]))
@@ -194,7 +203,12 @@ class RepairEpisode:
     def _check(self, _: str) -> Decision:
         self.phase = "verdict"
         tests = " ".join(_quote(t) for t in self.failing_tests)
-        return Decision(Action(tool="run", args={"command": f"python3 -m pytest -x -q -p no:cacheprovider {tests} >/dev/null 2>&1; echo rc=$?"}))
+        return Decision(
+            Action(
+                tool="run",
+                args={"command": f"python3 -m pytest -x -q -p no:cacheprovider {tests} >/dev/null 2>&1; echo rc=$?"},
+            )
+        )
 
     def _verdict(self, observation: str) -> Decision:
         if "rc=0" in observation:
@@ -236,9 +250,7 @@ class RepairPolicy:
 
     name = "repair"
 
-    def __init__(
-        self, weights: list[float] | None = None, version: str = "v0", attempts: int = 3
-    ) -> None:
+    def __init__(self, weights: list[float] | None = None, version: str = "v0", attempts: int = 3) -> None:
         self.weights = list(weights) if weights is not None else [0.0] * N_FEATURES
         self.version = version
         self.attempts = attempts

@@ -7,9 +7,10 @@ engine); what callers can do in it is this small protocol.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 WORKDIR = "/work"
 TRUNCATION_MARK = "\n[... output truncated by trialforge: {dropped} bytes dropped ...]\n"

@@ -14,9 +14,9 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox import cgroups
@@ -59,7 +59,9 @@ class BwrapBackend:
 
     def from_snapshot(self, snap: BwrapSnapshot, spec: SandboxSpec) -> BwrapSandbox:
         """A new sandbox whose workspace starts as ``snap`` (the fork of a rollout group)."""
-        return BwrapSandbox(self, SandboxSpec(image=spec.image, workspace=snap.path, limits=spec.limits, labels=spec.labels))
+        return BwrapSandbox(
+            self, SandboxSpec(image=spec.image, workspace=snap.path, limits=spec.limits, labels=spec.labels)
+        )
 
     def release(self, snap: BwrapSnapshot) -> None:
         shutil.rmtree(snap.path, ignore_errors=True)
@@ -97,7 +99,9 @@ class BwrapSandbox:
         self.record.save(self.home)
         if self.owner.use_tmpfs:
             size = f"size={self.limits.disk_mb}m,mode=0755"
-            _check(["mount", "-t", "tmpfs", "-o", size, f"trialforge-{self.id}", str(self.workspace)], "mount workspace")
+            _check(
+                ["mount", "-t", "tmpfs", "-o", size, f"trialforge-{self.id}", str(self.workspace)], "mount workspace"
+            )
             self.mounted = True
             self.record.mounts.append(str(self.workspace))
         if self.owner.use_cgroups:
@@ -259,4 +263,3 @@ def _check(argv: list[str], what: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SandboxError(f"cannot {what}: {done.stderr.strip()}", cause="start")
-

@@ -7,6 +7,7 @@ as on hybrid hosts, or the unified v2 hierarchy) and starts every command inside
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -112,10 +113,8 @@ class SandboxCgroup:
 
     def kill_all(self) -> None:
         for pid in self.pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def remove(self) -> None:
         """Kill what is left inside and delete the group directories."""

@@ -58,7 +58,14 @@ def _build_base(home: Path) -> None:
     with tempfile.TemporaryDirectory(dir=home, prefix=".build-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         done = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", "bookworm", str(rootfs), mirror],
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                "bookworm",
+                str(rootfs),
+                mirror,
+            ],
             capture_output=True,
             text=True,
             check=False,

@@ -75,7 +75,9 @@ class SandboxPool:
             self._discard(sandbox)
         self._reserve_slot()
         try:
-            sandbox = self._create(SandboxSpec(image=image, workspace=workspace, limits=self.limits, labels=labels or {}))
+            sandbox = self._create(
+                SandboxSpec(image=image, workspace=workspace, limits=self.limits, labels=labels or {})
+            )
         except BaseException:
             self._free_slot()
             raise
@@ -94,7 +96,9 @@ class SandboxPool:
         self._discard(sandbox)
 
     @contextlib.contextmanager
-    def sandbox(self, image: str, workspace: Path | None = None, labels: dict[str, str] | None = None) -> Iterator[Sandbox]:
+    def sandbox(
+        self, image: str, workspace: Path | None = None, labels: dict[str, str] | None = None
+    ) -> Iterator[Sandbox]:
         sandbox = self.acquire(image, workspace, labels)
         broken = False
         try:
@@ -208,4 +212,3 @@ class SandboxPool:
             return sandbox.alive()
         except SandboxError:
             return False
-

@@ -6,13 +6,14 @@ the cap and count what we dropped, so memory stays bounded whatever it does.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from trialforge.sandbox.base import TRUNCATION_MARK
 
@@ -54,9 +55,7 @@ class ProcResult:
     truncated: bool
 
 
-def run_capped(
-    argv: Sequence[str], *, timeout: float, cap: int, env: dict[str, str]
-) -> ProcResult:
+def run_capped(argv: Sequence[str], *, timeout: float, cap: int, env: dict[str, str]) -> ProcResult:
     """Run ``argv`` with exactly ``env`` in its own process group; kill the whole group at ``timeout`` seconds."""
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -103,7 +102,5 @@ def _pump(proc: subprocess.Popen, captures: dict, *, deadline: float) -> bool:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

@@ -43,7 +43,9 @@ class SandboxRecord:
     mounts: list[str] = field(default_factory=list)
 
     @classmethod
-    def for_current_process(cls, sandbox_id: str, *, backend: str, labels: dict[str, str], deadline: float) -> SandboxRecord:
+    def for_current_process(
+        cls, sandbox_id: str, *, backend: str, labels: dict[str, str], deadline: float
+    ) -> SandboxRecord:
         pid = os.getpid()
         return cls(sandbox_id, backend, pid, _start_time(pid), deadline, dict(labels))
 

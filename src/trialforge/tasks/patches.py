@@ -74,9 +74,7 @@ def apply_patch(tree: Path, patch: str, *, reverse: bool = False) -> None:
     argv = ["git", "apply", "--whitespace=nowarn", "-p1"]
     if reverse:
         argv.append("-R")
-    done = subprocess.run(
-        argv, cwd=tree, input=patch.encode(), capture_output=True, check=False, env=_git_env()
-    )
+    done = subprocess.run(argv, cwd=tree, input=patch.encode(), capture_output=True, check=False, env=_git_env())
     if done.returncode != 0:
         direction = "reverse-apply" if reverse else "apply"
         raise PatchError(f"patch does not {direction}: {done.stderr.decode(errors='replace').strip()}")
@@ -132,4 +130,9 @@ def _copy_clean(src: Path, dest: Path) -> None:
 
 def _git_env() -> dict[str, str]:
     # No user or system git config: a host's settings must not change how patches apply.
-    return {"PATH": "/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "HOME": "/nonexistent",
+    }

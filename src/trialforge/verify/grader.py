@@ -69,7 +69,9 @@ class Grader:
         }
         verdict = self._cached(task, code_diff, provenance["diff_sha256"])
         if verdict.reward and blocking(flags):
-            verdict = Verdict(0.0, "ok", f"integrity: the diff tampers with the test run ({', '.join(blocking(flags))})")
+            verdict = Verdict(
+                0.0, "ok", f"integrity: the diff tampers with the test run ({', '.join(blocking(flags))})"
+            )
         verdict.flags = flags
         verdict.provenance = provenance
         verdict.duration_s = round(time.monotonic() - start, 3)
