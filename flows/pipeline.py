@@ -6,6 +6,7 @@ with, and skips the shards it published and the training steps it took.
 
 from __future__ import annotations
 
+import contextvars
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from flows.rollout import rollout
 from flows.train import train
 from trialforge.config import load_params
 from trialforge.observe.run_report import finish_run
-from trialforge.orchestrate import RunId, Runner, ShardSize, runners, shards
+from trialforge.orchestrate import RunId, Runner, ShardSize, TrainResult, runners, shards
+from trialforge.orchestrate.iterations import run_iterations
 
 
 @flow(name="pipeline", log_prints=True)
@@ -41,23 +43,25 @@ def pipeline(
             curated = curate(**common, ingested=ingested.version)
             funnels = ingested.funnels + curated.funnels
             taskset = shards.start_run(rt.store, run_id, curated.model_copy(update={"funnels": funnels}))
-        checkpoint, updates = None, []
-        for iteration in range(params.train.iterations):
-            rollout(
+        rollout_args = {**common, "task_set": taskset.version, "runner": runner, "ray_address": ray_address}
+        context = contextvars.copy_context()  # the rollouts run in the loop's thread: as subflows of this run
+
+        def roll(checkpoint: str | None, iteration: int) -> object:
+            return context.run(
+                rollout,
                 run_id=run_id,
                 iteration=iteration,
-                **common,
-                task_set=taskset.version,
                 checkpoint=checkpoint,
-                runner=runner,
-                ray_address=ray_address,
                 shard_size=shard_size,
+                **rollout_args,
             )
-            trained = train(run_id=run_id, iteration=iteration, **common, checkpoint=checkpoint)
-            checkpoint = trained.checkpoint
-            updates += [trained.stats] if trained.stats else []
+
+        def learn(iteration: int, checkpoint: str | None) -> TrainResult:
+            return train(run_id=run_id, iteration=iteration, **common, checkpoint=checkpoint)
+
+        loop = run_iterations(params.train.iterations, params.train.max_staleness, roll, learn)
         _, tasks = shards.read_taskset(rt.store, shards.TASKS, taskset.version)
-        metrics = finish_run(rt, run_id, tasks, taskset.funnels, updates)
+        metrics = finish_run(rt, run_id, tasks, taskset.funnels, loop.updates, loop.summary())
         runners.funnel_artifacts(taskset.funnels)
         runners.episode_artifacts(rt.store, run_id)
     return metrics

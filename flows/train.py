@@ -19,7 +19,8 @@ def train(
     overrides: dict[str, Any] | None = None,
     checkpoint: str | None = None,
 ) -> TrainResult:
-    """``checkpoint``: the weights the iteration's episodes were sampled with (None: fresh)."""
+    """``checkpoint``: the learner's latest weights (None: fresh); the iteration's episodes were sampled with
+    these, or with up to ``train.max_staleness`` versions before them."""
     params = load_params(Path(params_path), overrides)
     with runners.held_runtime(params) as rt:
         return shards.train_iteration(rt, run_id, iteration, checkpoint)

@@ -242,6 +242,31 @@ def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(cura
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), "shards overlapped"
 
 
+@pytest.mark.slow
+def test_bounded_staleness_overlaps_the_next_rollout_with_the_update_and_never_lags_more(
+    curated, params_path, tmp_path
+):
+    pipeline = load_flow("pipeline")
+    overrides, _ = curated
+    knobs = {
+        "rollout.policies": ["repair"],
+        "rollout.group_size": 2,
+        "curate.sampler.max_extra_draws": 0,
+        "train.iterations": 3,
+        "train.max_staleness": 1,
+        "run.out_dir": str(tmp_path / "out"),
+    }
+    metrics = pipeline(params_path=params_path, overrides={**overrides, **knobs}, run_id="stale-1")
+
+    loop = metrics["loop"]
+    assert loop["staleness"] == [0, 1, 1]  # batch k>0 was rolled out while update k-1 ran
+    assert [(u["iteration"], u["behaviour_lag"]) for u in metrics["updates"]] == [(0, 0), (1, 1), (2, 1)]
+    assert 0.0 <= loop["trainer_idle_fraction"] <= 1.0 and 0.0 <= loop["rollout_idle_fraction"] <= 1.0
+    episodes = episode_frame(open_store(overrides["run.store"]), "stale-1")
+    versions = episodes.groupby("iteration")["policy_version"].agg(set).to_dict()
+    assert versions == {0: {"v0"}, 1: {"v0"}, 2: {"v1"}}  # each batch's producer, at most one behind
+
+
 # --- the pieces, without a server --------------------------------------------------------
 
 

@@ -46,7 +46,9 @@ class SandboxParams(_Section):
     episode_timeout_s: float = 600.0
     output_cap_bytes: int = 65536
     network: bool = False
-    concurrency: int = 2
+    concurrency: int = 2  # episodes (and validations) run at once by one process
+    max_live: int = Field(16, ge=1)  # sandboxes one process holds at once, episodes' and warm ones
+    warm: int = Field(0, ge=0)  # idle sandboxes kept for the next episode (reset, not restarted); 0: always fresh
 
     def limits(self) -> Limits:
         return Limits(
@@ -105,6 +107,8 @@ class RolloutParams(_Section):
     max_recoveries: int = Field(2, ge=0)  # sandbox restores from a checkpoint per episode attempt
     allow_rollback: bool = False  # offer the `restore` tool (roll back to a named checkpoint)
     durable_checkpoints: bool = False  # keep episode checkpoints in the object store, not only in memory
+    setup: str = ""  # shell command run once per task in its sandbox; every episode of the task starts after it
+    setup_timeout_s: float = Field(600.0, gt=0)
 
 
 class TrainParams(_Section):
@@ -114,6 +118,7 @@ class TrainParams(_Section):
     clip_low: float = 0.2
     clip_high: float = 0.28
     epochs: int = Field(4, ge=1)
+    max_staleness: int = Field(0, ge=0)  # rollouts may run this many policy versions ahead of the update (0: in step)
 
 
 class ObserveParams(_Section):

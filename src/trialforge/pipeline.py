@@ -9,7 +9,6 @@ import json
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from trialforge.config import Params
@@ -22,8 +21,7 @@ from trialforge.curate.decontam import (
     swebench_refs,
 )
 from trialforge.curate.decontam import decontaminate as run_decontamination
-from trialforge.curate.sampler import BatchSampler, group_rewards, update_pass_rates
-from trialforge.curate.tiers import policy_key, tier_tasks
+from trialforge.curate.tiers import tier_tasks
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
 from trialforge.observe.health import HealthThresholds, assert_trainable, check_health
@@ -34,13 +32,14 @@ from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
 from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
 from trialforge.rollout.repair import RepairPolicy
-from trialforge.runtime import Runtime, code_version
+from trialforge.rollout.starts import Setup
+from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.tasks.ingest.github import ingest_github_issues
-from trialforge.tasks.schema import Task, task_set_version
+from trialforge.tasks.schema import Task
 from trialforge.tasks.taskset import to_table, write_tasks
 from trialforge.tasks.validate import ValidateConfig, record_verdicts, validate_task
-from trialforge.train.repair_trainer import RepairTrainer, UpdateStats
+from trialforge.train.repair_trainer import RepairTrainer
 
 log = logging.getLogger(__name__)
 
@@ -136,15 +135,6 @@ def make_policies(names: list[str], tasks: list[Task], trainer: RepairTrainer) -
     return [known[n] for n in names]
 
 
-@dataclass
-class IterationResult:
-    iteration: int
-    episodes: list[EpisodeRecord]
-    update: UpdateStats | None
-    episode_parts: list[str] = field(default_factory=list)
-    sampler: dict = field(default_factory=dict)
-
-
 def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:
     """The episode runner for one iteration, from params (every door builds it here)."""
     rp = rt.params.rollout
@@ -168,6 +158,8 @@ def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:
         max_recoveries=rp.max_recoveries,
         allow_rollback=rp.allow_rollback,
         store=rt.store if rp.durable_checkpoints else None,
+        setup=Setup(rp.setup, rp.setup_timeout_s),
+        pool=rt.pool,
     )
 
 
@@ -193,56 +185,6 @@ def store_episodes(rt: Runtime, episodes: list[EpisodeRecord], lineage: Lineage,
         datasets.write_rows(rt.store, "episodes", rows, EPISODE_SCHEMA, partition=partition, part=part),
         datasets.write_rows(rt.store, "steps", steps, STEP_SCHEMA, partition=partition, part=part),
     ]
-
-
-def learner_batch(
-    rt: Runtime, sampler: BatchSampler, learner: RepairPolicy, rates: dict[str, float], lineage: Lineage
-) -> tuple[list[EpisodeRecord], list[EpisodeRecord]]:
-    """Draw groups, roll them out, drop all-equal groups and redraw (bounded). Returns (all episodes, kept)."""
-    draw = sampler.begin(rates, policy_key(learner.name, learner.version))
-    episodes: list[EpisodeRecord] = []
-    round_ = 1  # round 0 is the scripted policies' batch
-    while draw:
-        batch = rollout(rt, draw, [learner], lineage, round_=round_)
-        episodes += batch
-        round_ += 1
-        draw = sampler.report(group_rewards(batch, learner.name))
-    kept_ids = {t.task_id for t in sampler.kept}
-    return episodes, [e for e in episodes if e.task_id in kept_ids]
-
-
-def train_loop(rt: Runtime, tasks: list[Task], run_id: str) -> list[IterationResult]:
-    """Rollout -> train for ``train.iterations`` iterations; checkpoints after every update.
-
-    Scripted policies (gold, noop) run on every task as references; the learner's
-    groups come from the sampler, which keeps only groups that carry a learning signal.
-    """
-    trainer = RepairTrainer(rt.params.train)
-    version = task_set_version(tasks)
-    names = rt.params.rollout.policies
-    sampler_cfg = rt.params.curate.sampler
-    rates: dict[str, float] = {}
-    results = []
-    for iteration in range(rt.params.train.iterations):
-        lineage = Lineage(run_id, iteration, version, rt.params.digest(), code_version())
-        scripted = [p for p in make_policies(names, tasks, trainer) if p.name != RepairPolicy.name]
-        episodes = rollout(rt, tasks, scripted, lineage) if scripted else []
-        update = None
-        sampler_stats: dict = {}
-        if RepairPolicy.name in names:
-            sampler = BatchSampler(tasks, sampler_cfg, rt.params.run.seed * 1000 + iteration)
-            learner = trainer.policy()
-            drawn, kept = learner_batch(rt, sampler, learner, rates, lineage)
-            episodes += drawn
-            rates = update_pass_rates(rates, drawn, learner.name, sampler_cfg.ema_alpha)
-            sampler_stats = sampler.stats.as_dict()
-        parts = store_episodes(rt, episodes, lineage, part="batch-0")
-        if RepairPolicy.name in names:
-            assert_healthy(rt, run_id, iteration)  # never train on a batch the environment broke
-            update = trainer.update(kept)
-            trainer.save(rt.store, f"checkpoints/{run_id}/repair-{update.policy_version}.pt")
-        results.append(IterationResult(iteration, episodes, update, parts, sampler_stats))
-    return results
 
 
 def assert_healthy(rt: Runtime, run_id: str, iteration: int) -> None:

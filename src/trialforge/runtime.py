@@ -15,6 +15,7 @@ from pathlib import Path
 from trialforge.config import Params
 from trialforge.sandbox.base import Backend
 from trialforge.sandbox.images import Image, base_image, cache_root
+from trialforge.sandbox.pool import PoolConfig, SandboxPool
 from trialforge.store.objstore import ObjectStore, open_store
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import Grader
@@ -28,6 +29,7 @@ class Runtime:
     backend: Backend
     image: Image
     image_digest: str
+    pool: SandboxPool  # the episodes' sandboxes (bounded, warm when ``sandbox.warm``)
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     def grader(self) -> Grader:
@@ -60,7 +62,10 @@ def open_runtime(params: Params) -> Iterator[Runtime]:
         snapshots = SnapshotStore(store, cache_root() / "snapshots")
         image = base_image()
         backend, digest = _backend(params, image, stack)
-        runtime = Runtime(params, store, snapshots, backend, image, digest, stack)
+        sp = params.sandbox
+        pool = SandboxPool(backend, sp.limits(), PoolConfig(max_sandboxes=sp.max_live, warm_per_image=sp.warm))
+        stack.callback(pool.close)  # before the backend's own cleanup (the stack unwinds in reverse)
+        runtime = Runtime(params, store, snapshots, backend, image, digest, pool, stack)
         yield runtime
     finally:
         stack.close()

@@ -14,6 +14,7 @@ from trialforge.config import Params
 from trialforge.funnel import Funnel
 from trialforge.observe.run_report import finish_run
 from trialforge.observe.summary import write_json
+from trialforge.orchestrate.iterations import train_in_process
 from trialforge.runtime import open_runtime
 from trialforge.tasks.taskset import read_tasks, write_tasks
 
@@ -52,13 +53,12 @@ def run_stage(name: str, params: Params) -> None:
             pipeline.publish_taskset(rt, pipeline.tier(read_tasks(paths["quality"])))
         elif name == "train":
             run_id = pipeline.new_run_id(params.run.name)
-            results = pipeline.train_loop(rt, read_tasks(paths["tier"]), run_id)
-            updates = [vars(r.update) | {"sampler": r.sampler} for r in results if r.update is not None]
-            write_json(paths["train"], {"run_id": run_id, "updates": updates})
+            loop = train_in_process(rt, read_tasks(paths["tier"]), run_id)
+            write_json(paths["train"], {"run_id": run_id, "updates": loop.updates, "loop": loop.summary()})
         elif name == "report":
             run = json.loads(paths["train"].read_text())
             funnels = [json.loads((paths["funnels"] / f"{s}.json").read_text()) for s in STAGES[:4]]
-            finish_run(rt, run["run_id"], read_tasks(paths["tier"]), funnels, run["updates"])
+            finish_run(rt, run["run_id"], read_tasks(paths["tier"]), funnels, run["updates"], run["loop"])
         else:
             raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
 

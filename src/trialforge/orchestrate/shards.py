@@ -1,10 +1,10 @@
 """Rollout work as shards, and the store traffic around them. No Prefect here: ``runners`` submits the shards.
 
-An iteration rolls out as ``pipeline.train_loop`` does: round 0 runs the scripted policies (gold, noop)
-on every task; rounds 1, 2, ... run the learner's groups as its ``BatchSampler`` draws them (a round's
-rewards decide the next draw). Each round is cut into shards: fixed lists of (task, policy, sample, seed)
-jobs, tens to hundreds of episodes, one Prefect task each, one published part of ``episodes`` and of
-``steps``. A part is named by its round, its index and a digest of the round's plan, so:
+An iteration (``orchestrate.iterations`` schedules them) rolls out in rounds: round 0 runs the scripted
+policies (gold, noop) on every task; rounds 1, 2, ... run the learner's groups as its ``BatchSampler``
+draws them (a round's rewards decide the next draw). Each round is cut into shards: fixed lists of
+(task, policy, sample, seed) jobs, tens to hundreds of episodes, one Prefect task each, one published
+part of ``episodes`` and of ``steps``. A part is named by its round, its index and a digest of the round's plan, so:
 
 - a retried shard rewrites the same keys instead of adding rows;
 - a rerun of a dead run (same run id) skips the shards published in both datasets, and replays the
@@ -26,7 +26,6 @@ import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, fields
 
 from trialforge.curate.sampler import BatchSampler, group_rewards, update_pass_rates
@@ -34,7 +33,7 @@ from trialforge.curate.tiers import policy_key
 from trialforge.errors import ConfigError
 from trialforge.orchestrate import IterationRecord, ShardReport, StageResult, TrainResult
 from trialforge.pipeline import assert_healthy, make_policies, make_rollout, round_seed, store_episodes
-from trialforge.rollout.loop import Lineage, plan_jobs
+from trialforge.rollout.loop import EpisodeJob, Lineage, plan_jobs, run_jobs
 from trialforge.rollout.policies import Policy
 from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.rollout.repair import RepairPolicy
@@ -113,7 +112,7 @@ def pending_shards(store: ObjectStore, plan: list[Shard], lineage: Lineage) -> l
 
 
 def round_of(part: str) -> int | None:
-    """The round a shard's part belongs to; None for a part no shard plan names (e.g. ``train_loop``'s)."""
+    """The round a shard's part belongs to; None for a part no shard plan names."""
     match = _PART.match(part)
     return int(match.group(1)) if match else None
 
@@ -151,11 +150,8 @@ def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairSt
         raise ConfigError(f"shard {shard.id} needs tasks {missing} that were not given to it")
     names = sorted({job.policy for job in shard.jobs})
     by_name = dict(zip(names, policies(names, tasks, repair), strict=True))
-    runner = make_rollout(rt, lineage)
-    with ThreadPoolExecutor(max_workers=max(rt.params.sandbox.concurrency, 1)) as pool:
-        episodes = list(
-            pool.map(lambda j: runner.episode(by_id[j.task_id], by_name[j.policy], j.sample, j.seed), shard.jobs)
-        )
+    jobs = [EpisodeJob(by_id[j.task_id], by_name[j.policy], j.sample, j.seed) for j in shard.jobs]
+    episodes = run_jobs(make_rollout(rt, lineage), jobs, rt.params.sandbox.concurrency)
     store_episodes(rt, episodes, lineage, part=shard.id)
     statuses = dict(Counter(e.status for e in episodes))
     log.info("shard published", extra={"shard": shard.id, "episodes": len(episodes), "statuses": statuses})
@@ -281,7 +277,7 @@ def load_episodes(
 
 
 def checkpoint_key(run_id: str, version: int) -> str:
-    """Where ``pipeline.train_loop`` and the train flow keep the learner after update number ``version``."""
+    """Where the train step keeps the learner after update number ``version``."""
     return f"checkpoints/{run_id}/{LEARNER}-v{version}.pt"
 
 
@@ -295,10 +291,11 @@ def repair_state(rt: Runtime, checkpoint: str | None) -> RepairState:
 
 
 def train_iteration(rt: Runtime, run_id: str, iteration: int, checkpoint: str | None) -> TrainResult:
-    """One update of the learner from ``checkpoint`` over the groups the iteration's sampler kept.
+    """One update of the learner from ``checkpoint`` (its latest) over the groups the iteration's sampler kept;
+    with ``train.max_staleness`` they may come from an older version, whose log-probabilities they carry.
 
-    As in ``pipeline.train_loop``: nothing without the learner among the policies, and never on a batch
-    the environment broke (the health gate). The checkpoint is saved first and its stats beside it last:
+    Nothing without the learner among the policies, and never on a batch the environment broke (the health
+    gate). The checkpoint is saved first and its stats beside it last:
     the stats mark the step as taken, so a rerun of the run returns them instead of updating twice.
     """
     if LEARNER not in rt.params.rollout.policies:

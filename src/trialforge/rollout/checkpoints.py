@@ -29,14 +29,13 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from trialforge.errors import StoreError
 from trialforge.rollout.env import Action
 from trialforge.rollout.records import EpisodeRecord
-from trialforge.sandbox.base import Backend, Sandbox, SandboxSpec
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.snapshots import pack_tree
 
@@ -215,11 +214,6 @@ class Checkpoints:
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
                 tar.extractall(tmp, filter="tar")  # our own tar: symlinks the agent made may point anywhere
             yield Path(tmp)
-
-    def open(self, backend: Backend, spec: SandboxSpec, step: int) -> Sandbox:
-        """A new sandbox whose workspace is checkpoint ``step``."""
-        with self.tree(step) as tree:
-            return backend.create(replace(spec, workspace=tree))
 
     def clear(self) -> None:
         """Forget every checkpoint but ``step-0``, in the store too (JSONs first: none may name a missing tar)."""

@@ -29,7 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -48,7 +49,9 @@ from trialforge.rollout.checkpoints import (
 from trialforge.rollout.env import TOOLS, Action, CodingEnv, EnvLimits, StepOutcome
 from trialforge.rollout.policies import EpisodePolicy, Policy, TaskView
 from trialforge.rollout.records import EpisodeRecord, StepRecord
-from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
+from trialforge.rollout.starts import Setup, start_tree
+from trialforge.sandbox.base import Backend, Limits, Sandbox
+from trialforge.sandbox.pool import PoolConfig, SandboxPool
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Task
@@ -112,6 +115,13 @@ class Rollout:
     max_recoveries: int = 2  # sandbox restores per attempt; one more failure ends it as env_error
     allow_rollback: bool = False  # offer the ``restore`` tool (rollback to a named checkpoint)
     store: ObjectStore | None = None  # durable checkpoints (needed to pause); None keeps them in memory
+    setup: Setup = field(default_factory=Setup)  # run once per task; its episodes fork the result (``rollout.starts``)
+    pool: SandboxPool | None = None  # bounds, creation retries and warm reuse of the episodes' sandboxes
+
+    @cached_property
+    def sandboxes(self) -> SandboxPool:
+        """The given pool, else one that starts a fresh sandbox for every open and closes it after."""
+        return self.pool or SandboxPool(self.backend, self.limits, PoolConfig(max_sandboxes=1 << 20, warm_per_image=0))
 
     def tools(self) -> list[dict[str, Any]]:
         """The tool schemas a model is offered: the environment's, and ``restore`` when rollback is on."""
@@ -142,15 +152,21 @@ class Rollout:
         self, job: EpisodeJob, attempt: int, state: EpisodeState | None, stop: threading.Event | None
     ) -> EpisodeRecord | EpisodeState:
         record = state.record if state else self._new_record(job, attempt)
-        episode = _Episode(self, job, record, time.monotonic() - (state.elapsed_s if state else 0.0), stop)
+        start = time.monotonic() - (state.elapsed_s if state else 0.0)
+        episode: _Episode | None = None
         try:
+            episode = _Episode(self, job, record, start, stop)
             ended = episode.run(state)
         except SandboxError as exc:
-            ended = self._finish(episode.record, episode.start, "env_error", f"{exc.cause}: {exc}", "error")
+            record = episode.record if episode else record  # a restart replaces the record
+            ended = self._finish(record, start, "env_error", f"{exc.cause}: {exc}", "error")
         except PolicyError as exc:
-            ended = self._finish(episode.record, episode.start, "policy_error", str(exc), "error")
+            record = episode.record if episode else record
+            ended = self._finish(record, start, "policy_error", str(exc), "error")
         if isinstance(ended, EpisodeState):
             return ended
+        if episode is None:
+            return cast(EpisodeRecord, ended)
         # The episode has ended: its record says all its checkpoints did. (Any other exception leaves them, so a
         # batch whose runner died continues from them.)
         episode.checkpoints.clear()
@@ -164,7 +180,7 @@ class Rollout:
             return self._finish(record, episode.start, "timeout", "episode wall time exceeded", "timeout")
         record.final_diff = diff
         verdict = self.grader.grade(task, diff)
-        record.verify_s = verdict.duration_s
+        record.verify_s += verdict.duration_s  # after the time taken to extract the diff
         record.reward = verdict.reward
         record.verifier_report = json.dumps(verdict.report(), sort_keys=True)
         record.integrity_flags = json.dumps(verdict.flags)
@@ -218,10 +234,10 @@ class _Episode:
         self.record = record
         self.start = start  # monotonic time at which the attempt began (earlier when it was resumed)
         self.stop = stop
-        base = rollout.snapshots.materialize(job.task.snapshot)
-        self.spec = SandboxSpec(
-            image=rollout.image, workspace=base, limits=rollout.limits, labels={"episode": record.episode_id}
-        )
+        t0 = time.monotonic()
+        ro = rollout
+        base = start_tree(job.task, ro.setup, ro.snapshots, ro.sandboxes, ro.image, ro.image_digest)
+        record.sandbox_s += time.monotonic() - t0
         prefix = episode_prefix(record.run_id, record.episode_id)
         self.checkpoints = Checkpoints(base, rollout.store, prefix, keep_all=rollout.allow_rollback)
         self.sandbox: Sandbox | None = None
@@ -239,7 +255,9 @@ class _Episode:
                     agent, observation = self._restart(str(exc))
             return self._converse(agent, observation)
         finally:
-            self._close()
+            t0 = time.monotonic()
+            self._close(reusable=True)
+            self.record.sandbox_s += time.monotonic() - t0
 
     # --- starting ------------------------------------------------------------------------
     def _begin(self) -> tuple[EpisodePolicy, str]:
@@ -382,10 +400,14 @@ class _Episode:
         return StepOutcome(text, False, False, time.monotonic() - start)
 
     def _final_diff(self) -> str:
+        """The agent's diff against its start: the verifier's first step, so its time counts as verification."""
+        t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="tf-final-") as tmp:
             final = Path(tmp) / "work"
             self._export(final)
-            return diff_trees(self.checkpoints.base, final)
+            diff = diff_trees(self.checkpoints.base, final)
+        self.record.verify_s += time.monotonic() - t0
+        return diff
 
     # --- checkpoints, pause, recovery ------------------------------------------------------
     def _checkpoint(self) -> None:
@@ -447,9 +469,10 @@ class _Episode:
 
     # --- the sandbox -----------------------------------------------------------------------
     def _open(self, checkpoint: int) -> None:
-        """Replace the sandbox by a new one whose workspace is ``checkpoint``."""
-        self._close()
-        self.sandbox = self.checkpoints.open(self.ro.backend, self.spec, checkpoint)
+        """Replace the sandbox (if any: it failed) by a new one whose workspace is ``checkpoint``."""
+        self._close(reusable=False)
+        with self.checkpoints.tree(checkpoint) as tree:
+            self.sandbox = self.ro.sandboxes.acquire(self.ro.image, tree, labels={"episode": self.record.episode_id})
         self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits)
         self.env.started = self.start  # the episode's clock, not this sandbox's
 
@@ -468,10 +491,14 @@ class _Episode:
             raise
         self._live()
 
-    def _close(self) -> None:
+    def _close(self, *, reusable: bool) -> None:
+        """Give the sandbox back: to be reused if the episode ended with it healthy, else to be closed."""
         if self.sandbox is not None:
             sandbox, self.sandbox = self.sandbox, None
-            sandbox.close()
+            if reusable:
+                self.ro.sandboxes.release(sandbox, self.ro.image)
+            else:
+                self.ro.sandboxes.discard(sandbox)
 
     def _view(self) -> TaskView:
         return TaskView(self.job.task.task_id, self.job.task.problem_statement)
@@ -480,10 +507,18 @@ class _Episode:
         return round(time.monotonic() - self.start, 4)
 
 
+def run_jobs(rollout: Rollout, jobs: list[EpisodeJob], concurrency: int) -> list[EpisodeRecord]:
+    """Run ``jobs`` ``concurrency`` at a time; results in job order.
+
+    A task's episodes all fork its one post-setup tree (``rollout.starts``): the first to start sets it up,
+    the others of its group wait for it instead of repeating the setup.
+    """
+    with ThreadPoolExecutor(max_workers=max(concurrency, 1)) as pool:
+        return list(pool.map(lambda job: rollout.episode(job.task, job.policy, job.sample, job.seed), jobs))
+
+
 def run_batch(
     rollout: Rollout, tasks: list[Task], policies: list[Policy], group_size: int, seed: int, concurrency: int
 ) -> list[EpisodeRecord]:
     """G episodes per (task, policy), run concurrently; results in a stable order."""
-    jobs = plan_jobs(tasks, policies, group_size, seed)
-    with ThreadPoolExecutor(max_workers=max(concurrency, 1)) as pool:
-        return list(pool.map(lambda job: rollout.episode(job.task, job.policy, job.sample, job.seed), jobs))
+    return run_jobs(rollout, plan_jobs(tasks, policies, group_size, seed), concurrency)

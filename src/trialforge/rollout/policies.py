@@ -7,11 +7,15 @@ replay known answers are built from the task set itself, explicitly.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trialforge.errors import PolicyError
 from trialforge.rollout.env import Action
+from trialforge.rollout.records import EpisodeRecord
 from trialforge.tasks.schema import Task
 
 
@@ -72,6 +76,34 @@ class GoldPolicy:
 
     def begin(self, view: TaskView, seed: int) -> EpisodePolicy:
         return _Script(patch_to_actions(self.patches[view.task_id]))
+
+
+class ReplayPolicy:
+    """Plays recorded actions again: each task's steps from an earlier episode, then submits.
+
+    For reproducing, rescoring or debugging an episode (read back from the ``steps`` dataset), and for
+    scripted tests. Its version names the recording, so replays of different recordings never share ids.
+    """
+
+    def __init__(self, recordings: dict[str, list[Action]], name: str = "replay") -> None:
+        self.recordings = {task_id: list(actions) for task_id, actions in recordings.items()}
+        self.name = name
+        blob = json.dumps({k: [a.model_dump() for a in v] for k, v in sorted(self.recordings.items())}, sort_keys=True)
+        self.version = "replay-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @classmethod
+    def from_episodes(cls, episodes: list[EpisodeRecord], name: str = "replay") -> ReplayPolicy:
+        """One recording per task: the steps of its first episode in ``episodes`` (its submit included)."""
+        recordings: dict[str, list[Action]] = {}
+        for episode in episodes:
+            steps = sorted(episode.step_rows, key=lambda s: s.step)
+            recordings.setdefault(episode.task_id, [Action(tool=s.tool, args=json.loads(s.args)) for s in steps])
+        return cls(recordings, name)
+
+    def begin(self, view: TaskView, seed: int) -> EpisodePolicy:
+        if view.task_id not in self.recordings:
+            raise PolicyError(f"policy {self.name} has no recording for task {view.task_id}")
+        return _Script(self.recordings[view.task_id])
 
 
 def patch_to_actions(patch: str) -> list[Action]:

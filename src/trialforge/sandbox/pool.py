@@ -66,13 +66,13 @@ class SandboxPool:
                 try:
                     sandbox.reset(workspace)
                 except SandboxError:
-                    self._discard(sandbox)
+                    self.discard(sandbox)
                     continue
                 self.stats.reused += 1
                 self.stats.acquire_wait_s += time.monotonic() - start
                 return sandbox
             self.stats.unhealthy += 1
-            self._discard(sandbox)
+            self.discard(sandbox)
         self._reserve_slot()
         try:
             sandbox = self._create(
@@ -93,7 +93,14 @@ class SandboxPool:
                 self._idle[image].append(sandbox)
                 self._cond.notify_all()
             return
-        self._discard(sandbox)
+        self.discard(sandbox)
+
+    def discard(self, sandbox: Sandbox) -> None:
+        """Close a sandbox that must not be reused (it failed, or its owner says so) and free its slot."""
+        try:
+            sandbox.close()
+        finally:
+            self._free_slot()
 
     @contextlib.contextmanager
     def sandbox(
@@ -108,7 +115,7 @@ class SandboxPool:
             raise
         finally:
             if broken:
-                self._discard(sandbox)
+                self.discard(sandbox)
             else:
                 self.release(sandbox, image)
 
@@ -122,7 +129,7 @@ class SandboxPool:
                 setup(first)
             snap = first.snapshot()
         except BaseException:
-            self._discard(first)
+            self.discard(first)
             raise
         group = [first]
         try:
@@ -136,7 +143,7 @@ class SandboxPool:
                 self.stats.created += 1
         except BaseException:
             for sandbox in group:
-                self._discard(sandbox)
+                self.discard(sandbox)
             raise
         finally:
             self.backend.release(snap)
@@ -152,7 +159,7 @@ class SandboxPool:
             idle = [s for group in self._idle.values() for s in group]
             self._idle.clear()
         for sandbox in idle:
-            self._discard(sandbox)
+            self.discard(sandbox)
 
     # --- internals -----------------------------------------------------------------------
     def _take_idle(self, image: str) -> Sandbox | None:
@@ -179,12 +186,6 @@ class SandboxPool:
         with self._cond:
             self._live -= 1
             self._cond.notify_all()
-
-    def _discard(self, sandbox: Sandbox) -> None:
-        try:
-            sandbox.close()
-        finally:
-            self._free_slot()
 
     def _create(self, spec: SandboxSpec) -> Sandbox:
         delay = self.cfg.backoff_s

@@ -1,0 +1,73 @@
+"""Iterations of rollout -> train: synchronous, or with the next rollouts overlapping the update.
+
+``train.max_staleness = S`` lets the rollout of iteration k start once the trainer has taken update k - S
+(``train.staleness``): with S = 0 the loop is synchronous; with S >= 1 the sandboxes keep rolling out while
+the trainer updates, on a policy at most S versions behind the one that trains on the batch. The update
+corrects for the lag with the log-probabilities the rollout recorded (the PPO ratio against the behaviour
+policy). Both sides' idle time is measured and reported with the run.
+
+The flows and the DVC stage drive iterations through ``run_iterations``, each with its own ``roll`` and
+``learn`` (subflows there, library calls here), so the schedule is the same whichever door started the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trialforge.orchestrate import ShardReport, TrainResult, shards
+from trialforge.rollout.loop import Lineage
+from trialforge.runtime import Runtime, code_version
+from trialforge.tasks.schema import Task, task_set_version
+from trialforge.train.staleness import StalenessStats, TaggedBatch, train_bounded
+
+Roll = Callable[[str | None, int], object]  # (checkpoint to sample with, iteration): publishes its episodes
+Learn = Callable[[int, str | None], TrainResult]  # (iteration, the trainer's latest checkpoint): one update
+
+
+@dataclass
+class LoopResult:
+    updates: list[dict[str, Any]]  # the trainer's stats per update taken, with the lag of its batch
+    checkpoint: str | None  # the learner after the last update
+    staleness: StalenessStats
+
+    def summary(self) -> dict[str, Any]:
+        return asdict(self.staleness)
+
+
+def run_iterations(iterations: int, max_staleness: int, roll: Roll, learn: Learn) -> LoopResult:
+    """``iterations`` rollouts (in a background thread) and their updates (here), never more than
+    ``max_staleness`` policy versions apart."""
+    updates: list[dict[str, Any]] = []
+    latest: list[str | None] = [None]
+
+    def update(tagged: TaggedBatch[object]) -> tuple[str | None, int]:
+        trained = learn(tagged.index, latest[0])
+        latest[0] = trained.checkpoint
+        if trained.stats is not None:
+            lag = tagged.index - tagged.version  # updates taken since the policy that rolled the batch out
+            updates.append(trained.stats | {"iteration": tagged.index, "behaviour_lag": lag})
+        return trained.checkpoint, tagged.index + 1
+
+    stats = train_bounded(roll, update, snapshot=None, version=0, batches=iterations, max_staleness=max_staleness)
+    return LoopResult(updates, latest[0], stats)
+
+
+def train_in_process(rt: Runtime, tasks: list[Task], run_id: str, shard_size: int = 64) -> LoopResult:
+    """The loop with every rollout shard and update run in this process (the DVC stage's door)."""
+    version = task_set_version(tasks)
+
+    def roll(checkpoint: str | None, iteration: int) -> object:
+        lineage = Lineage(run_id, iteration, version, rt.params.digest(), code_version())
+        repair = shards.repair_state(rt, checkpoint)
+
+        def run(pending: list[shards.Shard]) -> list[ShardReport]:
+            return [shards.execute_shard(rt, shard, tasks, repair, lineage) for shard in pending]
+
+        return shards.rollout_iteration(rt, tasks, lineage, repair, shard_size, run)
+
+    def learn(iteration: int, checkpoint: str | None) -> TrainResult:
+        return shards.train_iteration(rt, run_id, iteration, checkpoint)
+
+    return run_iterations(rt.params.train.iterations, rt.params.train.max_staleness, roll, learn)
