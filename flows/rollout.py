@@ -32,10 +32,9 @@ def rollout(
     with runners.held_runtime(params) as rt:
         version, tasks = shards.read_taskset(rt.store, shards.TASKS, task_set)
         lineage = Lineage(run_id, iteration, version, params.digest(), code_version())
-        repair = shards.repair_state(rt, checkpoint)
         start = time.monotonic()
-        with runners.shard_submitter(params, lineage, tasks, repair, runner, ray_address) as run:
-            record, reports = shards.rollout_iteration(rt, tasks, lineage, repair, shard_size, run)
+        with runners.shard_submitter(params, lineage, tasks, checkpoint, runner, ray_address) as run:
+            record, reports = shards.rollout_iteration(rt, tasks, lineage, checkpoint, shard_size, run)
         wall_s = time.monotonic() - start
         runners.episode_artifacts(rt.store, run_id, iteration)
     return RolloutResult(run_id=run_id, iteration=iteration, wall_s=wall_s, reports=reports, record=record)

@@ -283,7 +283,7 @@ def _task(task_id: str) -> Task:
 
 def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
     tasks = [_task(f"t{i}") for i in range(5)]
-    scripted = shards.policies(["gold", "noop"], tasks, shards.RepairState())
+    scripted = shards.policies(["gold", "noop"], tasks, None)
     plan = shards.plan_shards(tasks, scripted, group_size=3, seed=7, shard_size=4, round_=0)
     jobs = [job for shard in plan for job in shard.jobs]
     assert len(jobs) == 5 * 2 * 3 == len({(j.task_id, j.policy, j.sample) for j in jobs})
@@ -297,7 +297,7 @@ def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
 def test_a_shard_is_done_once_both_parts_are_published_and_a_foreign_plan_is_refused(tmp_path):
     store = open_store(f"file://{tmp_path}")
     tasks = [_task("t0"), _task("t1")]
-    plan = shards.plan_shards(tasks, shards.policies(["noop"], tasks, shards.RepairState()), 1, 0, 1, round_=0)
+    plan = shards.plan_shards(tasks, shards.policies(["noop"], tasks, None), 1, 0, 1, round_=0)
     lineage = Lineage("r1", 0, "0" * 16, "p", "c")
     partition = {"run": "r1", "iteration": "0"}
     assert shards.pending_shards(store, plan, lineage) == plan

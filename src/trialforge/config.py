@@ -109,6 +109,8 @@ class RolloutParams(_Section):
     durable_checkpoints: bool = False  # keep episode checkpoints in the object store, not only in memory
     setup: str = ""  # shell command run once per task in its sandbox; every episode of the task starts after it
     setup_timeout_s: float = Field(600.0, gt=0)
+    max_new_tokens: int = Field(256, ge=1)  # per turn of an LM policy
+    temperature: float = Field(1.0, ge=0.0)  # an LM policy's sampling temperature (0: greedy)
 
 
 class TrainParams(_Section):
@@ -119,6 +121,10 @@ class TrainParams(_Section):
     clip_high: float = 0.28
     epochs: int = Field(4, ge=1)
     max_staleness: int = Field(0, ge=0)  # rollouts may run this many policy versions ahead of the update (0: in step)
+    model: str = ""  # a local transformers causal LM directory to train (policy `lm`); "": the demo's `repair`
+    grad_accum_steps: int = Field(1, ge=1)  # micro-batches per update (LM)
+    max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping (LM)
+    gradient_checkpointing: bool = False  # trade compute for activation memory (LM)
 
 
 class ObserveParams(_Section):

@@ -31,7 +31,6 @@ from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
 from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
-from trialforge.rollout.repair import RepairPolicy
 from trialforge.rollout.starts import Setup
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
@@ -39,7 +38,6 @@ from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.schema import Task
 from trialforge.tasks.taskset import to_table, write_tasks
 from trialforge.tasks.validate import ValidateConfig, record_verdicts, validate_task
-from trialforge.train.repair_trainer import RepairTrainer
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +125,11 @@ def publish_taskset(rt: Runtime, tasks: list[Task]) -> str:
 # --- rollout and training --------------------------------------------------------------
 
 
-def make_policies(names: list[str], tasks: list[Task], trainer: RepairTrainer) -> list[Policy]:
-    known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy(), RepairPolicy.name: trainer.policy()}
+def make_policies(names: list[str], tasks: list[Task], learner: Policy | None) -> list[Policy]:
+    """The scripted references by name, and the learner's policy (``train.learner``) under its own."""
+    known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy()}
+    if learner is not None:
+        known[learner.name] = learner
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ConfigError(f"unknown policies {unknown}; known: {sorted(known)}")

@@ -2,8 +2,8 @@
 
 Charts are inline SVG drawn here (no script, no stylesheet or font from anywhere), so the
 file opens from ``file://`` on a machine without network and can be mailed or archived as is.
-Every number comes from ``observe.metrics`` and ``observe.attribution``: the report draws, it
-does not compute.
+Every number comes from ``observe.metrics``, ``observe.attribution`` and ``observe.quality``: the
+report draws, it does not compute.
 """
 
 from __future__ import annotations
@@ -23,10 +23,15 @@ from trialforge.curate.tiers import TIERS
 from trialforge.observe.attribution import attribute, category_counts
 from trialforge.observe.health import HealthThresholds, check_health
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
+from trialforge.observe.quality import quality_metrics, read_records
+from trialforge.quality import GATES, Attempt, QualityRecord
+from trialforge.quality.gate import AUDIT_ERROR
 from trialforge.store.objstore import ObjectStore
 
 SPOT_CHECKS = 8
 ATTRIBUTION_ROWS = 200  # per-episode failure rows shown; the counts above them cover all
+QUALITY_ROWS = 200  # per-task quality rows shown, failing tasks first; the shares above them cover all
+EVIDENCE_CARDS = 30  # failing tasks shown with their reasons and the diff that got through
 DIFF_CAP = 20_000  # characters of a final diff shown in the spot check
 
 _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -43,19 +48,27 @@ def render_report(
     thresholds: HealthThresholds | None = None,
     spot_checks: int = SPOT_CHECKS,
 ) -> Path:
-    """Read the run from ``store``, write its report to ``out_path`` (atomically) and return the path."""
+    """Read the run (and its task sets' quality records) from ``store``, write its report to ``out_path``
+    (atomically) and return the path."""
     data = load_run(store, run_id)
-    html = report_html(data, thresholds or HealthThresholds(), spot_checks)
+    quality = read_records(store, sorted(data.episodes["task_set_version"].unique()))
+    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality)
     out_path = Path(out_path)
     write_text(out_path, html)
     return out_path
 
 
-def report_html(data: RunData, thresholds: HealthThresholds, spot_checks: int = SPOT_CHECKS) -> str:
+def report_html(
+    data: RunData,
+    thresholds: HealthThresholds,
+    spot_checks: int = SPOT_CHECKS,
+    quality: Sequence[QualityRecord] = (),
+) -> str:
     metrics = process_metrics(data.episodes, data.steps)
     failures = attribute(data.episodes)
     sections = [
         _overview(data, metrics, thresholds),
+        _quality(quality),
         _curves(metrics),
         _distributions(metrics),
         _attribution(failures),
@@ -78,7 +91,7 @@ table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:
 td.n{text-align:right}.charts{display:flex;flex-wrap:wrap;gap:12px}
 figure{margin:0}pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
 .bad{color:#b00;font-weight:bold}.good{color:#070;font-weight:bold}.flag{color:#b00}
-.episode{border:1px solid #ddd;padding:8px;margin:10px 0}
+.episode,.card{border:1px solid #ddd;padding:8px;margin:10px 0}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .title{font-size:13px;font-weight:bold}
 """
 
@@ -218,6 +231,82 @@ def _attribution(failures: pd.DataFrame) -> str:
     return _section("Failure attribution", "attribution", body + more + rows)
 
 
+def _quality(records: Sequence[QualityRecord]) -> str:
+    """Share of tasks failing each gate, then every audited task (excluded ones first) with what it failed on."""
+    if not records:
+        return _section("Task quality", "quality", "<p>No quality records are stored for this run's task set.</p>")
+    figures = quality_metrics(records)
+    shares = _table(
+        ["check", "tasks failing", "share", "of them excluded"],
+        [[check, row["tasks"], _pct(row["share"]), row["excluded"]] for check, row in figures["failing"].items()],
+    )
+    ordered = sorted(records, key=lambda r: (r.verdict == "pass", r.task_id))
+    shown = ordered[:QUALITY_ROWS]
+    rows = _table(
+        ["task", "verdict", *GATES, "audit", "verifier runs", "verifier version"],
+        [
+            [r.task_id, _kept(r), *(_gate_cell(r, g) for g in GATES),
+             _audit_cell(r), r.verifier_runs, r.verifier_version]
+            for r in shown
+        ],
+    )  # fmt: skip
+    more = f"<p>showing {len(shown)} of {len(records)} tasks</p>" if len(records) > len(shown) else ""
+    failing = [r for r in ordered if r.failed_gates][:EVIDENCE_CARDS]
+    intro = (
+        f"<p>{figures['tasks']} tasks audited, {figures['excluded']} excluded; {figures['verifier_runs']} verifier "
+        f"runs ({_fmt(figures['verifier_runs_per_task'])} per task). A check is counted failed whether or not it "
+        "is enforced; an excluded task failed an enforced one.</p>"
+    )
+    evidence = "".join(_quality_card(r) for r in failing)
+    body = f"{intro}{shares}<h3>Tasks</h3>{more}{rows}<h3>Evidence</h3>{evidence or '<p>no task failed a check</p>'}"
+    return _section("Task quality", "quality", body)
+
+
+def _gate_cell(record: QualityRecord, gate: str) -> str:
+    """What one gate found on one task, in a few words: the first piece of evidence when it failed."""
+    if gate not in record.gates_run:
+        return "not run"
+    if gate == "leaks" and record.leaks:
+        span = record.leaks[0]
+        return f"FAIL ({len(record.leaks)} spans): {span.kind} {span.text!r} at {span.field}[{span.start}:{span.end}]"
+    if gate == "weak_tests" and record.passing_mutants:
+        first = record.passing_mutants[0]
+        return f"FAIL ({len(record.passing_mutants)} of {record.mutants_tried} wrong fixes): {first.kind}: {first.note}"
+    if gate == "shortcuts" and record.solving_shortcuts:
+        return "FAIL: " + ", ".join(s.kind for s in record.solving_shortcuts)
+    if AUDIT_ERROR in record.failed_gates:
+        return "undecided"  # the control or a verifier run failed: finding nothing proves nothing
+    if gate == "weak_tests":
+        return f"pass ({record.mutants_tried} wrong fixes)"
+    if gate == "shortcuts":
+        return f"pass ({len(record.shortcuts)} strategies)"
+    return "pass"
+
+
+def _kept(record: QualityRecord) -> str:
+    return "kept" if record.verdict == "pass" else "excluded"
+
+
+def _audit_cell(record: QualityRecord) -> str:
+    errors = [r.split(":", 1)[1].strip() for r in record.reasons if r.startswith(f"{AUDIT_ERROR}:")]
+    return "; ".join(errors) or "ok"
+
+
+def _quality_card(record: QualityRecord) -> str:
+    """A failing task's reasons, and the diff of each kind of wrong fix or shortcut that scored 1."""
+    reasons = "".join(f"<li>{escape(r)}</li>" for r in record.reasons)
+    shown: dict[str, Attempt] = {}
+    for attempt in [*record.passing_mutants, *record.solving_shortcuts]:
+        shown.setdefault(attempt.kind, attempt)
+    diffs = "".join(
+        f"<p>{escape(a.kind)}: {escape(a.note)}</p><pre>{escape(_capped(a.diff))}</pre>" for a in shown.values()
+    )
+    return (
+        f'<div class="card" data-task="{escape(record.task_id)}"><b>{escape(record.task_id)}</b> ({_kept(record)}, '
+        f"verifier {escape(record.verifier_version)}, {record.verifier_runs} runs)<ul>{reasons}</ul>{diffs}</div>"
+    )
+
+
 def _spot_check(episodes: pd.DataFrame, limit: int) -> str:
     """High-reward episodes with distinct diffs, flagged ones first, then a stable pseudo-random sample."""
     high = episodes[(episodes["status"] == "ok") & (episodes["reward"] >= PASS_REWARD)]
@@ -239,15 +328,19 @@ def _episode_card(row: dict[str, Any]) -> str:
     flags = json.loads(row["integrity_flags"] or "[]")
     reason = json.loads(row["verifier_report"] or "{}").get("reason", "")
     diff = row["final_diff"] or ""
-    cut = f"\n… ({len(diff) - DIFF_CAP} more characters)" if len(diff) > DIFF_CAP else ""
     flag_text = '<span class="flag">' + escape(", ".join(flags)) + "</span>" if flags else "none"
     return (
         f'<div class="episode" data-episode="{escape(row["episode_id"])}">'
         f"<b>{escape(row['episode_id'])}</b> task {escape(row['task_id'])} · policy {escape(row['policy'])} "
         f"({escape(row['policy_version'])}) · iteration {int(row['iteration'])} · reward {_fmt(row['reward'])} · "
         f"{int(row['steps'])} steps<br>verifier: {escape(reason)}<br>integrity flags: {flag_text}"
-        f"<pre>{escape(diff[:DIFF_CAP] + cut)}</pre></div>"
+        f"<pre>{escape(_capped(diff))}</pre></div>"
     )
+
+
+def _capped(diff: str) -> str:
+    cut = f"\n… ({len(diff) - DIFF_CAP} more characters)" if len(diff) > DIFF_CAP else ""
+    return diff[:DIFF_CAP] + cut
 
 
 # --- tables and formatting ---------------------------------------------------------------------

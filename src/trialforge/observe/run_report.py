@@ -1,4 +1,4 @@
-"""Close a run: metrics from the stored episodes, metrics.json + plot data, the HTML report, the summary."""
+"""Close a run: the task set's quality records stored, metrics.json + plot data, the HTML report, the summary."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from trialforge.observe.health import HealthThresholds
 from trialforge.observe.metrics import episode_metrics, run_metrics, task_metrics, write_metrics
+from trialforge.observe.quality import gather_records, quality_metrics, write_records
 from trialforge.observe.report import render_report
 from trialforge.observe.summary import print_summary
 from trialforge.runtime import Runtime
@@ -15,18 +16,33 @@ from trialforge.tasks.schema import Task, task_set_version
 
 
 def finish_run(
-    rt: Runtime, run_id: str, tasks: list[Task], funnels: list[dict[str, Any]], updates: list[dict[str, Any]]
+    rt: Runtime,
+    run_id: str,
+    tasks: list[Task],
+    funnels: list[dict[str, Any]],
+    updates: list[dict[str, Any]],
+    loop: dict[str, Any],
 ) -> dict[str, Any]:
-    """``funnels`` are Funnel.as_dict() of each task stage; ``updates`` the trainer's stats per iteration."""
+    """``funnels`` are Funnel.as_dict() of each task stage; ``updates`` the trainer's stats per iteration;
+    ``loop`` the rollout/train schedule's staleness and idle fractions (``orchestrate.iterations``).
+
+    The quality records of every audited task (the kept ones on ``tasks``, the excluded ones in the quality
+    funnel) are stored next to the task set before the report, which reads them from there.
+    """
     out = Path(rt.params.run.out_dir)
     version = task_set_version(tasks)
+    quality = gather_records(tasks, funnels)
+    if quality:
+        write_records(rt.store, version, quality)
     episodes = datasets.read_pandas(rt.store, "episodes", filters={"run": run_id})
     metrics: dict[str, Any] = {
         "run_id": run_id,
         "task_set_version": version,
         "tasks": task_metrics(funnels),
+        "quality": quality_metrics(quality),
         "episodes": episode_metrics(episodes),
         "updates": updates,
+        "loop": loop,
         "episodes_uri": rt.store.uri(f"datasets/episodes/run={run_id}"),
         "metrics_path": str(out / "metrics.json"),
         "report_path": str(out / "report.html"),

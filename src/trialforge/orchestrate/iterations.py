@@ -60,12 +60,11 @@ def train_in_process(rt: Runtime, tasks: list[Task], run_id: str, shard_size: in
 
     def roll(checkpoint: str | None, iteration: int) -> object:
         lineage = Lineage(run_id, iteration, version, rt.params.digest(), code_version())
-        repair = shards.repair_state(rt, checkpoint)
 
         def run(pending: list[shards.Shard]) -> list[ShardReport]:
-            return [shards.execute_shard(rt, shard, tasks, repair, lineage) for shard in pending]
+            return [shards.execute_shard(rt, shard, tasks, checkpoint, lineage) for shard in pending]
 
-        return shards.rollout_iteration(rt, tasks, lineage, repair, shard_size, run)
+        return shards.rollout_iteration(rt, tasks, lineage, checkpoint, shard_size, run)
 
     def learn(iteration: int, checkpoint: str | None) -> TrainResult:
         return shards.train_iteration(rt, run_id, iteration, checkpoint)

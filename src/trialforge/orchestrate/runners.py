@@ -44,7 +44,7 @@ from prefect.tasks import exponential_backoff
 from trialforge.config import Params
 from trialforge.errors import ConfigError, SandboxError, StoreError
 from trialforge.orchestrate import Runner, ShardReport
-from trialforge.orchestrate.shards import RepairState, RunShards, Shard, execute_shard, round_of
+from trialforge.orchestrate.shards import RunShards, Shard, execute_shard, round_of
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, open_runtime
 from trialforge.store import datasets
@@ -159,7 +159,7 @@ class ShardWork:
     lineage: Lineage
     shard: Shard
     tasks: list[Task]  # the ones its jobs name
-    repair: RepairState
+    checkpoint: str | None  # the learner's weights (None: untrained), loaded by the worker
     slots: int  # of the ``sandboxes`` limit to hold; 0: none
 
 
@@ -182,7 +182,7 @@ def rollout_shard(work: ShardWork) -> ShardReport:
     rt = worker_runtime(work.params)
     slots = concurrency(SANDBOX_LIMIT, occupy=work.slots) if work.slots else contextlib.nullcontext()
     with slots:
-        return execute_shard(rt, work.shard, work.tasks, work.repair, work.lineage)
+        return execute_shard(rt, work.shard, work.tasks, work.checkpoint, work.lineage)
 
 
 @contextlib.contextmanager
@@ -190,7 +190,7 @@ def shard_submitter(
     params: Params,
     lineage: Lineage,
     tasks: list[Task],
-    repair: RepairState,
+    checkpoint: str | None,
     runner: Runner = "default",
     ray_address: str | None = None,
 ) -> Iterator[RunShards]:
@@ -202,7 +202,7 @@ def shard_submitter(
         slots = sandbox_slots(params)
 
         def run(shards: list[Shard]) -> list[ShardReport]:
-            works = [ShardWork(params, lineage, s, [by_id[i] for i in s.task_ids()], repair, slots) for s in shards]
+            works = [ShardWork(params, lineage, s, [by_id[i] for i in s.task_ids()], checkpoint, slots) for s in shards]
             futures = [task_runner.submit(rollout_shard, {"work": w}) for w in works]
             reports = []
             label = f"rollout iteration {lineage.iteration}" + (f" round {round_of(shards[0].id)}" if shards else "")

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -36,20 +37,18 @@ from trialforge.pipeline import assert_healthy, make_policies, make_rollout, rou
 from trialforge.rollout.loop import EpisodeJob, Lineage, plan_jobs, run_jobs
 from trialforge.rollout.policies import Policy
 from trialforge.rollout.records import EpisodeRecord, StepRecord
-from trialforge.rollout.repair import RepairPolicy
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.schema import Task, task_set_version
 from trialforge.tasks.taskset import from_table, to_table
-from trialforge.train.repair_trainer import RepairTrainer
+from trialforge.train.learner import learner_name, open_learner
 
 log = logging.getLogger(__name__)
 
 INGESTED = "ingested"  # task sets as the ingest flow found them
 TASKS = "tasks"  # curated task sets (pipeline.publish_taskset)
 EPISODE_DATASETS = ("episodes", "steps")  # pipeline.store_episodes writes a shard's part to both, in this order
-LEARNER = RepairPolicy.name  # the policy the train step updates; the others are scripted references
 _PART = re.compile(r"^r(\d+)-\d{5}-[0-9a-f]{8}$")
 
 
@@ -120,28 +119,30 @@ def round_of(part: str) -> int | None:
 # --- running one shard -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RepairState:
-    """The learnable policy as it travels to a worker: a version and its weights (None: untrained), no trainer,
-    so a worker that only rolls out never builds an optimiser."""
+def learner_policy(rt: Runtime, checkpoint: str | None) -> Policy:
+    """The learner as of ``checkpoint`` (None: untrained) as a rollout policy, loaded where the shard runs.
 
-    version: int = 0
-    weights: tuple[float, ...] | None = None
-
-    @classmethod
-    def of(cls, trainer: RepairTrainer) -> RepairState:
-        return cls(trainer.version, tuple(trainer.weights.detach().tolist()))
-
-    def policy(self) -> RepairPolicy:
-        """The policy ``RepairTrainer.policy()`` would give (what ``make_policies`` asks its trainer for)."""
-        return RepairPolicy(list(self.weights) if self.weights is not None else None, version=f"v{self.version}")
+    A process keeps the last one it loaded: the shards of an iteration share it instead of each loading a model.
+    """
+    key = (rt.store.url, checkpoint, rt.params.digest())
+    with _loaded_lock:
+        if key not in _loaded:
+            _loaded.clear()
+            _loaded[key] = open_learner(rt.params, rt.store, checkpoint).policy()
+        return _loaded[key]
 
 
-def policies(names: list[str], tasks: list[Task], repair: RepairState) -> list[Policy]:
-    return make_policies(names, tasks, repair)  # type: ignore[arg-type]  # it asks only for .policy()
+_loaded: dict[tuple[str, str | None, str], Policy] = {}
+_loaded_lock = threading.Lock()
 
 
-def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairState, lineage: Lineage) -> ShardReport:
+def policies(names: list[str], tasks: list[Task], learner: Policy | None) -> list[Policy]:
+    return make_policies(names, tasks, learner)
+
+
+def execute_shard(
+    rt: Runtime, shard: Shard, tasks: list[Task], checkpoint: str | None, lineage: Lineage
+) -> ShardReport:
     """Run the shard's episodes, ``sandbox.concurrency`` at a time, and publish them as part ``shard.id``."""
     started = time.time()
     by_id = {t.task_id: t for t in tasks}
@@ -149,7 +150,8 @@ def execute_shard(rt: Runtime, shard: Shard, tasks: list[Task], repair: RepairSt
     if missing:
         raise ConfigError(f"shard {shard.id} needs tasks {missing} that were not given to it")
     names = sorted({job.policy for job in shard.jobs})
-    by_name = dict(zip(names, policies(names, tasks, repair), strict=True))
+    learner = learner_policy(rt, checkpoint) if learner_name(rt.params) in names else None
+    by_name = dict(zip(names, policies(names, tasks, learner), strict=True))
     jobs = [EpisodeJob(by_id[j.task_id], by_name[j.policy], j.sample, j.seed) for j in shard.jobs]
     episodes = run_jobs(make_rollout(rt, lineage), jobs, rt.params.sandbox.concurrency)
     store_episodes(rt, episodes, lineage, part=shard.id)
@@ -175,7 +177,7 @@ def read_iteration(store: ObjectStore, run_id: str, iteration: int) -> Iteration
 
 
 def rollout_iteration(
-    rt: Runtime, tasks: list[Task], lineage: Lineage, repair: RepairState, shard_size: int, run: RunShards
+    rt: Runtime, tasks: list[Task], lineage: Lineage, checkpoint: str | None, shard_size: int, run: RunShards
 ) -> tuple[IterationRecord, list[ShardReport]]:
     """Round 0 (scripted policies, every task), then the learner's rounds as its sampler draws them; each round's
     shards through ``run``. Returns the iteration's record (stored last) and the reports of the shards run now."""
@@ -184,32 +186,34 @@ def rollout_iteration(
         return done, []
     params, it = rt.params, lineage.iteration
     group = params.rollout.group_size
+    name = learner_name(params)
+    learner = learner_policy(rt, checkpoint) if name in params.rollout.policies else None
     reports: list[ShardReport] = []
 
     def roll(draw: list[Task], names: list[str], round_: int) -> list[Shard]:
         plan = plan_shards(
-            draw, policies(names, tasks, repair), group, round_seed(params, it, round_), shard_size, round_
+            draw, policies(names, tasks, learner), group, round_seed(params, it, round_), shard_size, round_
         )
         reports.extend(run(pending_shards(rt.store, plan, lineage)))
         return plan
 
-    scripted = [n for n in params.rollout.policies if n != LEARNER]
+    scripted = [n for n in params.rollout.policies if n != name]
     if scripted:
         roll(tasks, scripted, 0)
     record = IterationRecord()
-    if LEARNER in params.rollout.policies:
+    if learner is not None:
         previous = read_iteration(rt.store, lineage.run_id, it - 1) if it else None
         rates = previous.rates if previous else {}
         sampler = BatchSampler(tasks, params.curate.sampler, params.run.seed * 1000 + it)
-        draw, round_, drawn = sampler.begin(rates, policy_key(LEARNER, f"v{repair.version}")), 1, []
+        draw, round_, drawn = sampler.begin(rates, policy_key(name, learner.version)), 1, []
         while draw:
-            seeds = [job.seed for shard in roll(draw, [LEARNER], round_) for job in shard.jobs]
-            batch = load_episodes(rt.store, lineage.run_id, it, LEARNER, seeds=seeds)  # read back: a resume replays
+            seeds = [job.seed for shard in roll(draw, [name], round_) for job in shard.jobs]
+            batch = load_episodes(rt.store, lineage.run_id, it, name, seeds=seeds)  # read back: a resume replays
             drawn += batch
-            draw, round_ = sampler.report(group_rewards(batch, LEARNER)), round_ + 1
+            draw, round_ = sampler.report(group_rewards(batch, name)), round_ + 1
         record = IterationRecord(
             kept=[t.task_id for t in sampler.kept],
-            rates=update_pass_rates(rates, drawn, LEARNER, params.curate.sampler.ema_alpha),
+            rates=update_pass_rates(rates, drawn, name, params.curate.sampler.ema_alpha),
             sampler=sampler.stats.as_dict(),
         )
     rt.store.put_bytes(iteration_key(lineage.run_id, it), record.model_dump_json().encode())
@@ -276,18 +280,9 @@ def load_episodes(
     return sorted(records, key=lambda e: e.seed)  # plan order: seeds grow with the job's index
 
 
-def checkpoint_key(run_id: str, version: int) -> str:
+def checkpoint_key(run_id: str, learner: str, version: int) -> str:
     """Where the train step keeps the learner after update number ``version``."""
-    return f"checkpoints/{run_id}/{LEARNER}-v{version}.pt"
-
-
-def load_trainer(rt: Runtime, checkpoint: str | None) -> RepairTrainer:
-    return RepairTrainer.load(rt.params.train, rt.store, checkpoint) if checkpoint else RepairTrainer(rt.params.train)
-
-
-def repair_state(rt: Runtime, checkpoint: str | None) -> RepairState:
-    """The learner's policy as of ``checkpoint`` (None: untrained)."""
-    return RepairState.of(load_trainer(rt, checkpoint)) if checkpoint else RepairState()
+    return f"checkpoints/{run_id}/{learner}-v{version}.pt"
 
 
 def train_iteration(rt: Runtime, run_id: str, iteration: int, checkpoint: str | None) -> TrainResult:
@@ -295,23 +290,25 @@ def train_iteration(rt: Runtime, run_id: str, iteration: int, checkpoint: str | 
     with ``train.max_staleness`` they may come from an older version, whose log-probabilities they carry.
 
     Nothing without the learner among the policies, and never on a batch the environment broke (the health
-    gate). The checkpoint is saved first and its stats beside it last:
-    the stats mark the step as taken, so a rerun of the run returns them instead of updating twice.
+    gate). The checkpoint is saved first and its stats beside it last: the stats mark the step as taken, so
+    a rerun of the run returns them instead of updating twice.
     """
-    if LEARNER not in rt.params.rollout.policies:
+    name = learner_name(rt.params)
+    if name not in rt.params.rollout.policies:
         return TrainResult(checkpoint=checkpoint, stats=None)
     record = read_iteration(rt.store, run_id, iteration)
     if record is None:
         raise ConfigError(f"run {run_id!r} has not finished the rollout of iteration {iteration}: run that first")
-    trainer = load_trainer(rt, checkpoint)
-    key = checkpoint_key(run_id, trainer.version + 1)
+    learner = open_learner(rt.params, rt.store, checkpoint)
+    key = checkpoint_key(run_id, name, learner.version + 1)
     stats_key = key.removesuffix(".pt") + ".json"
     if rt.store.exists(stats_key):
         return TrainResult(checkpoint=key, stats=json.loads(rt.store.get_bytes(stats_key)), resumed=True)
     assert_healthy(rt, run_id, iteration)
     kept = set(record.kept)
-    learner = [e for e in load_episodes(rt.store, run_id, iteration, LEARNER) if e.task_id in kept]
-    stats = vars(trainer.update(learner)) | {"sampler": record.sampler}
-    trainer.save(rt.store, key)
+    episodes = [e for e in load_episodes(rt.store, run_id, iteration, name) if e.task_id in kept]
+    behaviour = min((int(e.policy_version.removeprefix("v")) for e in episodes), default=None)
+    stats = learner.update(episodes, behaviour) | {"sampler": record.sampler}
+    learner.save(rt.store, key)
     rt.store.put_bytes(stats_key, json.dumps(stats, sort_keys=True).encode())
     return TrainResult(checkpoint=key, stats=stats)

@@ -14,8 +14,9 @@ import logging
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trialforge.errors import ConfigError, PatchError
 from trialforge.funnel import Funnel
@@ -55,9 +56,24 @@ class QualityConfig:
                               f"min_timeout_s > 0; got {self}")  # fmt: skip
 
 
+@dataclass
+class QualityFunnel(Funnel):
+    """The gate's funnel also carries the whole record of every task it dropped.
+
+    A kept task carries its record on the task; a dropped one would take its record (the wrong fix that
+    passed, the leak spans, the shortcut that solved it) with it. The funnel travels wherever a step's
+    funnel goes (``out/funnel/quality.json``, the run's record, ``finish_run``), so the report finds them.
+    """
+
+    excluded: list[QualityRecord] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return super().as_dict() | {"excluded": [r.model_dump(mode="json") for r in self.excluded]}
+
+
 def run_quality_gate(
     tasks: list[Task], grader: Grader, snapshots: SnapshotStore, cfg: QualityConfig
-) -> tuple[list[Task], dict[str, QualityRecord], Funnel]:
+) -> tuple[list[Task], dict[str, QualityRecord], QualityFunnel]:
     """Audit every task (``cfg.concurrency`` at a time); return the kept tasks, every record by task id, the funnel."""
 
     def one(task: Task) -> QualityRecord:
@@ -65,7 +81,7 @@ def run_quality_gate(
 
     with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
         records = list(pool.map(one, tasks))
-    funnel = Funnel("quality")
+    funnel = QualityFunnel("quality")
     kept = []
     for task, record in zip(tasks, records, strict=True):
         if record.verdict == "pass":
@@ -74,6 +90,7 @@ def run_quality_gate(
         else:
             blocking = [g for g in record.failed_gates if g == AUDIT_ERROR or g in cfg.enforce]
             funnel.drop(task.task_id, blocking[0], "; ".join(record.reasons))
+            funnel.excluded.append(record)
     return kept, {r.task_id: r for r in records}, funnel
 
 

@@ -309,8 +309,8 @@ class LMTrainer:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     # --- checkpoints -----------------------------------------------------------------------------
-    def save(self, store: ObjectStore, run_id: str) -> str:
-        """Write ``checkpoints/<run_id>/lm-v<version>.pt``; return its key."""
+    def save(self, store: ObjectStore, key: str) -> None:
+        """Write the checkpoint to ``key`` (``train.learner`` names it ``checkpoints/RUN/lm-vN.pt``)."""
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -325,9 +325,7 @@ class LMTrainer:
         }
         buf = io.BytesIO()
         torch.save(state, buf)
-        key = f"checkpoints/{run_id}/lm-v{self.version}.pt"
         store.put_bytes(key, buf.getvalue())
-        return key
 
     @classmethod
     def load(cls, store: ObjectStore, key: str, model: Any, **kwargs: Any) -> LMTrainer:
