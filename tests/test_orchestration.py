@@ -265,6 +265,9 @@ def test_bounded_staleness_overlaps_the_next_rollout_with_the_update_and_never_l
     episodes = episode_frame(open_store(overrides["run.store"]), "stale-1")
     versions = episodes.groupby("iteration")["policy_version"].agg(set).to_dict()
     assert versions == {0: {"v0"}, 1: {"v0"}, 2: {"v1"}}  # each batch's producer, at most one behind
+    report = (tmp_path / "out" / "report.html").read_text()
+    training = report[report.index('<section id="training">') :].split("</section>")[0]
+    assert "max staleness 1: trainer idle" in training and training.count("<tr>") == 4  # header + 3 updates
 
 
 # --- the pieces, without a server --------------------------------------------------------

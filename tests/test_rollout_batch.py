@@ -14,10 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_recovery import kill_bwrap, open_world
+from test_recovery import LINEAGE, kill_bwrap, make_rollout, open_world
 
-from trialforge.rollout.env import Action, EnvLimits
-from trialforge.rollout.loop import EpisodeJob, Lineage, Rollout, episode_id, plan_jobs, run_batch, run_jobs
+from trialforge.rollout.env import Action
+from trialforge.rollout.loop import EpisodeJob, episode_id, plan_jobs, run_batch, run_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, ReplayPolicy, TaskView, patch_to_actions
 from trialforge.rollout.starts import Setup
 from trialforge.sandbox.base import Limits
@@ -27,7 +27,6 @@ from trialforge.tasks.validate import ValidateConfig, validate_task
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASK_IDS = ("ledgerlite-3", "textkit-21", "schedwise-52", "ledgerlite-6")
-LINEAGE = Lineage("batch-test", 0, "tasks", "params", "code")
 HOLD = Action(tool="run", args={"command": "python3 -c 'import time; time.sleep(0.8)'"})  # keeps sandboxes busy
 
 
@@ -99,20 +98,6 @@ def world(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
     return world
 
 
-def rollout(world: SimpleNamespace, backend: Any, **knobs: Any) -> Rollout:
-    return Rollout(
-        backend=backend,
-        image=world.image.name,
-        image_digest=world.image.digest,
-        snapshots=world.snapshots,
-        grader=world.grader,
-        limits=Limits(),
-        env_limits=EnvLimits(max_turns=10),
-        lineage=LINEAGE,
-        **knobs,
-    )
-
-
 def fixer_and_idler(tasks: list) -> tuple[ReplayPolicy, ReplayPolicy]:
     fixes = {t.task_id: [HOLD, *patch_to_actions(t.gold_patch)] for t in tasks}
     return ReplayPolicy(fixes, name="fixer"), ReplayPolicy({t.task_id: [HOLD] for t in tasks}, name="idler")
@@ -133,7 +118,7 @@ def test_64_episodes_over_8_concurrent_sandboxes_account_for_every_status_and_a_
     policies = {"fixer": crash_once, "idler": crash_always}
     jobs = [EpisodeJob(j.task, policies[j.policy.name], j.sample, j.seed) for j in jobs]
     pool = SandboxPool(counting, Limits(), PoolConfig(max_sandboxes=8, max_starting=4, warm_per_image=0))
-    runner = rollout(world, counting, pool=pool, max_recoveries=0)  # no in-episode recovery: the retry path
+    runner = make_rollout(world, counting, pool=pool, max_recoveries=0)  # no in-episode recovery: the retry path
 
     episodes = run_jobs(runner, jobs, concurrency=8)
 
@@ -154,7 +139,7 @@ def test_64_episodes_over_8_concurrent_sandboxes_account_for_every_status_and_a_
 def test_a_group_forks_one_post_setup_tree_and_the_setup_runs_once_per_task(world, bwrap_backend) -> None:
     stamp = "cat /proc/sys/kernel/random/uuid > .setup-stamp"  # a different value every time the setup runs
     reader = ReplayPolicy({t.task_id: [Action(tool="run", args={"command": "cat .setup-stamp"})] for t in world.tasks})
-    runner = rollout(world, bwrap_backend, setup=Setup(stamp))
+    runner = make_rollout(world, bwrap_backend, setup=Setup(stamp))
     episodes = run_batch(runner, world.tasks[:2], [reader], group_size=4, seed=11, concurrency=4)
 
     seen = {(e.task_id, e.step_rows[0].observation) for e in episodes}
@@ -167,7 +152,7 @@ def test_a_group_forks_one_post_setup_tree_and_the_setup_runs_once_per_task(worl
 
 def test_a_failing_setup_ends_its_episodes_as_env_error_never_reward_0(world, bwrap_backend) -> None:
     reader = ReplayPolicy({t.task_id: [] for t in world.tasks})
-    runner = rollout(world, bwrap_backend, setup=Setup("echo 'no such package' >&2; exit 3"))
+    runner = make_rollout(world, bwrap_backend, setup=Setup("echo 'no such package' >&2; exit 3"))
     episodes = run_batch(runner, world.tasks[:1], [reader], group_size=2, seed=1, concurrency=2)
     assert [(e.status, e.reward, e.attempt) for e in episodes] == [("env_error", None, 2)] * 2
     assert all("setup of task" in e.cause and "no such package" in e.cause for e in episodes)
@@ -179,7 +164,7 @@ def test_warm_sandboxes_are_reused_between_episodes_with_a_clean_workspace(world
                              for t in world.tasks}, name="leftover")  # fmt: skip
     pool = SandboxPool(bwrap_backend, Limits(), PoolConfig(max_sandboxes=2, warm_per_image=2))
     try:
-        runner = rollout(world, bwrap_backend, pool=pool)
+        runner = make_rollout(world, bwrap_backend, pool=pool)
         episodes = run_batch(runner, world.tasks, [leftover, fixer], group_size=2, seed=5, concurrency=2)
     finally:
         pool.close()
@@ -191,7 +176,7 @@ def test_warm_sandboxes_are_reused_between_episodes_with_a_clean_workspace(world
 
 def test_replaying_a_recorded_episode_repeats_its_steps_diff_and_reward(world, bwrap_backend) -> None:
     fixer, _ = fixer_and_idler(world.tasks)
-    runner = rollout(world, bwrap_backend)
+    runner = make_rollout(world, bwrap_backend)
     (first,) = run_batch(runner, world.tasks[:1], [fixer], group_size=1, seed=9, concurrency=1)
     replay = ReplayPolicy.from_episodes([first])
     (again,) = run_batch(runner, world.tasks[:1], [replay], group_size=1, seed=9, concurrency=1)

@@ -33,6 +33,7 @@ class SourceParams(_Section):
     tickets: str = "tasks_src/tickets/github_issues.jsonl"
     repos: str = "tasks_src/repos"
     eval_set: str = "tasks_src/eval/heldout.jsonl"
+    synthesize: int = Field(0, ge=0)  # bug-injection tasks to make per repository under `repos` (0: none)
 
 
 class SandboxParams(_Section):

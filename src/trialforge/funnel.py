@@ -25,6 +25,13 @@ class Funnel:
         self.dropped[reason] += 1
         self.details.append({"ref": ref, "reason": reason, "detail": detail})
 
+    def absorb(self, other: Funnel) -> None:
+        """Count another step's records as this one's (reasons prefixed by its stage): one step, two sources."""
+        self.seen += other.seen
+        self.kept += other.kept
+        self.dropped.update({f"{other.stage}/{reason}": n for reason, n in other.dropped.items()})
+        self.details += [d | {"reason": f"{other.stage}/{d['reason']}"} for d in other.details]
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "stage": self.stage,

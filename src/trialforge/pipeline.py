@@ -36,6 +36,7 @@ from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.schema import Task
+from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.taskset import to_table, write_tasks
 from trialforge.tasks.validate import ValidateConfig, record_verdicts, validate_task
 
@@ -43,17 +44,39 @@ log = logging.getLogger(__name__)
 
 
 def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
+    """The ticket export's tasks, then ``sources.synthesize`` bug-injection tasks per bundled repository."""
     src = rt.params.sources
-    return ingest_github_issues(Path(src.tickets), Path(src.repos), rt.snapshots)
+    tasks, funnel = ingest_github_issues(Path(src.tickets), Path(src.repos), rt.snapshots)
+    if src.synthesize:
+        cfg = SynthesisConfig(
+            max_total=src.synthesize,
+            seed=rt.params.run.seed,
+            validate=_validate_config(rt),
+            concurrency=rt.params.sandbox.concurrency,
+        )
+        for repo in sorted(p for p in Path(src.repos).iterdir() if p.is_dir()):
+            made, synthesis = synthesize(repo, repo.name, rt.backend, rt.image.name, rt.snapshots, cfg)
+            funnel.absorb(synthesis)
+            tasks += made
+    return tasks, funnel
+
+
+def _validate_config(rt: Runtime) -> ValidateConfig:
+    vp = rt.params.validate_
+    return ValidateConfig(runs=vp.runs, max_duration_s=vp.max_duration_s, test_timeout_s=vp.test_timeout_s)
 
 
 def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
-    """Validate every task in sandboxes, ``concurrency`` at a time; return the valid ones."""
-    vp = rt.params.validate_
-    cfg = ValidateConfig(runs=vp.runs, max_duration_s=vp.max_duration_s, test_timeout_s=vp.test_timeout_s)
+    """Validate every task in sandboxes, ``concurrency`` at a time; return the valid ones.
+
+    A task that arrives validated as thoroughly (synthesis validates what it makes) is not run again.
+    """
+    cfg = _validate_config(rt)
     limits = rt.params.sandbox.limits()
 
     def one(task: Task) -> Task:
+        if task.validation.valid and task.validation.runs >= cfg.runs and task.image_digest == rt.image_digest:
+            return task
         return validate_task(task, rt.backend, rt.image.name, rt.snapshots, limits, cfg)
 
     with ThreadPoolExecutor(max_workers=rt.params.sandbox.concurrency) as pool:

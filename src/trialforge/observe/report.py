@@ -52,7 +52,7 @@ def render_report(
     (atomically) and return the path."""
     data = load_run(store, run_id)
     quality = read_records(store, sorted(data.episodes["task_set_version"].unique()))
-    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality)
+    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality, read_training(store, run_id))
     out_path = Path(out_path)
     write_text(out_path, html)
     return out_path
@@ -63,6 +63,7 @@ def report_html(
     thresholds: HealthThresholds,
     spot_checks: int = SPOT_CHECKS,
     quality: Sequence[QualityRecord] = (),
+    training: Training | None = None,
 ) -> str:
     metrics = process_metrics(data.episodes, data.steps)
     failures = attribute(data.episodes)
@@ -70,6 +71,7 @@ def report_html(
         _overview(data, metrics, thresholds),
         _quality(quality),
         _curves(metrics),
+        _training(training or Training([], {})),
         _distributions(metrics),
         _attribution(failures),
         _spot_check(data.episodes, spot_checks),
@@ -94,6 +96,25 @@ figure{margin:0}pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12p
 .episode,.card{border:1px solid #ddd;padding:8px;margin:10px 0}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .title{font-size:13px;font-weight:bold}
 """
+
+
+@dataclass
+class Training:
+    updates: list[dict[str, Any]]  # the learner's stats per update, in order
+    loop: dict[str, Any]  # the schedule's staleness and idle fractions (``orchestrate.iterations``)
+
+
+def loop_key(run_id: str) -> str:
+    return f"runs/{run_id}/loop.json"
+
+
+def read_training(store: ObjectStore, run_id: str) -> Training:
+    """The stats the train step stored beside each checkpoint, and the schedule's record, if any."""
+    stats = [k for k in store.list(f"checkpoints/{run_id}/") if k.endswith(".json")]
+    updates = [json.loads(store.get_bytes(k)) for k in stats]
+    updates.sort(key=lambda u: int(str(u["policy_version"]).removeprefix("v")))
+    loop = json.loads(store.get_bytes(loop_key(run_id))) if store.exists(loop_key(run_id)) else {}
+    return Training(updates, loop)
 
 
 # --- sections ------------------------------------------------------------------------------
@@ -260,6 +281,29 @@ def _quality(records: Sequence[QualityRecord]) -> str:
     evidence = "".join(_quality_card(r) for r in failing)
     body = f"{intro}{shares}<h3>Tasks</h3>{more}{rows}<h3>Evidence</h3>{evidence or '<p>no task failed a check</p>'}"
     return _section("Task quality", "quality", body)
+
+
+def _training(training: Training) -> str:
+    """Each update the learner took (its batch's lag behind the policy included), and the schedule's idle time."""
+    if not training.updates:
+        return _section("Training", "training", "<p>No update was taken in this run.</p>")
+    lags = training.loop.get("staleness", [])
+    rows = [
+        [u.get("iteration", i), u["policy_version"], u["episodes"], u.get("trained_on", u.get("sequences", "")),
+         u["zero_variance_groups"], u["excluded_not_ok"], _fmt(u["loss"]), _fmt(u["clip_fraction"]),
+         lags[i] if i < len(lags) else ""]
+        for i, u in enumerate(training.updates)
+    ]  # fmt: skip
+    header = ["iteration", "version after", "episodes", "trained on", "flat groups", "not ok", "loss", "clipped",
+              "lag"]  # fmt: skip
+    loop = training.loop
+    schedule = (
+        f"<p>max staleness {loop['max_staleness']}: trainer idle {_pct(loop['trainer_idle_fraction'])}, rollouts "
+        f"idle {_pct(loop['rollout_idle_fraction'])} of their wall time.</p>"
+        if loop
+        else ""
+    )
+    return _section("Training", "training", schedule + _table(header, rows))
 
 
 def _gate_cell(record: QualityRecord, gate: str) -> str:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from trialforge.observe.health import HealthThresholds
 from trialforge.observe.metrics import episode_metrics, run_metrics, task_metrics, write_metrics
 from trialforge.observe.quality import gather_records, quality_metrics, write_records
-from trialforge.observe.report import render_report
+from trialforge.observe.report import loop_key, render_report
 from trialforge.observe.summary import print_summary
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
@@ -49,6 +50,7 @@ def finish_run(
     }
     metrics |= run_metrics(rt.store, run_id)
     write_metrics(out, metrics)
+    rt.store.put_bytes(loop_key(run_id), json.dumps(loop, sort_keys=True).encode())  # the report reads it back
     thresholds = HealthThresholds(**rt.params.observe.model_dump())
     render_report(rt.store, run_id, out / "report.html", thresholds=thresholds)
     print_summary(metrics)
