@@ -126,6 +126,7 @@ class TrainParams(_Section):
     grad_accum_steps: int = Field(1, ge=1)  # micro-batches per update (LM)
     max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping (LM)
     gradient_checkpointing: bool = False  # trade compute for activation memory (LM)
+    tis_cap: float | None = Field(2.0, gt=0)  # truncated importance weight cap for a stale batch (LM); None: off
 
 
 class ObserveParams(_Section):

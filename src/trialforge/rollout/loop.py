@@ -1,5 +1,8 @@
 """The agent loop: run episodes of a policy in sandboxes, grade them, and record every step.
 
+Episodes take their sandboxes from a pool (bounded, creation retried, warm reuse when configured) and
+start from their task's post-setup tree (``rollout.starts``): the G episodes of a group start alike.
+
 Status keeps infrastructure out of rewards: a sandbox fault that recovery cannot absorb ends an episode
 as ``env_error`` (retried), never as reward 0; only ``ok`` episodes carry a reward.
 

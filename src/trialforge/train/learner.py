@@ -85,7 +85,9 @@ class LMLearner:
         tp = params.train
         knobs: dict[str, Any] = {
             "optim": OptimConfig(lr=tp.lr),
-            "loss": LossConfig(advantage=tp.advantage, clip_low=tp.clip_low, clip_high=tp.clip_high),
+            "loss": LossConfig(
+                advantage=tp.advantage, clip_low=tp.clip_low, clip_high=tp.clip_high, tis_cap=tp.tis_cap
+            ),
             "grad_accum_steps": tp.grad_accum_steps,
             "max_grad_norm": tp.max_grad_norm,
             "gradient_checkpointing": tp.gradient_checkpointing,
