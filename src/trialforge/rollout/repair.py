@@ -1,16 +1,23 @@
-"""The small learnable policy of the embedded demo: pick one repair edit among candidates.
+"""The small learnable policy of the embedded demo: pick repair edits among candidates.
 
-It sees only what the environment shows: it runs the tests, reads the traceback
-(or greps for functions the issue names), views the code around those places,
-proposes single-line repair edits (flip a comparison, shift a constant, swap
-arguments, ...) and samples one from a softmax over a linear score of each
-edit's features. Training moves the weights toward the edits that earned reward.
+It sees only what the environment shows. It runs the tests; when some fail it runs
+them again under a line tracer (which lines each failing and passing test executed:
+spectrum-based fault localisation), otherwise it greps for the functions the issue
+names. It views the implicated files, proposes single-line repair edits (flip a
+comparison, shift a constant, swap arguments, ...) on the implicated lines, and
+samples edits from a softmax over a linear score of each edit's features: what kind
+of edit, on what kind of line, how suspicious the line's test coverage is, and how
+its function is tied to the failure. Each edit is checked against the failing tests.
+Training moves the weights toward the edits that earned reward; the features are
+shared by every task, so what one task teaches ranks the next one's edits.
 It never sees the gold patch.
 """
 
 from __future__ import annotations
 
+import ast
 import io
+import itertools
 import math
 import random
 import re
@@ -21,28 +28,98 @@ from trialforge.rollout.env import Action
 from trialforge.rollout.policies import Decision, TaskView
 from trialforge.tasks.patches import is_test_path
 
-FAMILIES = ("compare", "boolean", "negation", "constant", "arith", "builtin", "swap_args", "offset")
-CONTEXT_FEATURES = ("on_failing_line", "near_failing_line", "in_named_function", "in_return")
-N_FEATURES = len(FAMILIES) + len(CONTEXT_FEATURES)
+FAMILIES = ("compare", "boolean", "negation", "constant", "arith", "callee", "swap_args", "offset")
+CONTEXT_FEATURES = (
+    "suspiciousness",  # Ochiai: failing tests that ran the line / sqrt(all failing x all that ran it)
+    "most_suspicious",  # the line ties for the highest suspiciousness among the candidates
+    "run_by_passing",  # share of the passing tests that ran the line
+    "on_traceback_line", "in_traceback_function", "named_in_output", "test_name_match",
+    "in_condition", "in_return", "in_loop",
+)  # fmt: skip
+FEATURES = FAMILIES + CONTEXT_FEATURES
+N_FEATURES = len(FEATURES)
 
 _SWAPS = {
     "<": ["<=", ">"], "<=": ["<", ">="], ">": [">=", "<"], ">=": [">", "<="], "==": ["!="], "!=": ["=="],
-    "and": ["or"], "or": ["and"], "+": ["-"], "-": ["+"], "*": ["/"], "/": ["*", "//"], "//": ["/"],
-    "min": ["max"], "max": ["min"], "True": ["False"], "False": ["True"],
+    "is": ["is not"], "and": ["or"], "or": ["and"], "+": ["-"], "-": ["+"], "*": ["/"], "/": ["*", "//"],
+    "//": ["/"], "+=": ["-="], "-=": ["+="], "True": ["False"], "False": ["True"],
 }  # fmt: skip
 _FAMILY_OF = {
-    **{op: "compare" for op in ("<", "<=", ">", ">=", "==", "!=")},
-    "and": "boolean", "or": "boolean", "+": "arith", "-": "arith", "*": "arith", "/": "arith", "//": "arith",
-    "min": "builtin", "max": "builtin", "True": "builtin", "False": "builtin",
+    **{op: "compare" for op in ("<", "<=", ">", ">=", "==", "!=", "is")},
+    "and": "boolean", "or": "boolean", "True": "constant", "False": "constant",
+    **{op: "arith" for op in ("+", "-", "*", "/", "//", "+=", "-=")},
 }  # fmt: skip
-_FRAME = re.compile(r'^(?:File "/work/)?([\w./-]+\.py)"?(?::|, line )(\d+)', re.MULTILINE)
-_CALL2 = re.compile(r"(\b[\w.]+\()([^(),]+), ([^(),]+)(\))")
-_NOT_CANDIDATES = frozenset(
-    {"assert", "len", "str", "int", "float", "list", "dict", "set", "tuple", "print", "range", "isinstance",
-     "raises", "approx", "sorted", "repr", "type", "getattr", "open", "Decimal", "Exception", "ValueError",
-     "TypeError", "KeyError", "AssertionError", "main", "python3", "pytest"}
+# Functions and methods that are easily confused with their twin.
+_TWINS = dict(
+    pair
+    for a, b in [
+        ("min", "max"), ("any", "all"), ("lower", "upper"), ("startswith", "endswith"), ("lstrip", "rstrip"),
+        ("find", "rfind"), ("index", "rindex"), ("floor", "ceil"), ("append", "extend"), ("keys", "values"),
+        ("bisect_left", "bisect_right"), ("insort_left", "insort_right"), ("removeprefix", "removesuffix"),
+        ("ljust", "rjust"),
+    ]
+    for pair in ((a, b), (b, a))
 )  # fmt: skip
 _OFFSET = re.compile(r"\s*[+-]\s*1\b")
+# Library frames, in pytest's short form ("pkg/mod.py:12: in func") or a plain traceback's.
+_FRAME = re.compile(r'^\s*(?:File "(?:/work/)?)?([\w./-]+\.py)"?(?::|, line )(\d+)(?::|,) in (\w+)', re.MULTILINE)
+_FAILED = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py::\w+)", re.MULTILINE)
+_CALL = re.compile(r"(\.?)\b([A-Za-z_]\w*)\s*\(")
+_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
+_LISTING = re.compile(r"^\s*(\d+)  (.*)$", re.MULTILINE)
+_DURATION = re.compile(r" in (\d+(?:\.\d+)?)s\b")
+_SPECTRUM_TOTALS = re.compile(r"^spectrum: (\d+) failing, (\d+) passing$", re.MULTILINE)
+_SPECTRUM_LINE = re.compile(r"^([\w./-]+\.py):(\d+)-(\d+) (\d+) (\d+)$", re.MULTILINE)
+# Called bare, these are the language's own, not the repository's.
+_BUILTINS = frozenset(
+    {"assert", "len", "str", "int", "float", "bool", "list", "dict", "set", "frozenset", "tuple", "print", "range",
+     "isinstance", "sorted", "reversed", "repr", "type", "getattr", "setattr", "hasattr", "open", "enumerate", "zip",
+     "map", "filter", "sum", "min", "max", "any", "all", "abs", "round", "iter", "next", "super", "object",
+     "Exception", "ValueError", "TypeError", "KeyError", "AssertionError", "Decimal", "main", "python3", "pytest"}
+)  # fmt: skip
+_TEST_HELPERS = frozenset({"raises", "approx", "parametrize", "fixture", "mark", "warns", "skip", "fail"})
+MAX_VIEWS = 3  # library files viewed per episode
+
+# Runs the suite under a line tracer and prints, for each run of library lines some failing test executed,
+# how many failing and passing tests executed it (spectrum-based fault localisation, no coverage package needed),
+# the most suspicious runs first so that a long listing can be cut.
+SPECTRUM_SCRIPT = """
+import collections, os, sys
+import pytest
+root, ran, failed, seen, current = os.getcwd() + os.sep, collections.defaultdict(set), set(), set(), [""]
+def trace(frame, event, arg):
+    path = frame.f_code.co_filename
+    if not path.startswith(root):
+        return None
+    if event == "line":
+        ran[path[len(root):], frame.f_lineno].add(current[0])
+    return trace
+class Spectrum:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item):
+        current[0] = item.nodeid
+        seen.add(item.nodeid)
+        yield
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            failed.add(report.nodeid)
+sys.settrace(trace)
+pytest.main(["-p", "no:cacheprovider", "-p", "no:terminal"], plugins=[Spectrum()])
+sys.settrace(None)
+print(f"spectrum: {len(failed)} failing, {len(seen - failed)} passing")
+runs = []
+for (path, line), tests in sorted(ran.items()):
+    parts = path.split(os.sep)
+    if not tests & failed or parts[-1].startswith("test_") or {"tests", "test"} & set(parts[:-1]):
+        continue
+    counts = (len(tests & failed), len(tests - failed))
+    if runs and runs[-1][0] == path and runs[-1][2] == line - 1 and runs[-1][3] == counts:
+        runs[-1][2] = line
+    else:
+        runs.append([path, line, line, counts])
+for path, first, last, (nf, np) in sorted(runs, key=lambda run: -run[3][0] / sum(run[3]) ** 0.5):
+    print(f"{path}:{first}-{last} {nf} {np}")
+"""
 
 
 @dataclass(frozen=True)
@@ -56,63 +133,114 @@ class Candidate:
 
 
 def line_edits(line: str) -> list[tuple[str, str]]:
-    """Single-token repair edits of one source line: (family, new line)."""
+    """Single-token repair edits of one source line: (family, new line); edits that break the syntax are left out."""
     edits: list[tuple[str, str]] = []
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.start[0] == t.end[0] == 1]
     except (tokenize.TokenError, IndentationError, SyntaxError):
         tokens = []
-    for tok in tokens:
-        if tok.start[0] != 1 or tok.end[0] != 1:
-            continue
+    for i, tok in enumerate(tokens):
         lo, hi = tok.start[1], tok.end[1]
         for new in _SWAPS.get(tok.string, []):
             edits.append((_FAMILY_OF[tok.string], line[:lo] + new + line[hi:]))
+        if tok.string == "in" and (i == 0 or tokens[i - 1].string != "not") and " for " not in f" {line[:lo]}":
+            edits.append(("compare", line[:lo] + "not in" + line[hi:]))
+        if tok.type == tokenize.NAME and tok.string in _TWINS:
+            edits.append(("callee", line[:lo] + _TWINS[tok.string] + line[hi:]))
         if tok.type == tokenize.NUMBER and tok.string.isdigit():
             for new in (int(tok.string) + 1, int(tok.string) - 1):
                 if new >= 0:
                     edits.append(("constant", line[:lo] + str(new) + line[hi:]))
         if tok.string == "not":
             edits.append(("negation", line[:lo] + line[hi:].lstrip()))
+    edits += _negations(line) + _arg_swaps(line, tokens)
+    edits += [("offset", line[: m.start()] + line[m.end() :]) for m in _OFFSET.finditer(line)]
+    parses = _parses(line)
+    return [(fam, new) for fam, new in dict.fromkeys(edits) if new != line and (not parses or _parses(new))]
+
+
+def _negations(line: str) -> list[tuple[str, str]]:
+    """The whole condition of an ``if``/``elif``/``while``/``return`` negated."""
     stripped = line.lstrip()
     for keyword in ("if ", "elif ", "while ", "return "):
         if stripped.startswith(keyword) and not stripped.startswith(keyword + "not "):
             at = len(line) - len(stripped) + len(keyword)
-            edits.append(
-                (
-                    "negation",
-                    line[:at]
-                    + "not ("
-                    + line[at:].rstrip().rstrip(":")
-                    + ")"
-                    + (":" if line.rstrip().endswith(":") else ""),
-                )
-            )
-    for match in _CALL2.finditer(line):
-        swapped = match.group(1) + match.group(3).strip() + ", " + match.group(2).strip() + match.group(4)
-        edits.append(("swap_args", line[: match.start()] + swapped + line[match.end() :]))
-    for match in _OFFSET.finditer(line):
-        edits.append(("offset", line[: match.start()] + line[match.end() :]))
-    return [(fam, new) for fam, new in dict.fromkeys(edits) if new != line]
+            body = line[at:].rstrip()
+            colon = ":" if body.endswith(":") else ""
+            return [("negation", f"{line[:at]}not ({body.removesuffix(':')}){colon}")]
+    return []
 
 
-def _features(family: str, line_no: int, failing: set[int], named: bool, line: str) -> tuple[float, ...]:
-    onehot = [1.0 if family == f else 0.0 for f in FAMILIES]
-    near = any(abs(line_no - f) <= 3 for f in failing)
-    return (*onehot, float(line_no in failing), float(near), float(named), float(line.lstrip().startswith("return")))
+def _arg_swaps(line: str, tokens: list[tokenize.TokenInfo]) -> list[tuple[str, str]]:
+    """Adjacent positional arguments of a call on this line exchanged (the first two pairs of each call)."""
+    edits = []
+    for i, tok in enumerate(tokens):
+        if tok.string != "(" or i == 0 or tokens[i - 1].type != tokenize.NAME or tokens[i - 1].string in ("if", "in"):
+            continue
+        args, depth, start = [], 0, tok.end[1]
+        for t in tokens[i + 1 :]:
+            if t.type == tokenize.OP and t.string in ("(", "[", "{"):
+                depth += 1
+            elif t.type == tokenize.OP and t.string in (")", "]", "}"):
+                if depth == 0:
+                    args.append((start, t.start[1]))
+                    break
+                depth -= 1
+            elif t.string == "," and depth == 0:
+                args.append((start, t.start[1]))
+                start = t.end[1]
+        else:
+            continue  # the call does not close on this line
+        for (a0, a1), (b0, b1) in list(itertools.pairwise(args))[:2]:
+            a, b = line[a0:a1].strip(), line[b0:b1].strip()
+            if a and b and a != b and "=" not in a + b and "*" not in a[:1] + b[:1]:
+                swapped = line[:a0] + line[a0:a1].replace(a, b) + line[a1:b0] + line[b0:b1].replace(b, a) + line[b1:]
+                edits.append(("swap_args", swapped))
+    return edits
+
+
+def _parses(line: str) -> bool:
+    """Whether one line is a statement on its own (headers of blocks included)."""
+    text = line.strip()
+    text = "if" + text[4:] if text.startswith("elif") else text
+    for attempt in (text, text + " pass"):
+        try:
+            ast.parse(attempt)
+            return True
+        except SyntaxError:
+            continue
+    return False
+
+
+@dataclass(frozen=True)
+class _Function:
+    """A function the policy viewed, with its own lines (a nested function's are apart)."""
+
+    path: str
+    name: str
+    lines: dict[int, str]
 
 
 @dataclass
-class _Region:
-    path: str
-    start: int
-    end: int
-    failing: set[int] = field(default_factory=set)
-    named: bool = False
+class _Evidence:
+    """What the environment showed about the failure."""
+
+    failing_tests: list[str] = field(default_factory=list)
+    frames: dict[str, set[int]] = field(default_factory=dict)  # library path -> traceback lines
+    frame_functions: set[str] = field(default_factory=set)
+    output_names: set[str] = field(default_factory=set)  # functions the test output or the issue calls
+    test_words: list[set[str]] = field(default_factory=list)  # words of each failing test's name
+    spectrum: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)  # line -> (failing, passing)
+    totals: tuple[int, int] = (0, 0)  # tests that failed, passed under the tracer
+    suite_s: float = 0.0  # how long the suite took, as pytest reported it
+
+    def suspiciousness(self, path: str, line: int) -> float:
+        failing, passing = self.spectrum.get((path, line), (0, 0))
+        return failing / math.sqrt(max(self.totals[0], failing) * (failing + passing)) if failing else 0.0
 
 
 class RepairEpisode:
-    """One episode: test, locate, view, then up to ``attempts`` sampled edits, each checked against the failing tests.
+    """One episode: test, localise, view, then up to ``attempts`` sampled edits, each checked against the tests.
 
     Each edit is one decision (a "token" for the loss): sampled from a softmax over
     the candidates not tried yet, with its log-probability and the features it was
@@ -124,10 +252,10 @@ class RepairEpisode:
         self.view = view
         self.rng = random.Random(seed)
         self.attempts = attempts
-        self.regions: list[_Region] = []
-        self.pending: list[_Region] = []
+        self.evidence = _Evidence()
+        self.pending: list[str] = []  # files still to view
+        self.functions: list[_Function] = []
         self.candidates: list[Candidate] = []
-        self.failing_tests: list[str] = []
         self.applied: Candidate | None = None
         self.phase = "test"
 
@@ -137,55 +265,65 @@ class RepairEpisode:
 
     def _test(self, _: str) -> Decision:
         self.phase = "locate"
-        cmd = "python3 -m pytest -q --tb=short -p no:cacheprovider 2>&1 | tail -n 80"
-        return Decision(Action(tool="run", args={"command": cmd}))
+        return _run("python3 -m pytest -q --tb=short -p no:cacheprovider 2>&1 | tail -n 80")
 
     def _locate(self, test_output: str) -> Decision:
-        self.failing_tests = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+::\S+)", test_output, re.MULTILINE)))[:5]
-        frames: dict[str, set[int]] = {}
-        for path, line in _FRAME.findall(test_output):
+        ev = self.evidence
+        ev.failing_tests = list(dict.fromkeys(_FAILED.findall(test_output)))
+        ev.test_words = [set(t.rpartition("::")[2].split("_")) - {"test"} for t in ev.failing_tests]
+        for path, line, function in _FRAME.findall(test_output):
+            path = path.removeprefix("/work/")
             if not is_test_path(path):
-                frames.setdefault(path.removeprefix("/work/"), set()).add(int(line))
-        if frames:
-            for path, lines in list(frames.items())[:3]:
-                self.pending.append(_Region(path, max(min(lines) - 30, 1), max(lines) + 30, failing=set(lines)))
-            return self._next_view()
-        names = _called_names(test_output + "\n" + self.view.problem_statement)
-        if not names:
+                ev.frames.setdefault(path, set()).add(int(line))
+                ev.frame_functions.add(function)
+        ev.output_names = set(_called_names(test_output + "\n" + self.view.problem_statement))
+        ev.suite_s = max((float(s) for s in _DURATION.findall(test_output)), default=0.0)
+        if ev.failing_tests:
+            self.phase = "spectrum"
+            return _run(f"python3 -c {_quote(SPECTRUM_SCRIPT)} 2>&1 | head -n 150")
+        if not ev.output_names:  # nothing fails and the issue names no function: nothing to go on
             return self._submit()
         self.phase = "grep"
-        pattern = "|".join(names)
-        cmd = f"grep -rnE --include='*.py' '^\\s*def ({pattern})\\b' . | grep -v '/tests\\?/' | head -n 5"
-        return Decision(Action(tool="run", args={"command": cmd}))
+        pattern = "|".join(sorted(ev.output_names))
+        return _run(f"grep -rnE --include='*.py' '^\\s*(async\\s+)?def ({pattern})\\b' . | head -n 20")
+
+    def _spectrum(self, output: str) -> Decision:
+        ev = self.evidence
+        if totals := _SPECTRUM_TOTALS.search(output):
+            ev.totals = (int(totals.group(1)), int(totals.group(2)))
+        for path, first, last, failing, passing in _SPECTRUM_LINE.findall(output):
+            if not is_test_path(path):
+                for line in range(int(first), int(last) + 1):
+                    ev.spectrum[path, line] = (int(failing), int(passing))
+        best: dict[str, float] = {}
+        for path, line in ev.spectrum:
+            best[path] = max(best.get(path, 0.0), ev.suspiciousness(path, line))
+        return self._view_files(sorted(best, key=lambda p: (-best[p], p)))
 
     def _grep(self, output: str) -> Decision:
-        for path, line in re.findall(r"^\./([\w./-]+\.py):(\d+):", output, re.MULTILINE)[:3]:
-            start = int(line)
-            self.pending.append(_Region(path, start, start + 40, named=True))
-        return self._next_view() if self.pending else self._submit()
+        hits = [p for p in re.findall(r"^\./([\w./-]+\.py):\d+:", output, re.MULTILINE) if not is_test_path(p)]
+        return self._view_files(list(dict.fromkeys(hits)))
 
-    def _next_view(self) -> Decision:
-        region = self.pending.pop(0)
-        self.regions.append(region)
+    def _view_files(self, paths: list[str]) -> Decision:
+        self.pending = paths[:MAX_VIEWS]
         self.phase = "read"
-        return Decision(Action(tool="view", args={"path": region.path, "start": region.start, "end": region.end}))
+        return self._view_next() if self.pending else self._submit()
+
+    def _view_next(self) -> Decision:
+        return Decision(Action(tool="view", args={"path": self.pending[0]}))
 
     def _read(self, listing: str) -> Decision:
-        region = self.regions[-1]
-        for match in re.finditer(r"^\s*(\d+)  (.*)$", listing, re.MULTILINE):
-            line_no, text = int(match.group(1)), match.group(2)
-            for family, new in line_edits(text):
-                feats = _features(family, line_no, region.failing, region.named, text)
-                self.candidates.append(Candidate(region.path, line_no, text, new, family, feats))
-        return self._next_view() if self.pending else self._edit()
+        self.functions += _functions(self.pending.pop(0), listing)
+        if self.pending:
+            return self._view_next()
+        self.candidates = _candidates(self.functions, self.evidence)
+        return self._edit()
 
     def _edit(self) -> Decision:
         """Sample an untried candidate; undo the previous attempt in the same command."""
         if not self.candidates or self.attempts == 0:
             return self._submit()
-        scores = [sum(w * f for w, f in zip(self.weights, c.features, strict=True)) for c in self.candidates]
-        top = max(scores)
-        probs = [math.exp(s - top) for s in scores]
+        probs = softmax([score(self.weights, c.features) for c in self.candidates])
         k = self.rng.choices(range(len(self.candidates)), weights=probs)[0]
         info = {"features": [list(c.features) for c in self.candidates], "chosen": k}
         chosen = self.candidates.pop(k)
@@ -196,19 +334,19 @@ class RepairEpisode:
         self.applied = chosen
         self.attempts -= 1
         # Without a failing test to check against (the bug is only described), one edit is all we can judge.
-        self.phase = "check" if self.failing_tests else "submit"
+        self.phase = "check" if self.evidence.failing_tests else "submit"
         action = Action(tool="run", args={"command": _line_edit_command(edits)})
-        return Decision(action, logprob=math.log(probs[k] / sum(probs)), tokens_out=1, info=info)
+        return Decision(action, logprob=math.log(probs[k]), tokens_out=1, info=info)
 
     def _check(self, _: str) -> Decision:
+        """The failing tests first (quick to refute an edit), then the whole suite (an edit may break another test).
+
+        An edit can make a loop endless: each run is cut off well past the time the suite took.
+        """
         self.phase = "verdict"
-        tests = " ".join(_quote(t) for t in self.failing_tests)
-        return Decision(
-            Action(
-                tool="run",
-                args={"command": f"python3 -m pytest -x -q -p no:cacheprovider {tests} >/dev/null 2>&1; echo rc=$?"},
-            )
-        )
+        pytest = f"timeout {max(10, math.ceil(10 * self.evidence.suite_s))} python3 -m pytest -x -q -p no:cacheprovider"
+        tests = " ".join(_quote(t) for t in self.evidence.failing_tests)
+        return _run(f"{pytest} {tests} >/dev/null 2>&1 && {pytest} >/dev/null 2>&1; echo rc=$?")
 
     def _verdict(self, observation: str) -> Decision:
         if "rc=0" in observation:
@@ -220,10 +358,92 @@ class RepairEpisode:
         return Decision(Action(tool="submit"))
 
 
+def score(weights: list[float], features: tuple[float, ...]) -> float:
+    return sum(w * f for w, f in zip(weights, features, strict=True))
+
+
+def softmax(scores: list[float]) -> list[float]:
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def _run(command: str) -> Decision:
+    return Decision(Action(tool="run", args={"command": command}))
+
+
+def _functions(path: str, listing: str) -> list[_Function]:
+    """The functions of a viewed file (a ``view`` listing), each with its own lines."""
+    lines = {int(n): text for n, text in _LISTING.findall(listing)}
+    found = []  # (indent, def line, function)
+    for n, text in lines.items():
+        if match := _DEF.match(text):
+            indent = len(match.group(1))
+            found.append((indent, n, _Function(path, match.group(2), _body(lines, n, indent))))
+    for indent, _, fn in found:  # a nested function's lines are its own
+        for inner_indent, inner_n, inner in found:
+            if inner_indent > indent and inner_n in fn.lines:
+                for m in [inner_n, *inner.lines]:
+                    fn.lines.pop(m, None)
+    return [fn for _, _, fn in found]
+
+
+def _body(lines: dict[int, str], first: int, indent: int) -> dict[int, str]:
+    """The lines of the block opened at ``first``: after its header (which may span lines), until it dedents."""
+    start = first
+    while start in lines and not re.sub(r"#.*", "", lines[start]).rstrip().endswith(":"):
+        start += 1
+    body = {}
+    for m in range(start + 1, max(lines) + 1):
+        line = lines.get(m, "")
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body[m] = line
+    return body
+
+
+def _candidates(functions: list[_Function], ev: _Evidence) -> list[Candidate]:
+    """Edits on the implicated lines: those a failing test ran, else those of the functions the issue names."""
+    if ev.spectrum:
+        lines = [(fn, n, text) for fn in functions for n, text in fn.lines.items() if (fn.path, n) in ev.spectrum]
+    else:
+        lines = [(fn, n, text) for fn in functions if fn.name in ev.output_names for n, text in fn.lines.items()]
+    top = max((ev.suspiciousness(fn.path, n) for fn, n, _ in lines), default=0.0)
+    candidates = []
+    for fn, n, text in lines:
+        suspicious = ev.suspiciousness(fn.path, n)
+        passing = ev.spectrum.get((fn.path, n), (0, 0))[1] / max(ev.totals[1], 1)
+        frames = ev.frames.get(fn.path, set())
+        tied = (
+            float(n in frames),
+            float(fn.name in ev.frame_functions),
+            float(fn.name in ev.output_names),
+            max((_overlap(set(fn.name.split("_")), words) for words in ev.test_words), default=0.0),
+        )
+        spectrum = (suspicious, float(suspicious > 0 and suspicious == top), passing)
+        for family, new in line_edits(text):
+            onehot = tuple(1.0 if family == f else 0.0 for f in FAMILIES)
+            candidates.append(Candidate(fn.path, n, text, new, family, onehot + spectrum + tied + _line_kind(text)))
+    return candidates
+
+
+def _overlap(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def _line_kind(line: str) -> tuple[float, float, float]:
+    """Whether the line holds a condition, a return, a loop."""
+    stripped = line.lstrip()
+    condition = stripped.startswith(("if ", "elif ", "while ")) or " if " in stripped
+    loop = stripped.startswith("for ") or " for " in stripped
+    return float(condition), float(stripped.startswith("return")), float(loop)
+
+
 def _called_names(text: str) -> list[str]:
-    """Functions a failing test or the issue calls: where to look when no traceback points into the code."""
-    names = dict.fromkeys(re.findall(r"\b([A-Za-z_][A-Za-z0-9_]{2,})\(", text))
-    return [n for n in names if n not in _NOT_CANDIDATES and not n.startswith("test")][:8]
+    """Functions the test output or the issue calls: bare builtins and pytest helpers left out."""
+    names = [name for dot, name in _CALL.findall(text) if dot or name not in _BUILTINS]
+    return [n for n in dict.fromkeys(names) if n not in _TEST_HELPERS and not n.startswith("test")]
 
 
 def _line_edit_command(edits: list[tuple[str, int, str]]) -> str:

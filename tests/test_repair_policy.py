@@ -1,0 +1,198 @@
+"""The demo's learnable repair policy: candidate edits, features from what the environment shows, and GRPO
+updates that move probability toward the edits that earned reward."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from trialforge.config import TrainParams
+from trialforge.rollout.env import CodingEnv, EnvLimits
+from trialforge.rollout.policies import TaskView
+from trialforge.rollout.records import EpisodeRecord, StepRecord
+from trialforge.rollout.repair import FEATURES, N_FEATURES, RepairPolicy, line_edits, score, softmax
+from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.train.repair_trainer import RepairTrainer
+
+SPAN = (
+    "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n\n\n"
+    "def between(x, lo, hi):\n    return clamp(x, lo, hi) == x and x < hi\n"
+)
+SPAN_TESTS = (
+    "from pkg.span import between, clamp\n\n\n"
+    "def test_clamp():\n    assert clamp(7, 1, 5) == 5\n\n\n"
+    "def test_between_includes_the_upper_bound():\n"
+    "    assert between(5, 1, 5)\n    assert not between(0, 1, 5)\n    assert not between(6, 1, 5)\n"
+)
+TEST_OUTPUT = """.F                                                                       [100%]
+=================================== FAILURES ===================================
+___________________ test_between_includes_the_upper_bound ____________________
+tests/test_span.py:9: in test_between_includes_the_upper_bound
+    assert between(5, 1, 5)
+E   assert False
+E    +  where False = between(5, 1, 5)
+=========================== short test summary info ============================
+FAILED tests/test_span.py::test_between_includes_the_upper_bound - assert False
+1 failed, 1 passed in 0.02s
+"""
+SPECTRUM = "spectrum: 1 failing, 1 passing\npkg/span.py:2-2 1 1\npkg/span.py:6-6 1 0\n"  # what the tracer prints
+LISTING = "\n".join(f"{n:>5}  {line}" for n, line in enumerate(SPAN.splitlines(), start=1))
+
+
+def feature(name: str) -> int:
+    return FEATURES.index(name)
+
+
+def test_line_edits_include_the_inverse_of_single_token_bugs() -> None:
+    bug_and_fix = [
+        ("    if a <= b:", "    if a < b:"),
+        ("    return x is not None", "    return x is None"),
+        ("    ok = key in seen", "    ok = key not in seen"),
+        ("    return a and b", "    return a or b"),
+        ("    txn = make(date, name, amount)", "    txn = make(name, date, amount)"),
+        ("    txn = make(date, name, amount)", "    txn = make(date, amount, name)"),
+        ("    end = start + 1", "    end = start"),
+        ("    n = size - 3", "    n = size - 2"),
+        ("    return max(xs)", "    return min(xs)"),
+        ("    s = text.upper()", "    s = text.lower()"),
+        ("    total -= cost", "    total += cost"),
+        ("    if not (x > 0):", "    if (x > 0):"),
+        ("    if x > 0:", "    if not (x > 0):"),
+    ]
+    for bug, fix in bug_and_fix:
+        assert fix in [new for _, new in line_edits(bug)], bug
+
+
+def test_line_edits_leave_out_edits_that_break_the_syntax() -> None:
+    edits = [new for _, new in line_edits("    for item in items[1:]:")]
+    assert "    for item not in items[1:]:" not in edits  # a loop's `in` is not a membership test
+    assert "    for item in items[0:]:" in edits and "    for item in items[2:]:" in edits
+    assert line_edits("    name = value") == []
+
+
+def run_episode(policy: RepairPolicy, observations: list[str]):
+    """Feed the environment's answers to one episode; return its decisions."""
+    episode = policy.begin(TaskView("t", "between() excludes its upper bound"), seed=0)
+    return episode, [episode.act(obs) for obs in observations]
+
+
+def test_the_policy_localises_by_the_tests_spectrum_and_edits_only_lines_a_failing_test_ran() -> None:
+    episode, (test, spectrum, view, edit) = run_episode(RepairPolicy(), ["", TEST_OUTPUT, SPECTRUM, LISTING])
+
+    assert test.action.args["command"].startswith("python3 -m pytest")
+    assert "sys.settrace" in spectrum.action.args["command"]  # run the suite again under the line tracer
+    assert (view.action.tool, view.action.args) == ("view", {"path": "pkg/span.py"})
+    assert edit.logprob is not None and edit.tokens_out == 1
+    features = edit.info["features"]
+    assert len(features) == len(episode.candidates) + 1 and all(len(f) == N_FEATURES for f in features)
+    candidates = [*episode.candidates, episode.applied]
+    assert {c.line_no for c in candidates} == {2, 6}  # both functions ran; `def` lines are not edits
+    assert "    return clamp(x, lo, hi) == x and x <= hi" in {c.new_line for c in candidates}  # the fix
+    for c in candidates:
+        on_failing_line = c.line_no == 6
+        assert c.features[feature("suspiciousness")] == (1.0 if on_failing_line else 1 / math.sqrt(2))
+        assert c.features[feature("most_suspicious")] == float(on_failing_line)
+        assert c.features[feature("run_by_passing")] == float(not on_failing_line)
+        assert c.features[feature("named_in_output")] == float(on_failing_line)  # `between(5, 1, 5)` in the output
+        assert c.features[feature("in_return")] == 1.0
+    # The chosen edit is sampled uniformly at first: its log-probability is that of one among all candidates.
+    assert math.isclose(edit.logprob, -math.log(len(features)))
+
+
+def test_a_refuted_edit_is_undone_with_the_next_one_and_a_confirmed_edit_is_submitted() -> None:
+    episode, decisions = run_episode(RepairPolicy(attempts=2), ["", TEST_OUTPUT, SPECTRUM, LISTING, ""])
+    first, check = episode.applied, decisions[-1].action.args["command"]
+    assert "tests/test_span.py::test_between_includes_the_upper_bound" in check and "&&" in check
+    assert check.startswith("timeout 10 python3 -m pytest")  # an endless loop costs ten seconds, not the episode
+
+    second = episode.act("rc=1")  # the tests still fail: revert the first edit in the same command
+    assert second.logprob is not None and first.old_line in second.action.args["command"]
+    episode.act("")
+    assert episode.act("rc=1").action.tool == "submit"  # the budget of two edits is spent
+
+    episode, _ = run_episode(RepairPolicy(attempts=2), ["", TEST_OUTPUT, SPECTRUM, LISTING, ""])
+    assert episode.act("rc=0").action.tool == "submit"
+
+
+def test_learned_weights_rank_the_most_suspicious_lines_first() -> None:
+    weights = [0.0] * N_FEATURES
+    weights[feature("most_suspicious")] = 4.0
+    _, decisions = run_episode(RepairPolicy(weights), ["", TEST_OUTPUT, SPECTRUM, LISTING])
+    features = decisions[-1].info["features"]
+    probs = softmax([score(weights, tuple(f)) for f in features])
+    on_failing_line = sum(p for p, f in zip(probs, features, strict=True) if f[feature("most_suspicious")])
+    assert on_failing_line > 0.9
+
+
+# --- training ------------------------------------------------------------------------------------------------
+
+A, B = [1.0] + [0.0] * (N_FEATURES - 1), [0.0] * 3 + [1.0] + [0.0] * (N_FEATURES - 4)  # compare / constant edits
+
+
+def episode_record(group: str, chosen: int, reward: float | None, status: str = "ok") -> EpisodeRecord:
+    """An episode with one decision between candidates A (index 0) and B (index 1)."""
+    step = StepRecord("r", 0, "e", 1, "run", "{}", "", False, 0.0, 0.0, 0, 1, -0.6931471805599453,
+                      json.dumps({"features": [A, B], "chosen": chosen}))  # fmt: skip
+    text = dict.fromkeys(["run_id", "episode_id", "task_set_version", "tier", "policy", "policy_version", "backend",
+                          "image_digest", "cause", "termination", "verifier_version", "verifier_report",
+                          "integrity_flags", "final_diff", "params_hash", "code_version"], "")  # fmt: skip
+    numbers = dict.fromkeys(["iteration", "sample", "seed", "attempt", "steps", "tool_calls", "tokens_in",
+                             "tokens_out", "duration_s", "sandbox_s", "policy_s", "exec_s", "verify_s"], 0)  # fmt: skip
+    return EpisodeRecord(**text, **numbers, task_id=group, group_id=group, status=status, reward=reward,  # type: ignore[arg-type]
+                         step_rows=[step])  # fmt: skip
+
+
+def prob_of_a(trainer: RepairTrainer) -> float:
+    weights = trainer.weights.detach().tolist()
+    return softmax([score(weights, tuple(A)), score(weights, tuple(B))])[0]
+
+
+def test_an_update_moves_probability_toward_the_rewarded_edit_and_ignores_broken_episodes() -> None:
+    trainer = RepairTrainer(TrainParams(lr=0.3, epochs=4))
+    batch = [episode_record("t1", 0, 1.0), episode_record("t1", 1, 0.0), episode_record("t1", 1, 0.0),
+             episode_record("t1", 0, 1.0), episode_record("t1", 0, None, status="env_error"),
+             episode_record("t2", 1, 0.0), episode_record("t2", 1, 0.0)]  # fmt: skip
+    stats = trainer.update(batch)
+
+    assert prob_of_a(trainer) > 0.7  # from 0.5
+    assert (stats.excluded_not_ok, stats.zero_variance_groups, stats.trained_on) == (1, 1, 4)
+    assert stats.policy_version == "v1" and trainer.policy().version == "v1"
+
+
+def test_a_batch_of_broken_episodes_changes_nothing() -> None:
+    trainer = RepairTrainer(TrainParams(lr=0.3, epochs=4))
+    stats = trainer.update([episode_record("t1", 0, None, "env_error"), episode_record("t1", 1, None, "timeout")])
+    assert prob_of_a(trainer) == 0.5 and stats.trained_on == 0
+
+
+# --- in a sandbox --------------------------------------------------------------------------------------------
+
+
+def test_the_policy_finds_and_fixes_a_bug_in_a_real_sandbox(bwrap_backend, base_image, tmp_path) -> None:
+    """The tracer, the line edits and the checks run as they are in the image's Python and pytest."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "span.py").write_text(SPAN)
+    (repo / "tests" / "test_span.py").write_text(SPAN_TESTS)
+    weights = [0.0] * N_FEATURES
+    weights[feature("most_suspicious")], weights[feature("compare")] = 4.0, 3.0
+    episode = RepairPolicy(weights, attempts=3).begin(TaskView("t", "between() excludes its upper bound"), seed=1)
+    sandbox = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=repo, limits=Limits(pids=64)))
+    try:
+        env = CodingEnv(sandbox, "between() excludes its upper bound", EnvLimits())
+        observation, tools = env.first_observation(), []
+        while True:
+            action = episode.act(observation).action
+            tools.append(action.tool)
+            outcome = env.step(action)
+            if outcome.done:
+                break
+            observation = outcome.observation
+        fixed = sandbox.read_file("pkg/span.py").decode()
+    finally:
+        sandbox.close()
+    assert episode.evidence.spectrum[("pkg/span.py", 6)] == (1, 0)  # what the tracer printed, parsed
+    assert fixed == SPAN.replace("x < hi", "x <= hi")
+    assert tools[:3] == ["run", "run", "view"] and tools[-1] == "submit"
