@@ -216,18 +216,24 @@ def batch_jobs(tasks: list[Task], wander: Any) -> list[EpisodeJob]:
     return plan_jobs(tasks, [GoldPolicy(tasks), NoopPolicy(), wander], group_size=6, seed=BATCH_SEED)
 
 
-@pytest.fixture(scope="module")
-def world(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
-    """A bundled task, ingested and validated; a store, a snapshot cache and one grader (verdicts shared)."""
-    root = tmp_path_factory.mktemp("recovery")
-    world = open_world(root, [], bwrap_backend)
+def bundled_world(root: Path, backend: BwrapBackend, task_ids: tuple[str, ...]) -> SimpleNamespace:
+    """Bundled tickets ``task_ids``, ingested and validated; a store, a snapshot cache and one grader."""
+    world = open_world(root, [], backend)
     src = REPO_ROOT / "tasks_src"
     tasks, _ = ingest_github_issues(src / "tickets" / "github_issues.jsonl", src / "repos", world.snapshots)
-    (task,) = [t for t in tasks if t.task_id == TASK_ID]
-    task = validate_task(task, bwrap_backend, world.image.name, world.snapshots, Limits(), ValidateConfig(runs=1))
-    assert task.validation.valid, task.validation.reason
-    (root / "tasks.json").write_text(json.dumps([task.model_dump(mode="json")]))
-    world.tasks, world.root = [task], root
+    cfg = ValidateConfig(runs=1)
+    picked = [t for t in tasks if t.task_id in task_ids]
+    world.tasks = [validate_task(t, backend, world.image.name, world.snapshots, Limits(), cfg) for t in picked]
+    assert sorted(t.task_id for t in world.tasks if t.validation.valid) == sorted(task_ids)
+    world.root = root
+    return world
+
+
+@pytest.fixture(scope="module")
+def world(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
+    """One bundled task (its verdicts shared by every test here), also written out for the resuming process."""
+    world = bundled_world(tmp_path_factory.mktemp("recovery"), bwrap_backend, (TASK_ID,))
+    (world.root / "tasks.json").write_text(json.dumps([t.model_dump(mode="json") for t in world.tasks]))
     return world
 
 

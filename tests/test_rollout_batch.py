@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_recovery import LINEAGE, kill_bwrap, make_rollout, open_world
+from test_recovery import LINEAGE, bundled_world, kill_bwrap, make_rollout
 
 from trialforge.rollout.env import Action
 from trialforge.rollout.loop import EpisodeJob, episode_id, plan_jobs, run_batch, run_jobs
@@ -22,8 +22,6 @@ from trialforge.rollout.policies import Decision, EpisodePolicy, ReplayPolicy, T
 from trialforge.rollout.starts import Setup
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
-from trialforge.tasks.ingest.github import ingest_github_issues
-from trialforge.tasks.validate import ValidateConfig, validate_task
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASK_IDS = ("ledgerlite-3", "textkit-21", "schedwise-52", "ledgerlite-6")
@@ -86,16 +84,7 @@ class _CrashAt:
 
 @pytest.fixture(scope="module")
 def world(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
-    root = tmp_path_factory.mktemp("batch")
-    world = open_world(root, [], bwrap_backend)
-    src = REPO_ROOT / "tasks_src"
-    tasks, _ = ingest_github_issues(src / "tickets" / "github_issues.jsonl", src / "repos", world.snapshots)
-    picked = [t for t in tasks if t.task_id in TASK_IDS]
-    cfg = ValidateConfig(runs=1)
-    world.tasks = [validate_task(t, bwrap_backend, world.image.name, world.snapshots, Limits(), cfg) for t in picked]
-    assert [t.validation.valid for t in world.tasks] == [True] * len(TASK_IDS)
-    world.root = root
-    return world
+    return bundled_world(tmp_path_factory.mktemp("batch"), bwrap_backend, TASK_IDS)
 
 
 def fixer_and_idler(tasks: list) -> tuple[ReplayPolicy, ReplayPolicy]:
