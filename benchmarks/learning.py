@@ -1,15 +1,17 @@
 """Does the embedded demo learn? Rollout -> GRPO update for several iterations on CPU, pass rate per iteration.
 
-    .venv/bin/python benchmarks/learning.py [--iterations 6] [--tasks 16] [--group 4] [--seed 0] [--lr 0.3]
+    .venv/bin/python benchmarks/learning.py [--iterations 6] [--tasks 12] [--group 8] [--seed 0] [--lr 0.8] [--epochs 1]
 
 Tasks are synthesized from the bundled repositories by bug injection (validated in
 sandboxes), so their failing tests are visible to the policy. Only the mutation
 families a single-token repair can undo are injected (a deleted statement or branch
 is beyond the demo policy's edits, and such tasks would only dilute the signal).
 The policy starts uniform over its candidate edits (weights 0), tries up to 3 of
-them per episode, and is updated by the GRPO loss after each batch; the printed pass
-rate is that of each batch, measured before its own update, under the policy
-version that produced it.
+them per episode, and is updated by the GRPO loss after each batch: one on-policy
+step (so the ratio is 1 and clipping is inactive) with a large step size, over groups
+of 8 so that even a task solved one time in eight carries a signal. The printed pass
+rate is that of each batch, measured before its own update, under the policy version
+that produced it.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ REPAIRABLE = ("flip_compare", "flip_boolean", "flip_arith", "off_by_one", "chang
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=6)
-    parser.add_argument("--tasks", type=int, default=16)
-    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--tasks", type=int, default=12)
+    parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=0.3)
+    parser.add_argument("--lr", type=float, default=0.8)
+    parser.add_argument("--epochs", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tf-learning-") as tmp:
         params = load_params(
@@ -55,6 +58,7 @@ def main() -> None:
                 "rollout.group_size": args.group,
                 "rollout.max_turns": 16,
                 "train.lr": args.lr,
+                "train.epochs": args.epochs,
             },
         )
         with open_runtime(params) as rt:

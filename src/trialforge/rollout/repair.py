@@ -7,10 +7,11 @@ names. It views the implicated files, proposes single-line repair edits (flip a
 comparison, shift a constant, swap arguments, ...) on the implicated lines, and
 samples edits from a softmax over a linear score of each edit's features: what kind
 of edit, on what kind of line, how suspicious the line's test coverage is, and how
-its function is tied to the failure. Each edit is checked against the failing tests.
-Training moves the weights toward the edits that earned reward; the features are
-shared by every task, so what one task teaches ranks the next one's edits.
-It never sees the gold patch.
+its function is tied to the failure. Each edit is checked against the failing tests,
+then the whole suite; a refuted edit is undone before the next is tried. Training
+moves the weights toward the edits that earned reward; the features are shared by
+every task, so what one task teaches ranks the next one's edits. It never sees the
+gold patch, the test patch or the task's list of failing tests.
 """
 
 from __future__ import annotations
