@@ -1,7 +1,9 @@
-"""Validation by execution: a flaky test is caught, a broken patch and a non-reproducing test are rejected."""
+"""Validation by execution: a flaky test is caught, a broken patch and a non-reproducing test are rejected;
+a batch runs a shared fixed tree's suite once."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -11,9 +13,11 @@ from trialforge.store.objstore import open_store
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.tasks.validate import ValidateConfig, validate_task
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, tree_digest, validate_task
+from trialforge.verify.runner import TestReport as Report  # not "Test*": pytest would collect it
 
 BUGGY = "def double(x):\n    return x + x + 1\n"
+BUGGY_TOO = "def double(x):\n    return x * 3\n"
 FIXED = "def double(x):\n    return x + x\n"
 # Fails on the 1st, 4th, 7th... run in a sandbox: a counter kept in the workspace survives between runs.
 FLAKY = (
@@ -26,10 +30,12 @@ FLAKY = (
 STEADY = "from calc import double\n\n\ndef test_double():\n    assert double(2) == 4\n"
 
 
-def _task(tmp_path: Path, snapshots: SnapshotStore, tests: dict[str, str], gold: str | None = None) -> Task:
+def _task(
+    tmp_path: Path, snapshots: SnapshotStore, tests: dict[str, str], gold: str | None = None, buggy: str = BUGGY
+) -> Task:
     base = tmp_path / "base"
     (base / "tests").mkdir(parents=True)
-    (base / "calc.py").write_text(BUGGY)
+    (base / "calc.py").write_text(buggy)
     fixed = tmp_path / "fixed"
     (fixed / "tests").mkdir(parents=True)
     (fixed / "calc.py").write_text(FIXED)
@@ -79,3 +85,60 @@ def test_a_fix_that_does_not_apply_is_rejected(tmp_path, snapshots, bwrap_backen
     checked = _validate(task, bwrap_backend, base_image, snapshots, runs=1)
     assert not checked.validation.valid
     assert checked.validation.reason.startswith("patch_does_not_apply")
+
+
+class CountingBackend:
+    """The real backend, counting the sandboxes it starts."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.created = 0
+
+    def create(self, spec):
+        self.created += 1
+        return self.inner.create(spec)
+
+
+def test_tasks_sharing_a_fixed_tree_run_its_suite_once(tmp_path, snapshots, bwrap_backend, base_image):
+    """Two bugs in one file, one fixed tree: 2 'before' sandboxes, 1 'after' sandbox, both tasks valid."""
+    tests = {"test_double.py": STEADY}
+    tasks = [_task(tmp_path / "a", snapshots, tests), _task(tmp_path / "b", snapshots, tests, buggy=BUGGY_TOO)]
+    backend, shared = CountingBackend(bwrap_backend), SuiteRuns()
+
+    def one(task: Task) -> Task:
+        return validate_task(task, backend, base_image.name, snapshots, Limits(), ValidateConfig(runs=2), shared)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # concurrent: the second waits for the first's run
+        checked = list(pool.map(one, tasks))
+    assert backend.created == 3 and shared.hits == 1
+    assert [t.validation.valid for t in checked] == [True, True]
+    assert [t.fail_to_pass for t in checked] == [["tests/test_double.py::test_double"]] * 2
+    assert [t.validation.runs for t in checked] == [4, 4]
+
+
+def test_tree_digest_sees_contents_and_executable_bits(tmp_path):
+    tree = tmp_path / "t"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "a.py").write_text("x = 1\n")
+    first = tree_digest(tree)
+    (tree / "pkg" / "__pycache__").mkdir()
+    (tree / "pkg" / "__pycache__" / "a.pyc").write_bytes(b"junk")
+    assert tree_digest(tree) == first  # bytecode is not the code
+    (tree / "pkg" / "a.py").chmod(0o755)
+    assert tree_digest(tree) != first
+    (tree / "pkg" / "a.py").chmod(0o644)
+    (tree / "pkg" / "a.py").write_text("x = 2\n")
+    assert tree_digest(tree) != first
+
+
+def test_runs_that_did_not_report_are_not_kept():
+    shared, calls = SuiteRuns(), []
+
+    def run(reported: bool):
+        calls.append(reported)
+        return [Report(exit_code=-1 if not reported else 0, reported=reported)]
+
+    assert not shared.get("k", lambda: run(False))[0].reported  # e.g. a timeout: the next task tries again
+    assert shared.get("k", lambda: run(True))[0].reported
+    assert shared.get("k", lambda: run(True))[0].reported
+    assert calls == [False, True] and shared.hits == 1

@@ -38,7 +38,7 @@ from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.schema import Task
 from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.taskset import to_table, write_tasks
-from trialforge.tasks.validate import ValidateConfig, record_verdicts, validate_task
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, record_verdicts, validate_task
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +73,12 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     """
     cfg = _validate_config(rt)
     limits = rt.params.sandbox.limits()
+    shared = SuiteRuns()
 
     def one(task: Task) -> Task:
         if task.validation.valid and task.validation.runs >= cfg.runs and task.image_digest == rt.image_digest:
             return task
-        return validate_task(task, rt.backend, rt.image.name, rt.snapshots, limits, cfg)
+        return validate_task(task, rt.backend, rt.image.name, rt.snapshots, limits, cfg, shared)
 
     with ThreadPoolExecutor(max_workers=rt.params.sandbox.concurrency) as pool:
         checked = list(pool.map(one, tasks))

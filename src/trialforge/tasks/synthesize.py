@@ -16,6 +16,7 @@
    a candidate whose statement would leak is dropped rather than shipped.
 5. *Validated*: ``validate_task`` runs the suite before/after the gold patch ``runs`` times in
    fresh sandboxes and fills fail_to_pass / pass_to_pass; flaky candidates are rejected there.
+   Every task's fixed tree is the original repository, so its runs are shared by the batch.
 
 Every candidate ends in exactly one place of the funnel (kept, or dropped with a reason), per
 family too. Sandbox lifecycle, test execution and our own host-side work are timed separately.
@@ -45,7 +46,7 @@ from trialforge.tasks.mutations import FAMILIES, Mutant, compile_error, library_
 from trialforge.tasks.patches import IGNORED_DIRS, diff_trees, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.tasks.validate import ValidateConfig, validate_task
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
 from trialforge.verify.runner import TestReport, run_tests
 
 log = logging.getLogger(__name__)
@@ -504,9 +505,11 @@ def _task(item: Screened, original: Path, tmp: Path, sources: dict[str, str], re
 
 def _validate(tasks: list[tuple[Mutant, Task]], backend: Backend, image: str, snapshots: SnapshotStore,
               cfg: SynthesisConfig, funnel: SynthesisFunnel, tick: _Ticker) -> list[Task]:  # fmt: skip
+    shared = SuiteRuns()  # every task's fixed tree is the original repository: its suite runs once
+
     def one(task: Task) -> Task:
         with funnel.timings.measure("busy_s"):
-            checked = validate_task(task, backend, image, snapshots, cfg.limits, cfg.validate)
+            checked = validate_task(task, backend, image, snapshots, cfg.limits, cfg.validate, shared)
         tick("validate", len(tasks))
         return checked
 

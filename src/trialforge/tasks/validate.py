@@ -4,14 +4,21 @@ Each configuration (base + test patch, then + gold patch) runs the whole suite
 ``runs`` times in a fresh sandbox. Fail-to-pass and pass-to-pass lists come
 from what actually happened, and a test whose outcome changes between runs of
 the same code is flaky: quarantined when it is a pass-to-pass test, fatal when
-the task depends on it.
+the task depends on it. Runs of a tree already validated in the same batch are
+reused: every task synthesized from one repository has the original code as its
+fixed tree, so that suite is run ``runs`` times once, not once per task.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +38,76 @@ class ValidateConfig:
     test_timeout_s: float = 120.0
 
 
+class SuiteRuns:
+    """Suite runs by tree content and how they were run, shared by the validations of one batch (thread-safe).
+
+    A run in progress is waited for rather than repeated. Runs whose tests did not
+    report (a timeout, a crashed sandbox) are handed to whoever waited but not kept,
+    so that one transient failure does not reject every task sharing the tree.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, Future[list[TestReport]]] = {}
+        self.hits = 0
+
+    def get(self, key: str, run: Callable[[], list[TestReport]]) -> list[TestReport]:
+        with self._lock:
+            future = self._runs.get(key)
+            if future is not None:
+                self.hits += 1
+                mine = False
+            else:
+                future = self._runs[key] = Future()
+                mine = True
+        if not mine:
+            return future.result()
+        try:
+            reports = run()
+        except BaseException as exc:
+            self._forget(key)
+            future.set_exception(exc)
+            raise
+        if not all(r.reported for r in reports):
+            self._forget(key)
+        future.set_result(reports)
+        return reports
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._runs.pop(key, None)
+
+
+def tree_digest(tree: Path) -> str:
+    """A digest of the files under ``tree`` (paths, executable bits, contents, link targets)."""
+    h = hashlib.sha256()
+    for path in sorted(tree.rglob("*")):
+        rel = path.relative_to(tree)
+        if "__pycache__" in rel.parts or rel.suffix == ".pyc" or (path.is_dir() and not path.is_symlink()):
+            continue
+        h.update(str(rel).encode() + b"\0")
+        if path.is_symlink():
+            h.update(b"link:" + os.readlink(path).encode())
+        else:
+            h.update(b"x" if path.stat().st_mode & 0o111 else b"-")
+            h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def validate_task(
-    task: Task, backend: Backend, image: str, snapshots: SnapshotStore, limits: Limits, cfg: ValidateConfig
+    task: Task,
+    backend: Backend,
+    image: str,
+    snapshots: SnapshotStore,
+    limits: Limits,
+    cfg: ValidateConfig,
+    shared: SuiteRuns | None = None,
 ) -> Task:
-    """Return ``task`` with its test lists and validation record filled in (``validation.valid`` says the verdict)."""
+    """Return ``task`` with its test lists and validation record filled in (``validation.valid`` says the verdict).
+
+    With ``shared``, a tree's suite runs are taken from (and given to) the other validations of the batch.
+    """
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tf-validate-") as tmp:
         before = Path(tmp) / "before"
@@ -47,9 +120,18 @@ def validate_task(
             apply_patch(after, task.gold_patch)
         except PatchError as exc:
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
-        runs_before = _run(backend, image, before, limits, cfg)
-        runs_after = _run(backend, image, after, limits, cfg)
+        runs_before = _runs(backend, image, before, limits, cfg, shared)
+        runs_after = _runs(backend, image, after, limits, cfg, shared)
     return _judge(task, runs_before, runs_after, cfg, start)
+
+
+def _runs(
+    backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig, shared: SuiteRuns | None
+) -> list[TestReport]:
+    if shared is None:
+        return _run(backend, image, tree, limits, cfg)
+    key = f"{tree_digest(tree)}|{image}|{limits!r}|{cfg!r}"
+    return shared.get(key, lambda: _run(backend, image, tree, limits, cfg))
 
 
 def _run(backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig) -> list[TestReport]:
