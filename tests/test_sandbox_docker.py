@@ -333,6 +333,21 @@ def test_reset_gives_a_clean_reseeded_workspace_and_alive_tracks_the_container(
         assert err.value.cause == "died"
 
 
+def test_deadline_label_follows_the_requested_lifetime(
+    docker_backend: DockerBackend, docker_client: docker.DockerClient
+) -> None:
+    """Reapers read the label: a sandbox a pool keeps warm must carry its longer life there."""
+    for lifetime, expected in ((None, SMALL.episode_timeout_s), (7200.0, 7200.0)):
+        spec = SandboxSpec(image=docker_backend.image.name, limits=SMALL, lifetime_s=lifetime)
+        box = docker_backend.create(spec)
+        try:
+            labels = docker_client.api.inspect_container(box.container_id)["Config"]["Labels"]
+            assert int(labels[LABEL_DEADLINE]) == int(box.deadline)
+            assert abs(box.deadline - time.time() - expected) < 60
+        finally:
+            box.close()
+
+
 # --- failures and cleanup ------------------------------------------------------------------
 def test_a_vanished_sandbox_raises_died_and_close_is_idempotent(
     docker_backend: DockerBackend, docker_client: docker.DockerClient

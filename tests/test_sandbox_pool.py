@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -33,6 +34,41 @@ def test_released_sandbox_is_reused_with_a_clean_workspace(bwrap_backend, base_i
         assert (pool.stats.created, pool.stats.reused) == (1, 1)
     finally:
         pool.close()
+
+
+def test_warm_sandboxes_live_longer_and_are_retired_before_they_could_outlive_their_deadline(
+    bwrap_backend, base_image, seed
+):
+    """A reaper removes sandboxes past their deadline, in use or not: reuse must never cross one."""
+    fresh_only = SandboxPool(bwrap_backend, LIMITS, PoolConfig(warm_per_image=0))
+    with fresh_only.sandbox(base_image.name, seed) as once:
+        assert abs(once.deadline - time.time() - LIMITS.episode_timeout_s) < 60
+    fresh_only.close()
+
+    warm = SandboxPool(bwrap_backend, LIMITS, PoolConfig(warm_per_image=1, warm_lifetime_s=7200))
+    try:
+        with warm.sandbox(base_image.name, seed) as first:
+            assert abs(first.deadline - time.time() - 7200) < 60
+            record = json.loads((first.home / "record.json").read_text())  # what reapers read
+            assert record["deadline"] == first.deadline
+        with warm.sandbox(base_image.name, seed) as again:
+            assert again is first
+        assert (warm.stats.reused, warm.stats.retired) == (1, 0)
+    finally:
+        warm.close()
+
+    short = SandboxPool(
+        bwrap_backend, LIMITS, PoolConfig(warm_per_image=1, warm_lifetime_s=LIMITS.episode_timeout_s - 1)
+    )
+    try:
+        with short.sandbox(base_image.name, seed) as first:
+            pass
+        with short.sandbox(base_image.name, seed) as second:
+            assert second is not first and not first.alive()
+            assert second.exec(["cat", "task.txt"]).stdout == "base\n"
+        assert (short.stats.created, short.stats.reused, short.stats.retired) == (2, 0, 1)
+    finally:
+        short.close()
 
 
 def test_unhealthy_warm_sandbox_is_replaced(bwrap_backend, base_image, seed):

@@ -50,6 +50,7 @@ class SandboxParams(_Section):
     concurrency: int = 2  # episodes (and validations) run at once by one process
     max_live: int = Field(16, ge=1)  # sandboxes one process holds at once, episodes' and warm ones
     warm: int = Field(0, ge=0)  # idle sandboxes kept for the next episode (reset, not restarted); 0: always fresh
+    warm_lifetime_s: float = Field(3600.0, gt=0)  # a reusable sandbox's deadline (reapers remove it after)
 
     def limits(self) -> Limits:
         return Limits(

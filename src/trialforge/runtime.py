@@ -63,7 +63,11 @@ def open_runtime(params: Params) -> Iterator[Runtime]:
         image = base_image()
         backend, digest = _backend(params, image, stack)
         sp = params.sandbox
-        pool = SandboxPool(backend, sp.limits(), PoolConfig(max_sandboxes=sp.max_live, warm_per_image=sp.warm))
+        pool = SandboxPool(
+            backend,
+            sp.limits(),
+            PoolConfig(max_sandboxes=sp.max_live, warm_per_image=sp.warm, warm_lifetime_s=sp.warm_lifetime_s),
+        )
         stack.callback(pool.close)  # before the backend's own cleanup (the stack unwinds in reverse)
         runtime = Runtime(params, store, snapshots, backend, image, digest, pool, stack)
         yield runtime

@@ -7,6 +7,7 @@ engine); what callers can do in it is this small protocol.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,13 @@ class SandboxSpec:
     workspace: Path | None = None
     limits: Limits = field(default_factory=Limits)
     labels: dict[str, str] = field(default_factory=dict)
+    # How long it may live before a reaper may remove it; None: one episode. A pool that keeps
+    # sandboxes warm asks for longer, and retires each one before it could outlive its deadline.
+    lifetime_s: float | None = None
+
+    def deadline(self) -> float:
+        """Epoch seconds after which the sandbox counts as abandoned (its owner crashed or hung)."""
+        return time.time() + (self.lifetime_s if self.lifetime_s is not None else self.limits.episode_timeout_s)
 
 
 class Snapshot(Protocol):
@@ -64,6 +72,7 @@ class Snapshot(Protocol):
 class Sandbox(Protocol):
     image_digest: str
     backend: str
+    deadline: float  # epoch seconds: past it, a reaper may remove the sandbox
 
     def exec(
         self,

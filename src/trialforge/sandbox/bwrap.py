@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trialforge.errors import SandboxError
@@ -59,9 +58,7 @@ class BwrapBackend:
 
     def from_snapshot(self, snap: BwrapSnapshot, spec: SandboxSpec) -> BwrapSandbox:
         """A new sandbox whose workspace starts as ``snap`` (the fork of a rollout group)."""
-        return BwrapSandbox(
-            self, SandboxSpec(image=spec.image, workspace=snap.path, limits=spec.limits, labels=spec.labels)
-        )
+        return BwrapSandbox(self, replace(spec, workspace=snap.path))
 
     def release(self, snap: BwrapSnapshot) -> None:
         shutil.rmtree(snap.path, ignore_errors=True)
@@ -84,8 +81,9 @@ class BwrapSandbox:
         self.cgroup: cgroups.SandboxCgroup | None = None
         self.closed = False
         self.mounted = False
+        self.deadline = spec.deadline()
         self.record = SandboxRecord.for_current_process(
-            self.id, backend="bwrap", labels=spec.labels, deadline=time.time() + spec.limits.episode_timeout_s
+            self.id, backend="bwrap", labels=spec.labels, deadline=self.deadline
         )
         try:
             self._setup(spec)

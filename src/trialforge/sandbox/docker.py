@@ -275,7 +275,7 @@ class DockerSandbox:
         self.id = f"tf-{uuid.uuid4().hex[:12]}"
         self.volume = f"{self.id}-work"
         self.image_digest = owner.ensure_image()
-        self.deadline = time.time() + spec.limits.episode_timeout_s
+        self.deadline = spec.deadline()
         self.labels = {
             **spec.labels,
             LABEL_OWNER: owner_label(),  # per sandbox: right even in a process forked after the backend was made

@@ -4,6 +4,10 @@ Reuse is what makes rollouts cheap: a released sandbox is reset to an empty
 workspace and kept warm for its image, so the next episode pays a workspace
 reset instead of a sandbox start. Bounds keep a batch from starting more
 sandboxes than the machine (or the engine) can hold.
+
+A reaper removes any sandbox past its deadline, in use or not. A pool that keeps
+sandboxes warm therefore starts them with a longer life (``warm_lifetime_s``) and
+retires a warm one, instead of reusing it, once another episode could outlive it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class PoolConfig:
     max_sandboxes: int = 8  # live sandboxes, handed out or warm
     max_starting: int = 2  # sandboxes being created at once (engines choke on start storms)
     warm_per_image: int = 2  # idle sandboxes kept per image
+    warm_lifetime_s: float = 3600.0  # deadline of a sandbox that may be reused (warm_per_image > 0)
     create_retries: int = 3
     backoff_s: float = 0.2
 
@@ -39,6 +44,7 @@ class PoolStats:
     reused: int = 0
     create_failures: int = 0
     unhealthy: int = 0
+    retired: int = 0  # warm sandboxes closed because another episode could outlive their deadline
     acquire_wait_s: float = 0.0
 
 
@@ -56,12 +62,19 @@ class SandboxPool:
 
     # --- hand-out ------------------------------------------------------------------------
     def acquire(self, image: str, workspace: Path | None = None, labels: dict[str, str] | None = None) -> Sandbox:
-        """A healthy sandbox of ``image`` whose /work holds exactly ``workspace`` (empty when None)."""
+        """A healthy sandbox of ``image`` whose /work holds exactly ``workspace`` (empty when None).
+
+        ``labels`` mark a sandbox when it starts; a reused one keeps those of its first holder.
+        """
         start = time.monotonic()
         while True:
             sandbox = self._take_idle(image)
             if sandbox is None:
                 break
+            if sandbox.deadline - time.time() < self.limits.episode_timeout_s:
+                self.stats.retired += 1
+                self.discard(sandbox)
+                continue
             if self._healthy(sandbox):
                 try:
                     sandbox.reset(workspace)
@@ -75,9 +88,7 @@ class SandboxPool:
             self.discard(sandbox)
         self._reserve_slot()
         try:
-            sandbox = self._create(
-                SandboxSpec(image=image, workspace=workspace, limits=self.limits, labels=labels or {})
-            )
+            sandbox = self._create(self._spec(image, workspace, labels))
         except BaseException:
             self._free_slot()
             raise
@@ -136,7 +147,7 @@ class SandboxPool:
             for _ in range(n - 1):
                 self._reserve_slot()
                 try:
-                    group.append(self.backend.from_snapshot(snap, SandboxSpec(image=image, limits=self.limits)))
+                    group.append(self.backend.from_snapshot(snap, self._spec(image)))
                 except BaseException:
                     self._free_slot()
                     raise
@@ -162,6 +173,12 @@ class SandboxPool:
             self.discard(sandbox)
 
     # --- internals -----------------------------------------------------------------------
+    def _spec(self, image: str, workspace: Path | None = None, labels: dict[str, str] | None = None) -> SandboxSpec:
+        lifetime = self.cfg.warm_lifetime_s if self.cfg.warm_per_image > 0 else None
+        return SandboxSpec(
+            image=image, workspace=workspace, limits=self.limits, labels=labels or {}, lifetime_s=lifetime
+        )
+
     def _take_idle(self, image: str) -> Sandbox | None:
         with self._cond:
             if self._closed:

@@ -124,6 +124,7 @@ class TimedSandbox:
         self.timings = timings
         self.image_digest = inner.image_digest
         self.backend = inner.backend
+        self.deadline = inner.deadline
 
     def exec(self, argv: Sequence[str], *, timeout: float | None = None, cwd: str = WORKDIR,
              env: dict[str, str] | None = None) -> ExecResult:  # fmt: skip
