@@ -1,6 +1,7 @@
 """Synthetic task ingest from the bundled repositories: the funnel, validated tasks per minute, where time goes.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/ingest.py [--max-total N] [--runs R] [--concurrency C] [--out PATH]
+    PYTHONPATH=src .venv/bin/python benchmarks/ingest.py [--max-total N] [--runs R] [--concurrency C]
+                                                         [--baseline N] [--out PATH]
 
 Synthesizes and validates tasks from tasks_src/repos/{ledgerlite,textkit,schedwise} in real bubblewrap
 sandboxes, then prints the funnel per family (enumerated -> candidates -> compiled -> broke a test ->
@@ -8,6 +9,10 @@ stated -> validated, flaky-rejected), validated tasks per minute of wall time, a
 between sandbox lifecycle, test execution and our own host-side work (each measured around the calls,
 summed over workers). ``--max-total`` is per repository; the defaults yield over 200 validated tasks.
 ``--out`` writes the task set as Parquet; ``--metrics`` writes the funnel as JSON.
+
+Baseline, measured in the same run: ``--baseline N`` tasks of the first repository are validated again,
+once with every task running its own fixed tree's suite and once sharing those runs (as synthesis
+does: all its tasks have the original repository as their fixed tree); the ratio is the time saved.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rich.console import Console
@@ -33,7 +39,7 @@ from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.synthesize import STAGES, SynthesisConfig, SynthesisFunnel, synthesize
 from trialforge.tasks.taskset import write_tasks
-from trialforge.tasks.validate import ValidateConfig
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
 
 REPOS = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
 BUNDLED = ("ledgerlite", "textkit", "schedwise")
@@ -66,9 +72,32 @@ def run(args: argparse.Namespace, console: Console) -> tuple[list[Task], list[tu
                     funnels.append((repo, funnel))
                     console.print(f"{repo}: {funnel.kept} validated of {funnel.seen} candidates "
                                   f"in {funnel.timings.wall_s:.0f}s")  # fmt: skip
+            if args.baseline and tasks:
+                sharing_baseline(tasks, args.baseline, backend, image.name, snapshots, cfg, console)
         finally:
             backend.close()
     return tasks, funnels
+
+
+def sharing_baseline(tasks: list[Task], n: int, backend: BwrapBackend, image: str, snapshots: SnapshotStore,
+                     cfg: SynthesisConfig, console: Console) -> None:  # fmt: skip
+    """Validate ``n`` tasks of one repository with and without shared suite runs; print both and the ratio."""
+    sample = [t for t in tasks if t.repo == tasks[0].repo][:n]
+    walls = []
+    for shared in (None, SuiteRuns()):
+
+        def one(task: Task, shared: SuiteRuns | None = shared) -> Task:
+            return validate_task(task, backend, image, snapshots, cfg.limits, cfg.validate, shared)
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, cfg.concurrency)) as pool:
+            checked = list(pool.map(one, sample))
+        walls.append(time.perf_counter() - start)
+        verdicts = [(t.validation.valid, t.fail_to_pass) for t in checked]
+        if verdicts != [(True, t.fail_to_pass) for t in sample]:
+            raise SystemExit("validation gave other verdicts on a second pass: the comparison measures nothing")
+    console.print(f"baseline: {len(sample)} {sample[0].repo} tasks validated in {walls[0]:.1f}s with a suite run "
+                  f"per task, {walls[1]:.1f}s sharing the fixed tree's: {walls[0] / walls[1]:.2f}x")  # fmt: skip
 
 
 def _bars(bar: Progress, repo: str) -> Callable[[str, int, int], None]:
@@ -127,6 +156,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="validation runs per configuration (flaky detection)")
     parser.add_argument("--concurrency", type=int, default=1, help="sandboxes at once (the machine is shared)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline", type=int, default=8, help="tasks re-validated with and without sharing")
     parser.add_argument("--repos", nargs="+", default=list(BUNDLED), choices=BUNDLED)
     parser.add_argument("--store", default="", help="object store URL for snapshots (default: a temp dir)")
     parser.add_argument("--out", type=Path, help="write the validated task set here (Parquet)")
@@ -138,10 +168,8 @@ def main() -> None:
     console = Console()
     if not console.is_terminal:
         console.width = 160  # a log file: do not squeeze the tables into 80 columns
-    start = time.perf_counter()
     tasks, funnels = run(args, console)
-    total = SynthesisFunnel.merged(f for _, f in funnels)
-    total.timings.wall_s = time.perf_counter() - start  # repositories ran one after another
+    total = SynthesisFunnel.merged(f for _, f in funnels)  # walls add up: repositories ran one after another
     console.print(repo_table(funnels))
     console.print(family_table(total))
     time_report(total, console)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -103,12 +104,13 @@ def test_disk_quota_holds(sandbox):
 
 
 def test_command_that_never_ends_is_killed_with_its_children(sandbox):
+    pause = f"sleep 300.{secrets.randbelow(10**9):09d}"  # unique: no other process on the machine matches
     start = time.monotonic()
-    result = sandbox.exec(["sh", "-c", "sleep 300 & echo started; sleep 300"], timeout=1.5)
+    result = sandbox.exec(["sh", "-c", f"{pause} & echo started; {pause}"], timeout=1.5)
     assert result.timed_out and result.exit_code == 137
     assert time.monotonic() - start < 10
     assert "started" in result.stdout
-    leftovers = subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True, text=True).stdout
+    leftovers = subprocess.run(["pgrep", "-f", pause], capture_output=True, text=True).stdout
     assert leftovers == ""
 
 
