@@ -71,6 +71,11 @@ class ValidateParams(_Section):
     test_timeout_s: float = 120.0
 
 
+class VerifyParams(_Section):
+    timeout_factor: float = Field(10.0, ge=1.0)
+    min_timeout_s: float = Field(20.0, gt=0)
+
+
 class CurateParams(_Section):
     eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     split_by: Literal["repo", "hash"] = "repo"
@@ -140,6 +145,7 @@ class Params(_Section):
     sources: SourceParams = SourceParams()
     sandbox: SandboxParams = SandboxParams()
     validate_: ValidateParams = Field(ValidateParams(), alias="validate")
+    verify: VerifyParams = VerifyParams()
     curate: CurateParams = CurateParams()
     quality: QualityParams = QualityParams()
     rollout: RolloutParams = RolloutParams()

@@ -40,6 +40,8 @@ class Runtime:
             snapshots=self.snapshots,
             limits=self.params.sandbox.limits(),
             test_timeout_s=self.params.validate_.test_timeout_s,
+            timeout_factor=self.params.verify.timeout_factor,
+            min_timeout_s=self.params.verify.min_timeout_s,
         )
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ class Validation(BaseModel):
     pass_to_pass_rates: dict[str, float] = Field(default_factory=dict)
     flaky_tests: list[str] = Field(default_factory=list)
     duration_s: float = 0.0
+    slowest_run_s: float = 0.0  # the slowest whole-suite run with the fix: grading time limits scale from it
 
 
 class Decontamination(BaseModel):

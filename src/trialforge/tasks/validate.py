@@ -172,6 +172,7 @@ def _judge(task: Task, before: list[TestReport], after: list[TestReport], cfg: V
         pass_to_pass_rates={t: _pass_rate(after, t) for t in p2p},
         flaky_tests=flaky,
         duration_s=round(time.monotonic() - start, 3),
+        slowest_run_s=round(max(r.duration_s for r in after), 3),
     )
     reason = ""
     if any(t.startswith("<collection>") for t in now):

@@ -52,7 +52,11 @@ class Grader:
     image_digest: str
     snapshots: SnapshotStore
     limits: Limits
-    test_timeout_s: float = 120.0
+    test_timeout_s: float = 120.0  # the most a graded test run may take
+    # A task's graded run gets timeout_factor x its slowest validated suite run, at least min_timeout_s:
+    # an edit that loops forever fails either way, and waiting the full timeout only burns sandbox time.
+    timeout_factor: float = 10.0
+    min_timeout_s: float = 20.0
     _verdicts: dict[str, Future] = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
@@ -76,6 +80,13 @@ class Grader:
         verdict.provenance = provenance
         verdict.duration_s = round(time.monotonic() - start, 3)
         return verdict
+
+    def timeout_for(self, task: Task) -> float:
+        """The limit on ``task``'s graded test run (the full ``test_timeout_s`` for a task never timed)."""
+        slowest = task.validation.slowest_run_s
+        if slowest <= 0:
+            return self.test_timeout_s
+        return min(self.test_timeout_s, max(self.min_timeout_s, self.timeout_factor * slowest))
 
     def _cached(self, task: Task, code_diff: str, diff_sha: str) -> Verdict:
         """One grading per (task, code diff); concurrent askers wait for the first. Infra faults are not kept."""
@@ -129,7 +140,7 @@ class Grader:
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         try:
-            report = run_tests(sandbox, tests, timeout=self.test_timeout_s, stop_at_first_failure=True)
+            report = run_tests(sandbox, tests, timeout=self.timeout_for(task), stop_at_first_failure=True)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         finally:
