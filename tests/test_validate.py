@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
@@ -143,3 +144,10 @@ def test_runs_that_did_not_report_are_not_kept():
     assert shared.get("k", lambda: run(True))[0].reported
     assert shared.get("k", lambda: run(True))[0].reported
     assert calls == [False, True] and shared.hits == 1
+
+    def crash():
+        raise SandboxError("the engine went away", cause="engine")
+
+    with pytest.raises(SandboxError):
+        shared.get("other", crash)
+    assert shared.get("other", lambda: run(True))[0].reported  # a crash is not remembered either

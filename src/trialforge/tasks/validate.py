@@ -15,15 +15,13 @@ import hashlib
 import os
 import shutil
 import tempfile
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 from trialforge.errors import PatchError
 from trialforge.funnel import Funnel
+from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.tasks.patches import apply_patch
 from trialforge.tasks.schema import Task, Validation
@@ -38,44 +36,15 @@ class ValidateConfig:
     test_timeout_s: float = 120.0
 
 
-class SuiteRuns:
-    """Suite runs by tree content and how they were run, shared by the validations of one batch (thread-safe).
+class SuiteRuns(OncePerKey[list[TestReport]]):
+    """Suite runs by tree content and how they were run, shared by the validations of one batch.
 
-    A run in progress is waited for rather than repeated. Runs whose tests did not
-    report (a timeout, a crashed sandbox) are handed to whoever waited but not kept,
-    so that one transient failure does not reject every task sharing the tree.
+    Runs whose tests did not report (a timeout, a crashed sandbox) are handed to whoever
+    waited but not kept, so that one transient failure does not reject every task sharing the tree.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runs: dict[str, Future[list[TestReport]]] = {}
-        self.hits = 0
-
-    def get(self, key: str, run: Callable[[], list[TestReport]]) -> list[TestReport]:
-        with self._lock:
-            future = self._runs.get(key)
-            if future is not None:
-                self.hits += 1
-                mine = False
-            else:
-                future = self._runs[key] = Future()
-                mine = True
-        if not mine:
-            return future.result()
-        try:
-            reports = run()
-        except BaseException as exc:
-            self._forget(key)
-            future.set_exception(exc)
-            raise
-        if not all(r.reported for r in reports):
-            self._forget(key)
-        future.set_result(reports)
-        return reports
-
-    def _forget(self, key: str) -> None:
-        with self._lock:
-            self._runs.pop(key, None)
+        super().__init__(keep=lambda reports: all(r.reported for r in reports))
 
 
 def tree_digest(tree: Path) -> str:

@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
-import threading
 import time
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from trialforge.errors import PatchError, SandboxError
+from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, touched_paths
 from trialforge.tasks.schema import Task
@@ -57,8 +56,13 @@ class Grader:
     # an edit that loops forever fails either way, and waiting the full timeout only burns sandbox time.
     timeout_factor: float = 10.0
     min_timeout_s: float = 20.0
-    _verdicts: dict[str, Future] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    # One grading per (task, code diff); infrastructure faults are not kept.
+    _verdicts: OncePerKey[Verdict] = field(
+        default_factory=lambda: OncePerKey(keep=lambda v: v.status != "env_error"),
+        init=False,
+        repr=False,
+        compare=False,
+    )
 
     def grade(self, task: Task, diff: str) -> Verdict:
         start = time.monotonic()
@@ -90,26 +94,8 @@ class Grader:
 
     def _cached(self, task: Task, code_diff: str, diff_sha: str) -> Verdict:
         """One grading per (task, code diff); concurrent askers wait for the first. Infra faults are not kept."""
-        key = f"{task.content_hash()}:{diff_sha}"
-        with self._lock:
-            future = self._verdicts.get(key)
-            owner = future is None
-            if owner:
-                future = self._verdicts[key] = Future()
-        if not owner:
-            return replace(future.result())
-        try:
-            verdict = self._grade(task, code_diff)
-        except BaseException as exc:
-            future.set_exception(exc)
-            with self._lock:
-                self._verdicts.pop(key, None)
-            raise
-        future.set_result(verdict)
-        if verdict.status == "env_error":
-            with self._lock:
-                self._verdicts.pop(key, None)
-        return replace(verdict)
+        verdict = self._verdicts.get(f"{task.content_hash()}:{diff_sha}", lambda: self._grade(task, code_diff))
+        return replace(verdict)  # each caller fills in its own flags and provenance
 
     def _grade(self, task: Task, code_diff: str) -> Verdict:
         with tempfile.TemporaryDirectory(prefix="tf-grade-") as tmp:
