@@ -13,8 +13,8 @@ from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
-from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.tasks.validate import SuiteRuns, ValidateConfig, tree_digest, validate_task
+from trialforge.tasks.snapshots import SnapshotStore, tree_digest
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
 from trialforge.verify.runner import TestReport as Report  # not "Test*": pytest would collect it
 
 BUGGY = "def double(x):\n    return x + x + 1\n"

@@ -47,6 +47,11 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def tree_digest(tree: Path) -> str:
+    """A tree's identity by content: the digest ``SnapshotStore.put`` gives it."""
+    return digest_of(pack_tree(tree))
+
+
 class SnapshotStore:
     """Snapshots in the object store, materialised once per machine into ``cache_dir``."""
 

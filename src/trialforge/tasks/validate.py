@@ -11,8 +11,6 @@ fixed tree, so that suite is run ``runs`` times once, not once per task.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import tempfile
 import time
@@ -25,7 +23,7 @@ from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.tasks.patches import apply_patch
 from trialforge.tasks.schema import Task, Validation
-from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.snapshots import SnapshotStore, tree_digest
 from trialforge.verify.runner import TestReport, run_tests
 
 
@@ -45,23 +43,6 @@ class SuiteRuns(OncePerKey[list[TestReport]]):
 
     def __init__(self) -> None:
         super().__init__(keep=lambda reports: all(r.reported for r in reports))
-
-
-def tree_digest(tree: Path) -> str:
-    """A digest of the files under ``tree`` (paths, executable bits, contents, link targets)."""
-    h = hashlib.sha256()
-    for path in sorted(tree.rglob("*")):
-        rel = path.relative_to(tree)
-        if "__pycache__" in rel.parts or rel.suffix == ".pyc" or (path.is_dir() and not path.is_symlink()):
-            continue
-        h.update(str(rel).encode() + b"\0")
-        if path.is_symlink():
-            h.update(b"link:" + os.readlink(path).encode())
-        else:
-            h.update(b"x" if path.stat().st_mode & 0o111 else b"-")
-            h.update(path.read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()
 
 
 def validate_task(
