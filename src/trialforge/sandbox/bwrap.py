@@ -22,7 +22,8 @@ from trialforge.sandbox import cgroups
 from trialforge.sandbox.base import WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.images import Image
 from trialforge.sandbox.proc import run_capped
-from trialforge.sandbox.reaper import SandboxRecord, state_root
+from trialforge.sandbox.reaper import SandboxRecord
+from trialforge.sandbox.statedir import state_root
 
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 SANDBOX_ENV = {

@@ -80,7 +80,8 @@ from trialforge.sandbox.base import WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.bwrap import SANDBOX_ENV
 from trialforge.sandbox.images import Image
 from trialforge.sandbox.proc import _Capture
-from trialforge.sandbox.reaper import SandboxRecord, state_root
+from trialforge.sandbox.reaper import SandboxRecord
+from trialforge.sandbox.statedir import state_root
 
 log = logging.getLogger(__name__)
 

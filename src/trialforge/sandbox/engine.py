@@ -24,7 +24,7 @@ import docker.errors
 import requests.exceptions
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.reaper import state_root
+from trialforge.sandbox.statedir import state_root
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trialforge.sandbox import cgroups
-
-
-def state_root() -> Path:
-    return Path(os.environ.get("TRIALFORGE_STATE_DIR", "/tmp/trialforge-state"))
+from trialforge.sandbox.statedir import state_root
 
 
 def _start_time(pid: int) -> str:
