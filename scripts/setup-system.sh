@@ -13,7 +13,14 @@ have runc || need+=(runc)
 have chromium || need+=(chromium)  # renders the HTML report in its browser test
 have python3 || need+=(python3)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-[ ${#need[@]} -eq 0 ] && exit 0
+# As root, sandboxes run as this dedicated account, never as root (src/trialforge/sandbox/identity.py).
+sandbox_user=${TRIALFORGE_SANDBOX_USER:-trialforge-sandbox}
+ensure_sandbox_user() {
+  [ "$(id -u)" = 0 ] || return 0
+  getent passwd "$sandbox_user" >/dev/null && return 0
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$sandbox_user"
+}
+if [ ${#need[@]} -eq 0 ]; then ensure_sandbox_user; exit 0; fi
 if [ "$(id -u)" != 0 ]; then
   echo "trialforge needs these Debian packages: ${need[*]}" >&2
   echo "install them as root:  sudo apt-get install -y ${need[*]}" >&2
@@ -23,3 +30,4 @@ echo "installing system packages: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+ensure_sandbox_user

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,11 +32,18 @@ def base_image():
 
 
 @pytest.fixture(scope="session")
-def state_dir(tmp_path_factory) -> Path:
-    """Sandboxes of this session live here, so the leak check sees only ours."""
-    path = tmp_path_factory.mktemp("sandbox-state")
+def state_dir() -> Iterator[Path]:
+    """Sandboxes of this session live here, so the leak check sees only ours.
+
+    Not under pytest's private temp root: as root, sandboxes run as the sandbox account,
+    which must be able to traverse the way to its workspace (the state dir is 0710).
+    """
+    from trialforge.sandbox.statedir import private_dir
+
+    path = private_dir(Path(tempfile.gettempdir()) / f"tf-state-{os.getpid()}-{secrets.token_hex(4)}")
     os.environ["TRIALFORGE_STATE_DIR"] = str(path)
-    return path
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
