@@ -12,6 +12,7 @@ have podman || need+=(podman)
 have runc || need+=(runc)
 have chromium || need+=(chromium)  # renders the HTML report in its browser test
 have python3 || need+=(python3)
+ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || need+=(libseccomp2)  # the bwrap sandboxes' syscall filter
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 # As root, sandboxes run as this dedicated account, never as root (src/trialforge/sandbox/identity.py).
 sandbox_user=${TRIALFORGE_SANDBOX_USER:-trialforge-sandbox}

@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Protocol
 
 WORKDIR = "/work"
+# The whole environment of a sandboxed command (nothing is inherited from the host); callers may add keys.
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 TRUNCATION_MARK = "\n[... output truncated by trialforge: {dropped} bytes dropped ...]\n"
 
 

@@ -1,10 +1,11 @@
 """The bubblewrap backend: an image's unpacked rootfs, read-only, with the workspace as the only writable tree.
 
-Each command is its own ``bwrap`` process in fresh namespaces (no network, no
-host pids, no capabilities, an unprivileged uid), started inside the sandbox's
-cgroup. The workspace lives on the host: as root it is a size-limited tmpfs
-(the disk quota); snapshots are plain copies of it, which for task-sized trees
-cost milliseconds.
+Each command is its own ``bwrap`` process, confined as ``confinement.py`` lists (as root:
+the dedicated sandbox account, never host root; fresh namespaces, no network, no
+capabilities, no nested user namespaces, masked /proc, the seccomp filter), started inside
+the sandbox's cgroup. The workspace lives on the host: as root it is a size-limited tmpfs
+(the disk quota) owned by the sandbox account; snapshots are plain copies of it, which for
+task-sized trees cost milliseconds, and every copy out of it goes through ``sanitize``.
 """
 
 from __future__ import annotations
@@ -18,20 +19,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox import cgroups
-from trialforge.sandbox.base import WORKDIR, ExecResult, Limits, SandboxSpec
+from trialforge.sandbox import cgroups, confinement, seccomp
+from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
+from trialforge.sandbox.identity import SANDBOX_UID, sandbox_identity
 from trialforge.sandbox.images import Image
 from trialforge.sandbox.proc import run_capped
 from trialforge.sandbox.reaper import SandboxRecord
-from trialforge.sandbox.statedir import state_root
+from trialforge.sandbox.sanitize import copy_out
+from trialforge.sandbox.statedir import private_dir, state_root
 
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-SANDBOX_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "LANG": "C.UTF-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
+__all__ = ["SANDBOX_ENV", "BwrapBackend", "BwrapSandbox", "BwrapSnapshot"]
 
 
 @dataclass(frozen=True)
@@ -49,10 +47,17 @@ class BwrapBackend:
         if shutil.which("bwrap") is None:
             raise SandboxError("bubblewrap is not installed: apt-get install bubblewrap", cause="missing_bwrap")
         self.image = image
-        self.state_dir = state_dir or state_root()
-        self.snapshot_dir = self.state_dir / "snapshots" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.identity = sandbox_identity()  # None when not root: nothing to drop
+        self.state_dir = private_dir(state_dir or state_root())
+        private_dir(self.state_dir / "sandboxes")
+        self.snapshot_dir = private_dir(self.state_dir / "snapshots") / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.use_cgroups = cgroups.available()
         self.use_tmpfs = os.geteuid() == 0
+
+    @property
+    def owner_ids(self) -> tuple[int, int] | None:
+        """(uid, gid) of the host account that owns workspaces; None: whoever we are."""
+        return (self.identity.uid, self.identity.gid) if self.identity else None
 
     def create(self, spec: SandboxSpec) -> BwrapSandbox:
         return BwrapSandbox(self, spec)
@@ -94,10 +99,21 @@ class BwrapSandbox:
 
     # --- lifecycle -------------------------------------------------------------------
     def _setup(self, spec: SandboxSpec) -> None:
-        self.workspace.mkdir(parents=True)
+        if self.limits.network:
+            raise SandboxError(
+                "the bwrap backend gives sandboxes no network (a private, empty network namespace); "
+                "a task that needs network must use sandbox.backend: docker",
+                cause="network",
+            )
+        private_dir(self.home)
+        self.workspace.mkdir(mode=0o700)
         self.record.save(self.home)
+        ids = self.owner.owner_ids
+        if ids is not None:
+            os.chown(self.workspace, *ids)
         if self.owner.use_tmpfs:
-            size = f"size={self.limits.disk_mb}m,mode=0755"
+            owner = f",uid={ids[0]},gid={ids[1]}" if ids else ""
+            size = f"size={self.limits.disk_mb}m,mode=0700,nosuid,nodev{owner}"
             _check(
                 ["mount", "-t", "tmpfs", "-o", size, f"trialforge-{self.id}", str(self.workspace)], "mount workspace"
             )
@@ -110,7 +126,7 @@ class BwrapSandbox:
             self.record.cgroups = [str(d) for d in self.cgroup.dirs]
         self.record.save(self.home)
         if spec.workspace is not None:
-            _copy_tree(spec.workspace, self.workspace)
+            copy_out(spec.workspace, self.workspace, owner=ids)
 
     def close(self) -> None:
         if self.closed:
@@ -150,12 +166,17 @@ class BwrapSandbox:
             raise SandboxError(f"sandbox {self.id} lost its workspace", cause="died")
         limit = timeout if timeout is not None else self.limits.exec_timeout_s
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
-        result = run_capped(
-            self._limit_prefix() + self._bwrap_args(cwd, env or {}) + ["--", *argv],
-            timeout=limit,
-            cap=self.limits.output_cap_bytes,
-            env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
-        )
+        filter_fd = seccomp.filter_fd()
+        try:
+            result = run_capped(
+                self._limit_prefix() + self._bwrap_args(cwd, env or {}, filter_fd) + ["--", *argv],
+                timeout=limit,
+                cap=self.limits.output_cap_bytes,
+                env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
+                pass_fds=(filter_fd,),
+            )
+        finally:
+            os.close(filter_fd)
         if result.timed_out and self.cgroup is not None:
             self.cgroup.kill_all()  # anything that escaped the process group dies with its sandbox
         oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
@@ -183,22 +204,18 @@ class BwrapSandbox:
             "--",
         ]
 
-    def _bwrap_args(self, cwd: str, env: dict[str, str]) -> list[str]:
-        args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000"]
-        if self.limits.network:
-            args.append("--share-net")
-        args += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"]
-        for key, value in {**SANDBOX_ENV, **env}.items():
-            args += ["--setenv", key, value]
-        args += [
-            "--ro-bind", str(self.owner.image.rootfs), "/",
-            "--bind", str(self.workspace), WORKDIR,
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--size", str(self.limits.disk_mb * 1024 * 1024), "--tmpfs", "/tmp",
-            "--chdir", cwd,
-        ]  # fmt: skip
-        return args
+    def _bwrap_args(self, cwd: str, env: dict[str, str], filter_fd: int) -> list[str]:
+        """The confinement steps of ``confinement.py``, in the order they apply."""
+        return [
+            *confinement.identity(self.owner.identity),
+            "bwrap",
+            *confinement.namespaces(uid=SANDBOX_UID),
+            *confinement.filesystem(
+                self.owner.image.rootfs, self.workspace, tmp_bytes=self.limits.disk_mb * 1024 * 1024
+            ),
+            *confinement.seccomp(filter_fd),
+            *confinement.environment({**SANDBOX_ENV, **env}, cwd=cwd),
+        ]
 
     # --- files -----------------------------------------------------------------------
     def _host_path(self, path: str) -> Path:
@@ -222,20 +239,26 @@ class BwrapSandbox:
 
     def write_file(self, path: str, data: bytes) -> None:
         host = self._host_path(path)
+        made = [p for p in reversed(host.parents) if self.workspace in p.parents and not p.exists()]
         host.parent.mkdir(parents=True, exist_ok=True)
-        host.write_bytes(data)
+        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if (ids := self.owner.owner_ids) is not None:  # the agent must own what we put in its workspace
+            for created in [*made, host]:
+                os.lchown(created, *ids)
 
     def export_workspace(self, dest: Path) -> None:
         self._require_alive()
-        _copy_tree(self.workspace, dest)
+        copy_out(self.workspace, dest)
 
     # --- snapshots ---------------------------------------------------------------------
     def snapshot(self) -> BwrapSnapshot:
         self._require_alive()
         snap_id = uuid.uuid4().hex[:12]
         path = self.owner.snapshot_dir / snap_id
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _copy_tree(self.workspace, path)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        copy_out(self.workspace, path)
         return BwrapSnapshot(id=snap_id, path=path)
 
     def restore(self, snap: BwrapSnapshot) -> None:
@@ -251,11 +274,7 @@ class BwrapSandbox:
             else:
                 child.unlink()
         if workspace is not None:
-            _copy_tree(workspace, self.workspace)
-
-
-def _copy_tree(src: Path, dest: Path) -> None:
-    shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+            copy_out(workspace, self.workspace, owner=self.owner.owner_ids)
 
 
 def _check(argv: list[str], what: str) -> None:

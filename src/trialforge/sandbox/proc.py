@@ -55,8 +55,13 @@ class ProcResult:
     truncated: bool
 
 
-def run_capped(argv: Sequence[str], *, timeout: float, cap: int, env: dict[str, str]) -> ProcResult:
-    """Run ``argv`` with exactly ``env`` in its own process group; kill the whole group at ``timeout`` seconds."""
+def run_capped(
+    argv: Sequence[str], *, timeout: float, cap: int, env: dict[str, str], pass_fds: Sequence[int] = ()
+) -> ProcResult:
+    """Run ``argv`` with exactly ``env`` (and ``pass_fds`` open) in its own process group.
+
+    The whole group is killed at ``timeout`` seconds.
+    """
     start = time.monotonic()
     proc = subprocess.Popen(
         list(argv),
@@ -65,6 +70,7 @@ def run_capped(argv: Sequence[str], *, timeout: float, cap: int, env: dict[str, 
         stderr=subprocess.PIPE,
         env=env,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     captures = {proc.stdout: _Capture(cap), proc.stderr: _Capture(cap)}
     timed_out = _pump(proc, captures, deadline=start + timeout)

@@ -4,12 +4,23 @@ Every bwrap sandbox writes ``record.json`` (owner pid and start time, deadline,
 labels, cgroups, mounts) next to its workspace before it holds any resource.
 The reaper removes sandboxes whose owner process is gone or whose deadline has
 passed; the pool runs it at start, and ``trialforge reap`` runs it by hand.
+
+As root the reaper kills cgroups and unmounts what records name, so it acts only on
+records it can authenticate: the state directory is private (``statedir``), every
+record carries an HMAC under a key only the state directory's owner can read, and a
+record may name only its own workspace mount and cgroups called after its own id.
+Anything else is left alone and reported.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import logging
 import os
+import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -17,7 +28,33 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trialforge.sandbox import cgroups
-from trialforge.sandbox.statedir import state_root
+from trialforge.sandbox.statedir import check_private, state_root
+
+log = logging.getLogger(__name__)
+SANDBOX_ID = re.compile(r"tf-[0-9a-f]{12}")
+KEY_NAME = "reaper.key"
+
+
+def _key(state_dir: Path) -> bytes:
+    """The state directory's record-signing key (created on first use, readable by its owner only)."""
+    path = state_dir / KEY_NAME
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(secrets.token_bytes(32))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise PermissionError(f"{path} is not ours alone (uid {info.st_uid}, mode {info.st_mode & 0o777:o})")
+        return fh.read()
+
+
+def _sign(key: bytes, fields: dict) -> str:
+    return hmac.new(key, json.dumps(fields, sort_keys=True).encode(), hashlib.sha256).hexdigest()
 
 
 def _start_time(pid: int) -> str:
@@ -47,9 +84,31 @@ class SandboxRecord:
         return cls(sandbox_id, backend, pid, _start_time(pid), deadline, dict(labels))
 
     def save(self, home: Path) -> None:
+        """Write the signed record into ``home`` (``STATE/sandboxes/ID``), atomically."""
+        fields = asdict(self)
+        signed = {**fields, "sig": _sign(_key(home.parents[1]), fields)}
         tmp = home / "record.json.tmp"
-        tmp.write_text(json.dumps(asdict(self)))
+        tmp.write_text(json.dumps(signed))
         tmp.replace(home / "record.json")
+
+    @classmethod
+    def load(cls, home: Path, key: bytes) -> SandboxRecord:
+        """The record in ``home``, only if it is signed with ``key`` and names nothing but its own resources."""
+        fd = os.open(home / "record.json", os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as fh:
+            data = json.load(fh)
+        sig = data.pop("sig", "")
+        if not hmac.compare_digest(str(sig), _sign(key, data)):
+            raise ValueError("bad signature")
+        record = cls(**data)
+        if record.id != home.name or not SANDBOX_ID.fullmatch(record.id):
+            raise ValueError(f"record of {record.id!r} found in {home.name!r}")
+        if any(m != str(home / "work") for m in record.mounts):
+            raise ValueError(f"names foreign mounts {record.mounts}")
+        for group in map(Path, record.cgroups):
+            if group.name != record.id or cgroups.ROOT not in group.parents or ".." in group.parts:
+                raise ValueError(f"names a foreign cgroup {group}")
+        return record
 
     def owner_alive(self) -> bool:
         return _start_time(self.owner_pid) == self.owner_start != ""
@@ -69,18 +128,25 @@ def reap(state_dir: Path | None = None, *, everything: bool = False) -> list[str
     """
     root = state_dir or state_root()
     removed: list[str] = []
+    if not (root / "sandboxes").is_dir():
+        return removed
+    check_private(root)
+    key = _key(root)
     now = time.time()
     for home in sorted((root / "sandboxes").glob("tf-*")):
-        try:
-            record = SandboxRecord(**json.loads((home / "record.json").read_text()))
-        except (OSError, ValueError, TypeError):
+        if not (home / "record.json").exists():
             try:
                 if now - home.stat().st_mtime < 60:  # still being created by a live process
                     continue
             except FileNotFoundError:  # its owner closed it meanwhile
                 continue
-            shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(home, ignore_errors=True)  # holds no resource yet: nothing to release
             removed.append(home.name)
+            continue
+        try:
+            record = SandboxRecord.load(home, key)
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("not reaping %s: its record cannot be authenticated (%s)", home, exc)
             continue
         if everything or not record.owner_alive() or record.deadline < now:
             _release(record, home)
