@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import platform
+import secrets
 import socket
 import stat
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -287,6 +289,13 @@ def test_host_loopback_and_outside_network_are_unreachable(sandbox):
     assert not routes
 
 
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _accept(server: socket.socket):
     try:
         conn, _ = server.accept()
@@ -307,16 +316,21 @@ def test_another_sandboxs_files_and_processes_are_out_of_reach(backend, base_ima
     other = backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
     try:
         other.write_file("secret.txt", b"other-secret")
-        sleeper = threading.Thread(target=lambda: other.exec(["sh", "-c", "exec -a tf-other-sleeper sleep 4"]))
+        tag = f"4.{secrets.randbelow(10**8)}"  # sleep's unique argument: how to recognise the other's process
+        sleeper = threading.Thread(target=lambda: other.exec(["sleep", tag]))
         sleeper.start()
         home = getattr(other, "workspace", None)
         probe = f"cat {home}/secret.txt 2>&1; " if home else ""
+        for _ in range(500):  # until the other sandbox's process runs
+            if any(f"sleep\0{tag}".encode() in _cmdline(p) for p in Path("/proc").glob("[0-9]*")):
+                break
+            time.sleep(0.01)
         result = sandbox.exec(["sh", "-c", probe + "grep -l other-secret -r / 2>/dev/null | head; ps -eo args"])
         sleeper.join()
     finally:
         other.close()
     assert "other-secret" not in result.stdout
-    assert "tf-other-sleeper" not in result.stdout
+    assert f"sleep {tag}" not in result.stdout
 
 
 # --- files that leave the sandbox -----------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import secrets
 import subprocess
@@ -168,23 +169,105 @@ def test_closed_sandbox_is_gone(bwrap_backend, base_image, state_dir):
         sb.exec(["true"])
 
 
-def test_reaper_removes_sandboxes_of_a_killed_owner(base_image, state_dir):
-    """A child process creates a sandbox and is SIGKILLed; the reaper cleans up after it."""
+def test_kill_9_of_the_owner_mid_command_leaves_nothing_after_trialforge_reap(base_image, state_dir):
+    """A child runs a command in a sandbox and is SIGKILLed; ``trialforge reap`` removes all it held."""
+    tag = f"sleep 300.{secrets.randbelow(10**8)}"  # a unique command line to find the sandboxed process by
     code = (
-        "import os, sys, time\n"
+        "import sys\n"
         "from pathlib import Path\n"
         "from trialforge.sandbox.bwrap import BwrapBackend\n"
         "from trialforge.sandbox.images import base_image\n"
         "from trialforge.sandbox.base import SandboxSpec\n"
         "sb = BwrapBackend(base_image(), state_dir=Path(sys.argv[1])).create(SandboxSpec(image='x'))\n"
         "print(sb.id, flush=True)\n"
-        "time.sleep(60)\n"
+        "sb.exec(sys.argv[2].split(), timeout=400)\n"
     )
-    child = subprocess.Popen([sys.executable, "-c", code, str(state_dir)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code, str(state_dir), tag], stdout=subprocess.PIPE, text=True)
     sandbox_id = child.stdout.readline().strip()
-    assert (state_dir / "sandboxes" / sandbox_id).exists()
+    home = state_dir / "sandboxes" / sandbox_id
+    for _ in range(500):  # until the sleeper runs inside the sandbox
+        if _processes_named(tag):
+            break
+        time.sleep(0.01)
+    assert _processes_named(tag), "the sandboxed command never started"
+    held = _held(sandbox_id)
+    assert home.exists() and held["mounts"]
     child.kill()
     child.wait()
-    removed = reap(state_dir)
-    assert sandbox_id in removed
-    assert not (state_dir / "sandboxes" / sandbox_id).exists()
+    env = {**os.environ, "TRIALFORGE_STATE_DIR": str(state_dir)}
+    trialforge = Path(sys.executable).with_name("trialforge")
+    done = subprocess.run([str(trialforge), "reap"], env=env, capture_output=True, text=True, check=True)
+    assert "1" in done.stdout, done.stdout
+    assert not home.exists()
+    assert _held(sandbox_id) == {"mounts": [], "cgroups": []}
+    assert not _processes_named(tag)
+
+
+def _processes_named(tag: str) -> list[str]:
+    return [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).strip() == tag]
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _held(sandbox_id: str) -> dict[str, list[str]]:
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if sandbox_id in line]
+    groups = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/**/{sandbox_id}")] if os.geteuid() == 0 else []
+    return {"mounts": mounts, "cgroups": groups}
+
+
+def test_reaper_ignores_records_it_cannot_authenticate(bwrap_backend, base_image, state_dir):
+    """A planted record naming someone else's cgroup and mount is left alone, and so is what it names."""
+    sb = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
+    try:
+        record = json.loads((sb.home / "record.json").read_text())
+        forged = {**record, "owner_pid": 1, "owner_start": "0", "mounts": ["/proc"], "sig": record["sig"]}
+        (sb.home / "record.json").write_text(json.dumps(forged))
+        assert reap(state_dir) == []
+        assert sb.exec(["true"]).exit_code == 0  # its real resources are intact
+        (sb.home / "record.json").write_text(json.dumps(record))
+    finally:
+        sb.close()
+
+
+def test_a_state_dir_someone_else_made_is_refused(base_image, tmp_path):
+    from trialforge.sandbox.bwrap import BwrapBackend
+
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    with pytest.raises(SandboxError, match="refusing state directory"):
+        BwrapBackend(base_image, state_dir=planted)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switches to an unprivileged account to show trialforge works as one")
+def test_trialforge_runs_sandboxes_as_a_normal_user_too(base_image):
+    """No root needed where the host allows unprivileged user namespaces: the same backend, rlimits for bounds."""
+    from trialforge.sandbox.identity import sandbox_identity
+
+    ident = sandbox_identity()
+    code = (
+        "import os, tempfile\n"
+        "from pathlib import Path\n"
+        "from trialforge.sandbox.bwrap import BwrapBackend\n"
+        "from trialforge.sandbox.images import base_image\n"
+        "from trialforge.sandbox.base import SandboxSpec\n"
+        "state = Path(tempfile.mkdtemp(prefix='tf-user-state-'))\n"
+        "backend = BwrapBackend(base_image(build=False), state_dir=state / 's')\n"
+        "with backend.create(SandboxSpec(image='x')) as sb:\n"
+        "    r = sb.exec(['sh', '-c', 'id -u; grep Seccomp: /proc/self/status; touch /work/f'])\n"
+        "    print(r.stdout, end='')\n"
+        "    print('owner', os.stat(sb.workspace / 'f').st_uid)\n"
+        "backend.close()\n"
+        "import shutil; shutil.rmtree(state)\n"
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {"PATH": os.environ["PATH"], "TRIALFORGE_CACHE": str(base_image.rootfs.parents[1]), "PYTHONPATH": str(src)}
+    argv = ["setpriv", f"--reuid={ident.uid}", f"--regid={ident.gid}", "--clear-groups", sys.executable, "-c", code]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["1000", "Seccomp:", "2", "owner", str(ident.uid)]
