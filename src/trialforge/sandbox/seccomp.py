@@ -8,8 +8,10 @@ whose namespace flags we can inspect). Syscalls of other ABIs (i386 ``int 0x80``
 not in the filter's architecture and kill the process: a denylist cannot be bypassed by
 switching ABI.
 
-The filter is compiled to BPF once per process and handed to bwrap as an fd
-(``--seccomp``); bwrap installs it after its own setup, right before the command runs.
+The same rules have two renderings: BPF compiled once per process and handed to bwrap as
+an fd (``--seccomp``; bwrap installs it after its own setup, right before the command
+runs), and an OCI seccomp profile that container engines (Docker, Podman) install for the
+docker backend in place of their own defaults.
 """
 
 from __future__ import annotations
@@ -117,6 +119,36 @@ PERSONALITY_FLAGS = {
 TERMINAL_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
 
 
+def rules() -> list[tuple[str, int, list[tuple[int, int]]]]:
+    """Every rule as (syscall, errno, [(argument index, flag)...]); a flag matches when all its bits are set."""
+    listed: list[tuple[str, int, list[tuple[int, int]]]] = [(name, errno.EPERM, []) for name in DENIED]
+    listed.append(("clone3", errno.ENOSYS, []))  # its flags live in memory, out of a filter's reach
+    listed += [("clone", errno.EPERM, [(0, flag)]) for flag in CLONE_NAMESPACE_FLAGS.values()]
+    listed += [("personality", errno.EPERM, [(0, flag)]) for flag in PERSONALITY_FLAGS.values()]
+    listed += [("ioctl", errno.EPERM, [(1, request)]) for request in TERMINAL_IOCTLS.values()]
+    return listed
+
+
+def oci_profile() -> dict:
+    """The rules as an OCI/Docker seccomp profile (what ``--security-opt seccomp=...`` takes)."""
+    syscalls = []
+    for name, err, args in rules():
+        entry: dict = {"names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": err}
+        if args:
+            ioctl = name == "ioctl"
+            entry["args"] = [
+                {
+                    "index": index,
+                    "value": flag,
+                    "valueTwo": 0 if ioctl else flag,
+                    "op": "SCMP_CMP_EQ" if ioctl else "SCMP_CMP_MASKED_EQ",
+                }
+                for index, flag in args
+            ]
+        syscalls.append(entry)
+    return {"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"], "syscalls": syscalls}
+
+
 @cache
 def filter_bpf() -> bytes:
     """The compiled filter (BPF bytecode in the kernel's format), built once per process."""
@@ -125,18 +157,15 @@ def filter_bpf() -> bytes:
     except (ImportError, OSError) as exc:  # OSError: libseccomp.so.2 itself is missing
         raise SandboxError(f"cannot load libseccomp ({exc}): apt-get install libseccomp2", cause="seccomp") from exc
     filt = sc.SyscallFilter(sc.ALLOW)
-    for name in DENIED:
+    for name, err, args in rules():
+        if name == "ioctl":
+            conditions = [sc.Arg(i, sc.MASKED_EQ, 0xFFFFFFFF, request) for i, request in args]
+        else:
+            conditions = [sc.Arg(i, sc.MASKED_EQ, flag, flag) for i, flag in args]
         try:
-            filt.add_rule(sc.ERRNO(errno.EPERM), name)
+            filt.add_rule(sc.ERRNO(err), name, *conditions)
         except (ValueError, RuntimeError, OSError):
             continue  # not a syscall on this architecture (e.g. vm86 on x86_64): nothing to deny
-    filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # its flags live in memory, out of a filter's reach
-    for flag in CLONE_NAMESPACE_FLAGS.values():
-        filt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-    for flag in PERSONALITY_FLAGS.values():
-        filt.add_rule(sc.ERRNO(errno.EPERM), "personality", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-    for request in TERMINAL_IOCTLS.values():
-        filt.add_rule(sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     with tempfile.TemporaryFile() as out:
         filt.export_bpf(out)
         out.seek(0)
