@@ -5,7 +5,9 @@
 Prints median and p95 (ms) of cold start, warm acquire, exec of `true`, snapshot,
 restore and close; then a short "episode" (acquire, write a file, run a command,
 release) done two ways in the same run: pooled with reset versus a fresh sandbox
-per episode, and their ratio.
+per episode, and their ratio. For bwrap it also times, in the same run, `true` under
+the bare bubblewrap command line the backend used before it was hardened (no account
+switch, no seccomp, no /proc masks): what the confinement costs per command.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -86,6 +89,16 @@ def measure(name: str, backend: Backend, image: str, seed: Path, reps: int) -> d
     return out
 
 
+def unhardened_exec(rootfs: Path, workspace: Path, reps: int) -> list[float]:
+    """ms of `true` under the pre-hardening command line (a baseline only: trialforge never runs it)."""
+    argv = [
+        "bwrap", "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL",
+        "--die-with-parent", "--new-session", "--clearenv", "--ro-bind", str(rootfs), "/",
+        "--bind", str(workspace), "/work", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "true",
+    ]  # fmt: skip
+    return [timed(subprocess.run, argv)[0] for _ in range(reps)]
+
+
 def episode_ratio(backend: Backend, image: str, seed: Path, reps: int) -> tuple[float, float]:
     """Mean ms of one short episode: pooled with reset, and a fresh sandbox each time."""
 
@@ -130,6 +143,9 @@ def main() -> None:
                 print(f"{'operation':<14} {'median':>8} {'p95':>8}")
                 for op, samples in measure(name, backend, image, seed, args.reps).items():
                     print(f"{op:<14} {stats(samples)}")
+                if name == "bwrap":
+                    bare = unhardened_exec(base_image().rootfs, Path(tmp), args.reps)
+                    print(f"{'exec, bare':<14} {stats(bare)}   (unhardened baseline, same run)")
                 pooled, naive = episode_ratio(backend, image, seed, args.reps)
                 print(f"episode, pooled + reset : {pooled:8.1f} ms")
                 print(f"episode, fresh sandbox  : {naive:8.1f} ms")
