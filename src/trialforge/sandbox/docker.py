@@ -76,12 +76,13 @@ import requests.exceptions
 from docker.types import Mount
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.base import WORKDIR, ExecResult, Limits, SandboxSpec
-from trialforge.sandbox.bwrap import SANDBOX_ENV
+from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.images import Image
 from trialforge.sandbox.proc import _Capture
 from trialforge.sandbox.reaper import SandboxRecord
-from trialforge.sandbox.statedir import state_root
+from trialforge.sandbox.sanitize import tar_member
+from trialforge.sandbox.seccomp import oci_profile
+from trialforge.sandbox.statedir import private_dir, state_root
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,7 @@ class DockerBackend:
         self.state_dir = state_dir or state_root()
         self.snapshot_dir = self.state_dir / "snapshots" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._image_id: str | None = None
+        self._seccomp: str | None = None
         self._image_lock = threading.Lock()
 
     # --- image -------------------------------------------------------------------------
@@ -244,6 +246,25 @@ class DockerBackend:
             raise SandboxError(
                 f"cannot import {self.image.tarball} as {self.image.name}: {exc}", cause="image"
             ) from exc
+
+    def seccomp_option(self) -> str:
+        """Our syscall rules for ``--security-opt seccomp=``: inline JSON for Docker, a file for Podman.
+
+        Docker's API takes the profile's content; Podman's compatible API opens the value as a
+        path on the engine's host, so the profile is written (once) into our private state dir.
+        """
+        with self._image_lock:
+            if self._seccomp is None:
+                profile = json.dumps(oci_profile(), separators=(",", ":"))
+                self._seccomp = profile
+                components = self.client.version().get("Components") or []
+                if any("podman" in str(c.get("Name", "")).lower() for c in components):
+                    path = private_dir(self.state_dir) / "seccomp.json"
+                    tmp = path.with_suffix(".part")
+                    tmp.write_text(profile)
+                    tmp.replace(path)
+                    self._seccomp = str(path)
+            return self._seccomp
 
     # --- sandboxes and snapshots -----------------------------------------------------------
     def create(self, spec: SandboxSpec) -> DockerSandbox:
@@ -318,7 +339,8 @@ class DockerSandbox:
                 tmpfs={"/tmp": f"size={lim.disk_mb}m,mode=1777"},
                 mounts=[Mount(target=WORKDIR, source=self.volume, type="volume")],
                 cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
+                # our syscall rules (the bwrap backend's, as an OCI profile) in place of the engine's default
+                security_opt=["no-new-privileges", f"seccomp={self.owner.seccomp_option()}"],
             )
             created = self.api.create_container(
                 self.image_digest,
@@ -515,7 +537,7 @@ class DockerSandbox:
         dest.mkdir(parents=True, exist_ok=True)
         with self._workspace_tar() as tar:
             for member in _rebased(tar):
-                tar.extract(member, dest, filter=_export_filter)
+                tar.extract(member, dest, filter=_export_filter)  # sanitize.tar_member, then the stdlib's rule
 
     def _put(self, directory: str, data: Any, what: str) -> None:
         with self._engine_call(what):
@@ -539,7 +561,9 @@ class DockerSandbox:
         try:
             with self._workspace_tar() as src, tarfile.open(tmp, mode="w") as out:
                 for member in _rebased(src):
-                    out.addfile(member, src.extractfile(member) if member.isreg() else None)
+                    safe = tar_member(member)
+                    if safe is not None:
+                        out.addfile(safe, src.extractfile(member) if member.isreg() else None)
             tmp.replace(path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -700,8 +724,11 @@ def _strip(name: str, prefix: str) -> str | None:
 
 
 def _export_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """The stdlib's ``tar`` filter (nothing outside ``dest``), owned by whoever exports."""
-    safe = tarfile.tar_filter(member, dest)
+    """What may leave a sandbox (``sanitize``), inside ``dest`` (the stdlib's ``data`` rule), owned by the exporter."""
+    defused = tar_member(member)
+    if defused is None:
+        return None
+    safe = tarfile.data_filter(defused, dest)
     return safe.replace(uid=os.getuid(), gid=os.getgid(), uname="", gname="", deep=False)
 
 
