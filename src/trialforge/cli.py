@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -90,11 +91,21 @@ def image_build() -> None:
 
 @app.command()
 def reap(everything: Annotated[bool, typer.Option(help="remove live sandboxes too")] = False) -> None:
-    """Remove sandboxes that crashed runs left behind."""
+    """Remove what crashed runs left behind: bwrap sandboxes, containers and volumes, Podman services."""
+    import shutil
+
+    from trialforge.sandbox.docker import reap_containers
+    from trialforge.sandbox.engine import PodmanService, engine_client, reap_services
     from trialforge.sandbox.reaper import reap as reap_sandboxes
 
-    removed = reap_sandboxes(everything=everything)
-    typer.echo(f"removed {len(removed)} sandboxes")
+    sandboxes = reap_sandboxes(everything=everything)
+    services, containers = reap_services(everything=everything)
+    if os.environ.get("DOCKER_HOST") or shutil.which("podman"):  # containers whose engine outlived no service of ours
+        with PodmanService() as engine:
+            client = engine_client(engine.base_url)
+            containers += reap_containers(client, everything=everything)
+            client.close()
+    typer.echo(f"removed {len(sandboxes)} sandboxes, {len(containers)} containers, {len(services)} podman services")
 
 
 @app.command()

@@ -11,12 +11,15 @@ chosen an engine, and we use it instead of starting anything.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import docker
@@ -24,7 +27,9 @@ import docker.errors
 import requests.exceptions
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.statedir import state_root
+from trialforge.sandbox.docker import reap_containers
+from trialforge.sandbox.reaper import process_start
+from trialforge.sandbox.statedir import private_dir, state_root
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +127,13 @@ class PodmanService:
             self.proc = subprocess.Popen(
                 ["podman", "system", "service", "--time=0", self.base_url],
                 env=self.env,
+                cwd=home,  # conmon drops files (``oom``) into its working directory: keep them in ours
                 stdin=subprocess.DEVNULL,
                 stdout=logfile,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C in the terminal reaches us, and we stop it in order
             )
+        ServiceRecord.for_service(self.proc.pid, self.base_url).save(home)
         try:
             self._wait_ready(home / "service.log")
         except BaseException:
@@ -163,8 +170,7 @@ class PodmanService:
         if self.state_dir is not None:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             return self.state_dir
-        root = state_root()
-        root.mkdir(parents=True, exist_ok=True)
+        root = private_dir(state_root())
         self._made_dir = Path(tempfile.mkdtemp(prefix="podman-", dir=root))  # short: unix socket paths max 107 bytes
         return self._made_dir
 
@@ -191,6 +197,68 @@ class PodmanService:
             f"podman system service did not answer /_ping within {self.start_timeout_s:.0f}s: {_tail(logfile)}",
             cause="engine",
         )
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    """Who started a Podman service, so ``reap_services`` can stop it once that owner is gone."""
+
+    service_pid: int
+    service_start: str
+    owner_pid: int
+    owner_start: str
+    url: str
+
+    @classmethod
+    def for_service(cls, pid: int, url: str) -> ServiceRecord:
+        me = os.getpid()
+        return cls(pid, process_start(pid), me, process_start(me), url)
+
+    def save(self, home: Path) -> None:
+        tmp = home / "service.json.part"
+        tmp.write_text(json.dumps(asdict(self)))
+        tmp.replace(home / "service.json")
+
+    def owner_alive(self) -> bool:
+        return process_start(self.owner_pid) == self.owner_start != ""
+
+    def service_alive(self) -> bool:
+        return process_start(self.service_pid) == self.service_start != ""
+
+
+def reap_services(state_dir: Path | None = None, *, everything: bool = False) -> tuple[list[str], list[str]]:
+    """Stop the Podman services of dead owners (all with ``everything``), first removing their abandoned sandboxes.
+
+    Returns (services stopped, containers removed).
+    """
+    root = state_dir or state_root()
+    stopped: list[str] = []
+    removed: list[str] = []
+    for home in sorted(root.glob("podman-*")) if root.is_dir() else []:
+        try:
+            record = ServiceRecord(**json.loads((home / "service.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            continue  # being started, or not ours to judge
+        if record.owner_alive() and not everything:
+            continue
+        if record.service_alive():
+            try:
+                client = engine_client(record.url, timeout=30)
+            except SandboxError:
+                pass
+            else:
+                removed += reap_containers(client, everything=everything)
+                client.close()
+            os.kill(record.service_pid, signal.SIGTERM)
+            for _ in range(1500):  # up to ~15 s for it to stop its containers' conmons and exit
+                if not record.service_alive():
+                    break
+                time.sleep(0.01)
+            if record.service_alive():
+                os.kill(record.service_pid, signal.SIGKILL)
+        shutil.rmtree(home, ignore_errors=True)
+        stopped.append(home.name)
+    return stopped, removed
 
 
 def _tail(path: Path, size: int = 2000) -> str:

@@ -57,7 +57,7 @@ def _sign(key: bytes, fields: dict) -> str:
     return hmac.new(key, json.dumps(fields, sort_keys=True).encode(), hashlib.sha256).hexdigest()
 
 
-def _start_time(pid: int) -> str:
+def process_start(pid: int) -> str:
     """The kernel's start time of ``pid``: with the pid it identifies one process, even after pid reuse."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
@@ -81,7 +81,7 @@ class SandboxRecord:
         cls, sandbox_id: str, *, backend: str, labels: dict[str, str], deadline: float
     ) -> SandboxRecord:
         pid = os.getpid()
-        return cls(sandbox_id, backend, pid, _start_time(pid), deadline, dict(labels))
+        return cls(sandbox_id, backend, pid, process_start(pid), deadline, dict(labels))
 
     def save(self, home: Path) -> None:
         """Write the signed record into ``home`` (``STATE/sandboxes/ID``), atomically."""
@@ -111,7 +111,7 @@ class SandboxRecord:
         return record
 
     def owner_alive(self) -> bool:
-        return _start_time(self.owner_pid) == self.owner_start != ""
+        return process_start(self.owner_pid) == self.owner_start != ""
 
 
 def _release(record: SandboxRecord, home: Path) -> None:
