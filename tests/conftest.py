@@ -55,6 +55,23 @@ def bwrap_backend(base_image, state_dir):
     backend.close()
 
 
+def _leftovers() -> set[str]:
+    """What runs may leave on the host: tf-* temp dirs and tf-* cgroups."""
+    found = {str(p) for p in Path(tempfile.gettempdir()).glob("tf-*") if not p.name.startswith("tf-state-")}
+    found |= {str(p) for p in Path("/sys/fs/cgroup").glob("*/tf-*")}
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(state_dir):
+    """The session must end with no new temp dirs, cgroups or Podman service state of its own making."""
+    before = _leftovers()
+    yield
+    new = sorted(_leftovers() - before)
+    services = sorted(p.name for p in state_dir.glob("podman-*"))
+    assert not new and not services, f"the test session left behind: {new + services}"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_sandboxes(state_dir):
     """After the whole session, no bwrap sandbox may remain (each test closes what it opens)."""
