@@ -47,8 +47,8 @@ def test_kill_9_of_a_docker_run_owner_then_reap_leaves_no_container_volume_servi
             break
         time.sleep(0.01)
     assert _pids_with_cmdline(tag), "the sandboxed command never started"
-    service_dirs = [p for p in state_dir.glob("podman-*") if (p / "service.json").exists()]
-    assert service_dirs
+    service_dirs = [p for p in state_dir.glob("podman-*") if f'"owner_pid": {child.pid},' in _read(p / "service.json")]
+    assert len(service_dirs) == 1
     child.send_signal(signal.SIGKILL)
     child.wait()
 
@@ -79,6 +79,13 @@ def test_kill_9_of_a_docker_run_owner_then_reap_leaves_no_container_volume_servi
     ).stdout.split()
     assert not {f"{i}-work" for i in ids} & set(volumes)
     assert not [pid for pid in _pids_with_cmdline("conmon") if any(i in _cmdline(pid) for i in ids)]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def _cmdline(pid: str) -> str:

@@ -8,14 +8,18 @@ as on hybrid hosts, or the unified v2 hierarchy) and starts every command inside
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from trialforge.errors import SandboxError
 
+log = logging.getLogger(__name__)
 ROOT = Path("/sys/fs/cgroup")
+REMOVE_WAIT_S = 10.0
 CONTROLLERS = ("memory", "pids", "cpu")
 
 
@@ -117,15 +121,24 @@ class SandboxCgroup:
                 os.kill(pid, signal.SIGKILL)
 
     def remove(self) -> None:
-        """Kill what is left inside and delete the group directories."""
+        """Kill what is left inside and delete the group directories.
+
+        A killed process leaves its groups only once it has fully exited, which on a loaded
+        machine takes a while: poll (up to ``REMOVE_WAIT_S``) rather than give up after a few
+        tries, which left empty groups behind by the hundred.
+        """
         self.kill_all()
+        deadline = time.monotonic() + REMOVE_WAIT_S
         for d in self.dirs:
-            for _ in range(50):  # a killed process leaves the group a moment later
+            while True:
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
-                except OSError:
+                except OSError as exc:
+                    if time.monotonic() > deadline:
+                        log.warning("cgroup %s outlived its sandbox: %s", d, exc)
+                        break
                     self.kill_all()
-                    os.sched_yield()
+                    time.sleep(0.005)  # poll interval while the killed processes exit
