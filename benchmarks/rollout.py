@@ -9,7 +9,9 @@ episode verified in a fresh sandbox) at each concurrency. For each level it prin
 over the batch's wall time, and how the episodes' summed time splits: sandbox lifecycle (the task's start
 tree, acquiring the sandbox from the pool, giving it back), verification (extracting the agent's diff,
 then grading it in a fresh sandbox), policy, command execution in the sandbox, and the rest: our own
-overhead (the loop's bookkeeping, records, checkpoints), whose target is under 5%. Every gold episode
+overhead (the loop's bookkeeping, records, checkpoints), whose target is under 5%. The last column is the
+verifier's cost in seconds per graded episode (diff extraction plus the graded run; with ``--group 1`` every
+episode is graded once): the figure to compare before and after a verifier change. Every gold episode
 must score 1.0; the benchmark fails otherwise, since a fast wrong rollout measures nothing. With
 ``--group`` above 1 a task's gold episodes end in the same diff, so all but the first reuse its verdict
 (as a real GRPO group's duplicates do): the verification share falls and episodes/s rises accordingly.
@@ -73,7 +75,8 @@ def main() -> None:
             lineage = Lineage("bench-rollout", 0, task_set_version(valid), params.digest(), code_version())
             gold = GoldPolicy(valid)
             header = f"{'conc':>4} {'episodes':>8} {'wall s':>7} {'ep/s':>6} {'steps/s':>7}"
-            print(header + "".join(f"{name:>9}" for name in ("sandbox", "verify", "policy", "exec", "other")))
+            names = ("sandbox", "verify", "policy", "exec", "other")
+            print(header + "".join(f"{name:>9}" for name in names) + f"{'verify s/ep':>12}")
             for level in levels:
                 rt.params = load_params(None, {**overrides, "sandbox.concurrency": level})
                 t0 = time.monotonic()
@@ -84,7 +87,8 @@ def main() -> None:
                     raise SystemExit(f"gold episodes that did not score 1.0 at concurrency {level}: {wrong}")
                 steps = sum(e.steps for e in episodes)
                 row = f"{level:>4} {len(episodes):>8} {wall:>7.1f} {len(episodes) / wall:>6.2f} {steps / wall:>7.2f}"
-                print(row + "".join(f"{share:>9.1%}" for share in shares(episodes)))
+                verify_per_episode = sum(e.verify_s for e in episodes) / len(episodes)
+                print(row + "".join(f"{share:>9.1%}" for share in shares(episodes)) + f"{verify_per_episode:>12.3f}")
 
 
 if __name__ == "__main__":
