@@ -7,7 +7,7 @@ records their log-probabilities, and each next prompt extends the last with made
 from __future__ import annotations
 
 import json
-import time
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -187,24 +187,27 @@ def test_a_stale_batch_is_importance_weighted_by_the_truncation_cap(batch):
 
 @pytest.mark.parametrize("bound", [0, 2])
 def test_rollouts_never_run_more_than_the_bound_behind(bound):
-    seen = []
+    """Each update waits until the producer has started every batch the bound allows: no clock involved."""
+    batches = 12
+    started: list[tuple[int, int]] = []  # (batch index, snapshot version it was rolled out with)
+    progress = threading.Condition()
 
     def rollout(snapshot: int, index: int) -> int:
-        time.sleep(0.004)
+        with progress:
+            started.append((index, snapshot))
+            progress.notify_all()
         return snapshot
 
     def update(tagged):
-        seen.append(tagged.batch)
-        time.sleep(0.006)
+        allowed = min(tagged.index + bound, batches - 1)  # the furthest batch the producer may start now
+        with progress:
+            assert progress.wait_for(lambda: len(started) > allowed, timeout=60), "the producer stopped short"
+            assert len(started) == allowed + 1, "the producer ran past the bound"
         return tagged.index + 1, tagged.index + 1  # (snapshot, version): one version per update
 
-    stats = train_bounded(rollout, update, snapshot=0, version=0, batches=12, max_staleness=bound)
-    assert len(stats.staleness) == 12 and max(stats.staleness) <= bound
-    if bound:
-        assert max(stats.staleness) >= 1  # the producer did run ahead
-        assert stats.rollout_idle_fraction > 0.2  # the update is slower: rollouts wait on the bound
-    else:
-        assert set(stats.staleness) == {0} and stats.trainer_idle_fraction > 0.2  # synchronous: trainer waits
+    stats = train_bounded(rollout, update, snapshot=0, version=0, batches=batches, max_staleness=bound)
+    assert stats.staleness == [min(i, bound) for i in range(batches)]  # ran ahead exactly to the bound, never past
+    assert all(index - snapshot <= bound for index, snapshot in started)
     assert 0 <= stats.trainer_idle_fraction <= 1 and 0 <= stats.rollout_idle_fraction <= 1
 
 
