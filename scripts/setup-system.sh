@@ -1,34 +1,60 @@
 #!/usr/bin/env bash
-# System packages trialforge needs: bubblewrap (sandboxes), debootstrap (base image), git (patches),
-# podman + runc (the Docker Engine API backend and its tests), a Python with venv.
-# Installs what is missing when root; otherwise says exactly what to install.
+# What trialforge needs from the system, set up idempotently on Debian/Ubuntu:
+# - packages: bubblewrap (sandboxes), slirp4netns (a bwrap sandbox's own network, when a task asks
+#   for one), debootstrap (base image), git (patches), podman + runc (the Docker Engine API backend
+#   and its tests), uidmap (rootless Podman, for trialforge run as a normal user), chromium (the
+#   report's browser test), libseccomp2 (the syscall filter), a Python with venv;
+# - the account bwrap sandboxes run as when trialforge is root (src/trialforge/sandbox/identity.py);
+# - subordinate ids for Podman's per-container user namespaces (UsernsMode=auto takes them from the
+#   "containers" entries of /etc/subuid and /etc/subgid): uid 1000 inside a container is then a
+#   high, unused host uid, never a real user.
+# As root it does what is missing; otherwise it says exactly what is missing and exits 2.
 set -euo pipefail
-need=()
 have() { command -v "$1" >/dev/null 2>&1; }
+need=()
 have bwrap || need+=(bubblewrap)
+have slirp4netns || need+=(slirp4netns)
 have debootstrap || need+=(debootstrap)
 have git || need+=(git)
 have podman || need+=(podman)
 have runc || need+=(runc)
-have chromium || need+=(chromium)  # renders the HTML report in its browser test
+have newuidmap || need+=(uidmap)
+have chromium || need+=(chromium)
 have python3 || need+=(python3)
-ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || need+=(libseccomp2)  # the bwrap sandboxes' syscall filter
+ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || need+=(libseccomp2)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-# As root, sandboxes run as this dedicated account, never as root (src/trialforge/sandbox/identity.py).
+
 sandbox_user=${TRIALFORGE_SANDBOX_USER:-trialforge-sandbox}
-ensure_sandbox_user() {
-  [ "$(id -u)" = 0 ] || return 0
-  getent passwd "$sandbox_user" >/dev/null && return 0
-  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$sandbox_user"
-}
-if [ ${#need[@]} -eq 0 ]; then ensure_sandbox_user; exit 0; fi
+subid_entry="containers:2147483647:2147483648"
+missing_subid=()
+for file in /etc/subuid /etc/subgid; do
+  grep -q '^containers:' "$file" 2>/dev/null || missing_subid+=("$file")
+done
+getent passwd "$sandbox_user" >/dev/null && missing_user=() || missing_user=("$sandbox_user")
+
 if [ "$(id -u)" != 0 ]; then
-  echo "trialforge needs these Debian packages: ${need[*]}" >&2
-  echo "install them as root:  sudo apt-get install -y ${need[*]}" >&2
+  [ ${#need[@]} -eq 0 ] && [ ${#missing_subid[@]} -eq 0 ] && [ ${#missing_user[@]} -eq 0 ] && exit 0
+  echo "trialforge's system setup is incomplete; as root, run scripts/setup-system.sh, or by hand:" >&2
+  [ ${#need[@]} -eq 0 ] || echo "  missing packages:  apt-get install -y ${need[*]}" >&2
+  for file in "${missing_subid[@]}"; do
+    echo "  no 'containers:' entry in $file:  echo $subid_entry >> $file" >&2
+  done
+  [ ${#missing_user[@]} -eq 0 ] || echo "  no sandbox account (needed when trialforge runs as root):  useradd --system" \
+    "--user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin $sandbox_user" >&2
   exit 2
 fi
-echo "installing system packages: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-ensure_sandbox_user
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing system packages: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+for file in "${missing_subid[@]}"; do
+  echo "adding $subid_entry to $file"
+  echo "$subid_entry" >>"$file"
+done
+if [ ${#missing_user[@]} -gt 0 ]; then
+  echo "creating the sandbox account $sandbox_user"
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$sandbox_user"
+fi

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,6 +16,8 @@ import pytest
 
 from trialforge.sandbox.docker import LABEL_SANDBOX
 from trialforge.sandbox.engine import API_VERSION
+from trialforge.sandbox.leftovers import cmdline
+from trialforge.sandbox.reaper import process_start
 
 OWNER = """
 import sys
@@ -43,26 +46,30 @@ def test_kill_9_of_a_docker_run_owner_then_reap_leaves_no_container_volume_servi
     ids = child.stdout.readline().split()
     assert url.startswith("unix://") and len(ids) == 2
     for _ in range(1000):  # until the long command runs inside the first sandbox
-        if _pids_with_cmdline(tag):
+        if _pids_withcmdline(tag):
             break
         time.sleep(0.01)
-    assert _pids_with_cmdline(tag), "the sandboxed command never started"
+    assert _pids_withcmdline(tag), "the sandboxed command never started"
     service_dirs = [p for p in state_dir.glob("podman-*") if f'"owner_pid": {child.pid},' in _read(p / "service.json")]
     assert len(service_dirs) == 1
+    service = json.loads(_read(service_dirs[0] / "service.json"))
     child.send_signal(signal.SIGKILL)
     child.wait()
 
     client = docker.DockerClient(base_url=url, version=API_VERSION, timeout=30)
     left = client.api.containers(all=True, filters={"label": LABEL_SANDBOX})
     assert {c["Names"][0].lstrip("/") for c in left} >= set(ids), "the kill should have left them (the bug)"
+    full_ids = [c["Id"] for c in left if c["Names"][0].lstrip("/") in ids]
     client.close()
 
     trialforge = Path(sys.executable).with_name("trialforge")
     done = subprocess.run([str(trialforge), "reap"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "2 containers" in done.stdout and "1 podman services" in done.stdout, done.stdout
+    assert "podman-" in done.stdout and all(i in done.stdout for i in ids), done.stdout
 
-    assert not _pids_with_cmdline(tag)
+    assert not _pids_withcmdline(tag)
+    assert process_start(service["service_pid"]) != service["service_start"], "the Podman service still runs"
     assert not [p for p in state_dir.glob("podman-*") if p in service_dirs]
     socket_path = url.removeprefix("unix://")
     assert not Path(socket_path).exists()
@@ -75,10 +82,15 @@ def test_kill_9_of_a_docker_run_owner_then_reap_leaves_no_container_volume_servi
     ).stdout.split()
     assert not set(ids) & set(listed)
     volumes = subprocess.run(
-        ["podman", "volume", "ls", "--format", "{{.Name}}"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert not {f"{i}-work" for i in ids} & set(volumes)
-    assert not [pid for pid in _pids_with_cmdline("conmon") if any(i in _cmdline(pid) for i in ids)]
+        ["podman", "volume", "ls", "--filter", f"label={LABEL_SANDBOX}", "--format", "{{.Labels}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert not [i for i in ids if i in volumes]
+    assert not [pid for pid in _pids_withcmdline("conmon") if any(i in cmdline(pid) for i in ids)]
+    mounts = Path("/proc/self/mounts").read_text()
+    assert not [cid for cid in full_ids if cid in mounts], "the containers' storage is still mounted"
 
 
 def _read(path: Path) -> str:
@@ -88,12 +100,5 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _cmdline(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _pids_with_cmdline(needle: str) -> list[str]:
-    return [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and needle in _cmdline(p.name)]
+def _pids_withcmdline(needle: str) -> list[str]:
+    return [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and needle in cmdline(p.name)]

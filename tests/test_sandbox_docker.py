@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
 import select
 import socket
 import stat
@@ -24,8 +25,10 @@ import docker
 import pytest
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox import container_confinement as confine
 from trialforge.sandbox.base import TRUNCATION_MARK, Limits, SandboxSpec
 from trialforge.sandbox.bwrap import SANDBOX_ENV
+from trialforge.sandbox.container_confinement import MASKED_PATHS
 from trialforge.sandbox.docker import (
     IDLE_INIT,
     LABEL_DEADLINE,
@@ -33,9 +36,10 @@ from trialforge.sandbox.docker import (
     DockerBackend,
     DockerSandbox,
     owner_label,
-    reap_containers,
 )
 from trialforge.sandbox.engine import PodmanService, engine_client
+from trialforge.sandbox.identity import SANDBOX_UID
+from trialforge.sandbox.leftovers import reap_containers
 
 SMALL = Limits(cpus=1.0, memory_mb=192, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=4096)
 # One line per process in the sandbox: its command line, NULs as spaces.
@@ -108,9 +112,18 @@ def test_command_that_never_ends_is_killed_with_its_children(docker_backend: Doc
 def test_nothing_a_command_starts_outlives_it(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
         result = box.exec(["sh", "-c", "sleep 1000 & setsid sleep 1001 >/dev/null 2>&1 & sleep 0.3; echo started"])
-        assert result.stdout == "started\n" and result.duration_s < 5
+        assert result.stdout == "started\n" and not result.timed_out  # it did not wait for them
         survivors = box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
         assert "sleep 100" not in survivors  # neither the background job nor the daemon that called setsid
+
+
+def test_shared_memory_is_a_private_tmpfs_that_python_can_use(docker_backend: DockerBackend) -> None:
+    """multiprocessing needs /dev/shm: the container's own tmpfs (not the engine's host-side mount), nosuid."""
+    with sandbox(docker_backend) as box:
+        lock = box.exec(["python3", "-c", "import multiprocessing as m; m.Lock(); print('ok')"])
+        assert lock.stdout == "ok\n", lock.stderr
+        mounts = box.exec(["sh", "-c", "grep ' /dev/shm ' /proc/self/mounts"]).stdout.split()
+        assert mounts[2] == "tmpfs" and {"nosuid", "nodev", "noexec"} <= set(mounts[3].split(","))
 
 
 # --- isolation -------------------------------------------------------------------------------
@@ -406,3 +419,122 @@ def test_seed_archive_members_belong_to_the_sandbox_user(docker_backend: DockerB
     docker_backend.release(snap)
     assert set(owners) == {"1000"}
     assert modes["pkg/run.sh"] & stat.S_IXUSR
+
+
+# --- confinement (container_confinement.py) ---------------------------------------------------
+def _host_uid_of_sandbox_user(box: DockerSandbox) -> int:
+    """The host uid that the sandbox's uid 1000 maps to, from its own /proc/self/uid_map."""
+    for line in box.exec(["cat", "/proc/self/uid_map"]).stdout.splitlines():
+        inside, outside, count = (int(n) for n in line.split())
+        if inside <= SANDBOX_UID < inside + count:
+            return outside + SANDBOX_UID - inside
+    raise AssertionError("uid 1000 is not mapped")
+
+
+def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
+    docker_backend: DockerBackend, docker_client: docker.DockerClient
+) -> None:
+    """Each container gets its own user namespace: uid 1000 inside is neither host root nor host uid 1000."""
+    engine = docker_backend.engine()
+    if not (engine.podman or engine.userns_remap):
+        pytest.skip("this Docker daemon has no userns-remap: the backend refuses it unless allow_host_uids")
+    with sandbox(docker_backend) as first, sandbox(docker_backend) as second:
+        assert first.exec(["id", "-u"]).stdout == "1000\n"
+        first.exec(["touch", "/work/mine"])
+        host_uid = _host_uid_of_sandbox_user(first)
+        assert host_uid not in (0, SANDBOX_UID)
+        with pytest.raises(KeyError):
+            pwd.getpwuid(host_uid)  # no account: it owns nothing on the host
+        if engine.podman and "userns" not in str(docker_client.info().get("SecurityOptions")):
+            assert _host_uid_of_sandbox_user(second) != host_uid  # Podman's auto: a range per container
+        pid = docker_client.api.inspect_container(first.container_id)["State"]["Pid"]
+        if Path(f"/proc/{pid}/root").exists():  # the engine runs on this host: look at the file from outside
+            assert os.stat(f"/proc/{pid}/root/work/mine").st_uid == host_uid
+
+
+def test_work_and_tmp_are_nosuid_nodev_tmpfs_of_the_disk_quota(docker_backend: DockerBackend) -> None:
+    with sandbox(docker_backend, disk_mb=16) as box:
+        mountinfo = box.exec(["cat", "/proc/self/mountinfo"]).stdout.splitlines()
+    mounts = {line.split()[4]: line for line in mountinfo}
+    for target in ("/work", "/tmp"):
+        options, tail = mounts[target].split()[5], mounts[target].split(" - ")[1].split()
+        assert tail[0] == "tmpfs" and "size=16384k" in tail[2], mounts[target]
+        assert {"rw", "nosuid", "nodev"} <= set(options.split(",")), mounts[target]
+
+
+def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: DockerBackend) -> None:
+    """Every path of container_confinement.MASKED_PATHS the host has reads as empty inside."""
+    present = [p for p in MASKED_PATHS if Path(p).exists()]
+    assert "/proc/interrupts" in present  # not in Podman's defaults: only our list masks it
+    probe = "for p; do if [ -d $p ]; then ls -A $p | wc -l; else head -c 64 $p 2>/dev/null | wc -c; fi; done"
+    with sandbox(docker_backend) as box:
+        result = box.exec(["sh", "-c", probe, "probe", *present])
+    assert result.stdout.split() == ["0"] * len(present)
+
+
+def test_network_when_asked_is_a_private_stack_without_the_host_loopback(docker_backend: DockerBackend) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    probe = (
+        "import os, socket\n"
+        "print(os.readlink('/proc/self/ns/net'))\n"
+        "gw = [l.split()[2] for l in open('/proc/net/route').read().splitlines()[1:] if l.split()[1] == '00000000']\n"
+        "hosts = ['127.0.0.1'] + [socket.inet_ntoa(bytes.fromhex(g)[::-1]) for g in gw]\n"
+        "for h in hosts:\n"
+        "    try:\n"
+        f"        socket.create_connection((h, {port}), timeout=3); print('CONNECTED', h)\n"
+        "    except OSError as e:\n"
+        "        print('refused', h, e.strerror)\n"
+        "print('interfaces', sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]))\n"
+    )
+    try:
+        with sandbox(docker_backend, network=True) as box:
+            result = box.exec(["python3", "-c", probe])
+        knocked, _, _ = select.select([server], [], [], 0)
+    finally:
+        server.close()
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("net:[") and lines[0] != os.readlink("/proc/self/ns/net")  # never the host's
+    assert "CONNECTED" not in result.stdout and result.stdout.count("refused") >= 2, result.stdout
+    assert knocked == []
+    assert lines[-1] != "interfaces ['lo']", "network was asked for: a route out exists"
+
+
+def test_host_side_writes_replace_a_planted_fifo_and_keep_a_files_mode(docker_backend: DockerBackend) -> None:
+    with sandbox(docker_backend) as box:
+        box.exec(["sh", "-c", "mkfifo /work/pipe && echo x > /work/ro && chmod 444 /work/ro"])
+        box.write_file("pipe", b"data")  # a fifo would block a writer that opened it: it is replaced
+        box.write_file("ro", b"new")
+        assert box.read_file("pipe") == b"data" and box.read_file("ro") == b"new"
+        assert (
+            box.exec(["stat", "-c", "%F %a", "/work/pipe", "/work/ro"]).stdout == "regular file 644\nregular file 444\n"
+        )
+
+
+def test_a_docker_daemon_without_userns_remap_is_refused_unless_accepted() -> None:
+    docker_plain = confine.Engine(podman=False)
+    with pytest.raises(SandboxError) as err:
+        confine.identity(docker_plain)
+    assert "userns-remap" in str(err.value)
+    assert confine.identity(docker_plain, allow_host_uids=True) == {}
+    assert confine.identity(confine.Engine(podman=False, userns_remap=True)) == {}
+    assert confine.identity(confine.Engine(podman=True)) == {"UsernsMode": "auto"}
+
+
+def test_the_host_config_lists_every_protection() -> None:
+    limits = dataclasses.replace(SMALL, network=False)
+    podman = confine.host_config(confine.Engine(podman=True), limits, workdir="/work", seccomp_profile="/p.json")
+    assert podman["CapDrop"] == ["ALL"] and podman["ReadonlyRootfs"] is True and podman["NetworkMode"] == "none"
+    assert podman["SecurityOpt"][:2] == ["no-new-privileges", "seccomp=/p.json"]
+    assert podman["SecurityOpt"][2] == "mask=" + ":".join(MASKED_PATHS)
+    assert podman["UsernsMode"] == "auto" and "U" in podman["Tmpfs"]["/work"].split(",")
+    assert podman["Memory"] == podman["MemorySwap"] == SMALL.memory_mb * 2**20 and podman["PidsLimit"] == SMALL.pids
+    networked = dataclasses.replace(SMALL, network=True)
+    dock = confine.host_config(
+        confine.Engine(podman=False, userns_remap=True), networked, workdir="/work", seccomp_profile="{}"
+    )
+    assert dock["NetworkMode"] == "bridge" and dock["MaskedPaths"] == list(MASKED_PATHS)
+    assert "host" not in (podman["NetworkMode"], dock["NetworkMode"])
+    assert confine.host_config(confine.Engine(podman=True), networked, workdir="/w", seccomp_profile="x")[
+        "NetworkMode"
+    ].startswith("slirp4netns:allow_host_loopback=false")

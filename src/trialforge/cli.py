@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -91,21 +90,14 @@ def image_build() -> None:
 
 @app.command()
 def reap(everything: Annotated[bool, typer.Option(help="remove live sandboxes too")] = False) -> None:
-    """Remove what crashed runs left behind: bwrap sandboxes, containers and volumes, Podman services."""
-    import shutil
+    """Remove what dead runs left behind: bwrap sandboxes, containers, Podman services and conmons, temp dirs."""
+    from trialforge.sandbox.leftovers import reap_all
 
-    from trialforge.sandbox.docker import reap_containers
-    from trialforge.sandbox.engine import PodmanService, engine_client, reap_services
-    from trialforge.sandbox.reaper import reap as reap_sandboxes
-
-    sandboxes = reap_sandboxes(everything=everything)
-    services, containers = reap_services(everything=everything)
-    if os.environ.get("DOCKER_HOST") or shutil.which("podman"):  # containers whose engine outlived no service of ours
-        with PodmanService() as engine:
-            client = engine_client(engine.base_url)
-            containers += reap_containers(client, everything=everything)
-            client.close()
-    typer.echo(f"removed {len(sandboxes)} sandboxes, {len(containers)} containers, {len(services)} podman services")
+    done = reap_all(everything=everything)
+    typer.echo(done.summary())
+    for kind, names in vars(done).items():
+        if names:
+            typer.echo(f"  {kind}: {' '.join(names)}")
 
 
 @app.command()

@@ -86,11 +86,13 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
         backend = BwrapBackend(image)
         stack.callback(backend.close)
         return backend, image.digest
-    from trialforge.sandbox.docker import DockerBackend, reap_containers
+    from trialforge.sandbox.docker import DockerBackend
     from trialforge.sandbox.engine import PodmanService, engine_client
+    from trialforge.sandbox.leftovers import reap_containers, reap_services
 
     host = params.sandbox.docker_host or os.environ.get("DOCKER_HOST", "")
     if not host:
+        reap_services()  # Podman services (and their containers) of crashed runs
         host = stack.enter_context(PodmanService()).base_url
     client = engine_client(host)
     reap_containers(client)  # containers of crashed runs (dead owner or deadline passed)

@@ -26,7 +26,6 @@ import logging
 import re
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,7 @@ from typing import Any, Literal
 from trialforge.errors import StoreError
 from trialforge.rollout.env import Action
 from trialforge.rollout.records import EpisodeRecord
+from trialforge.scratch import scratch_dir
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.snapshots import pack_tree
 
@@ -179,7 +179,7 @@ class Checkpoints:
         recovery in this process, and the failure is logged.
         """
         step = len(record.step_rows)
-        with tempfile.TemporaryDirectory(prefix="tf-ckpt-") as tmp:
+        with scratch_dir("ckpt") as tmp:
             tree = Path(tmp) / "work"
             export(tree)
             for git in sorted(tree.rglob(".git"), reverse=True):  # git history never leaves (nor enters) a sandbox
@@ -210,7 +210,7 @@ class Checkpoints:
                 raise KeyError(f"checkpoint {checkpoint_name(step)} is neither in memory nor in a store")
             data = self.store.get_bytes(self._key(step, "tar"))
             self._remember(step, data)
-        with tempfile.TemporaryDirectory(prefix="tf-restore-") as tmp:
+        with scratch_dir("restore") as tmp:
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
                 tar.extractall(tmp, filter="tar")  # our own tar: symlinks the agent made may point anywhere
             yield Path(tmp)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -55,6 +54,7 @@ from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.rollout.starts import Setup, start_tree
 from trialforge.sandbox.base import Backend, Limits, Sandbox
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
+from trialforge.scratch import scratch_dir
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Task
@@ -405,7 +405,7 @@ class _Episode:
     def _final_diff(self) -> str:
         """The agent's diff against its start: the verifier's first step, so its time counts as verification."""
         t0 = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="tf-final-") as tmp:
+        with scratch_dir("final") as tmp:  # named for its owner: `trialforge reap` removes it after a kill -9
             final = Path(tmp) / "work"
             self._export(final)
             diff = diff_trees(self.checkpoints.base, final)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox import cgroups, confinement, seccomp
+from trialforge.sandbox import cgroups, confinement, seccomp, usernet
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.identity import SANDBOX_UID, sandbox_identity
 from trialforge.sandbox.images import Image
@@ -100,11 +100,7 @@ class BwrapSandbox:
     # --- lifecycle -------------------------------------------------------------------
     def _setup(self, spec: SandboxSpec) -> None:
         if self.limits.network:
-            raise SandboxError(
-                "the bwrap backend gives sandboxes no network (a private, empty network namespace); "
-                "a task that needs network must use sandbox.backend: docker",
-                cause="network",
-            )
+            usernet.check_available()
         private_dir(self.home)
         self.workspace.mkdir(mode=0o700)
         self.record.save(self.home)
@@ -167,16 +163,20 @@ class BwrapSandbox:
         limit = timeout if timeout is not None else self.limits.exec_timeout_s
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
         filter_fd = seccomp.filter_fd()
+        net = self._network()
         try:
             result = run_capped(
-                self._limit_prefix() + self._bwrap_args(cwd, env or {}, filter_fd) + ["--", *argv],
+                self._limit_prefix() + self._bwrap_args(cwd, env or {}, filter_fd, net) + ["--", *argv],
                 timeout=limit,
                 cap=self.limits.output_cap_bytes,
                 env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
-                pass_fds=(filter_fd,),
+                pass_fds=(filter_fd, *(net.child_fds if net else ())),
+                started=net.attach if net else None,
             )
         finally:
             os.close(filter_fd)
+            if net is not None:
+                net.close()
         if result.timed_out and self.cgroup is not None:
             self.cgroup.kill_all()  # anything that escaped the process group dies with its sandbox
         oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
@@ -192,6 +192,12 @@ class BwrapSandbox:
             truncated=result.truncated,
         )
 
+    def _network(self) -> usernet.UserNet | None:
+        """The command's own user-mode network (in the sandbox's cgroup), or None: only ``lo``."""
+        if not self.limits.network:
+            return None
+        return usernet.UserNet(self.home / "slirp4netns.log", prefix=self._limit_prefix())
+
     def _limit_prefix(self) -> list[str]:
         if self.cgroup is not None:
             return self.cgroup.enter_prefix()
@@ -204,7 +210,7 @@ class BwrapSandbox:
             "--",
         ]
 
-    def _bwrap_args(self, cwd: str, env: dict[str, str], filter_fd: int) -> list[str]:
+    def _bwrap_args(self, cwd: str, env: dict[str, str], filter_fd: int, net: usernet.UserNet | None) -> list[str]:
         """The confinement steps of ``confinement.py``, in the order they apply."""
         return [
             *confinement.identity(self.owner.identity),
@@ -213,6 +219,7 @@ class BwrapSandbox:
             *confinement.filesystem(
                 self.owner.image.rootfs, self.workspace, tmp_bytes=self.limits.disk_mb * 1024 * 1024
             ),
+            *(net.bwrap_args() if net else ()),  # after the root: it binds /etc/resolv.conf over the image's
             *confinement.seccomp(filter_fd),
             *confinement.environment({**SANDBOX_ENV, **env}, cwd=cwd),
         ]

@@ -7,7 +7,9 @@ tests/test_escapes.py to the attack that proves it holds.
    supplementary groups, no-new-privileges) *before* bwrap runs, so the user namespace maps
    the sandbox user to that account, never to host root.
 2. ``namespaces``: new user, mount, pid, ipc, uts, cgroup and network namespaces; nested
-   user namespaces disabled; the process dies with its parent.
+   user namespaces disabled; the process dies with its parent. The network namespace holds
+   only ``lo``; with ``Limits.network`` a user-mode stack of the command's own adds ``tap0``
+   (``usernet.py``: slirp4netns, the host's loopback refused), never the host's namespace.
 3. ``filesystem``: the image read-only, ``/work`` the one writable tree (nosuid, nodev),
    a size-bounded ``/tmp``, a fresh ``/proc`` with the kernel's knobs read-only and its
    info leaks masked, a minimal ``/dev``, no ``/sys``.

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -27,7 +26,6 @@ import docker.errors
 import requests.exceptions
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.docker import reap_containers
 from trialforge.sandbox.reaper import process_start
 from trialforge.sandbox.statedir import private_dir, state_root
 
@@ -201,7 +199,7 @@ class PodmanService:
 
 @dataclass(frozen=True)
 class ServiceRecord:
-    """Who started a Podman service, so ``reap_services`` can stop it once that owner is gone."""
+    """Who started a Podman service, so ``leftovers.reap_services`` can stop it once that owner is gone."""
 
     service_pid: int
     service_start: str
@@ -224,41 +222,6 @@ class ServiceRecord:
 
     def service_alive(self) -> bool:
         return process_start(self.service_pid) == self.service_start != ""
-
-
-def reap_services(state_dir: Path | None = None, *, everything: bool = False) -> tuple[list[str], list[str]]:
-    """Stop the Podman services of dead owners (all with ``everything``), first removing their abandoned sandboxes.
-
-    Returns (services stopped, containers removed).
-    """
-    root = state_dir or state_root()
-    stopped: list[str] = []
-    removed: list[str] = []
-    for home in sorted(root.glob("podman-*")) if root.is_dir() else []:
-        try:
-            record = ServiceRecord(**json.loads((home / "service.json").read_text()))
-        except (OSError, ValueError, TypeError):
-            continue  # being started, or not ours to judge
-        if record.owner_alive() and not everything:
-            continue
-        if record.service_alive():
-            try:
-                client = engine_client(record.url, timeout=30)
-            except SandboxError:
-                pass
-            else:
-                removed += reap_containers(client, everything=everything)
-                client.close()
-            os.kill(record.service_pid, signal.SIGTERM)
-            for _ in range(1500):  # up to ~15 s for it to stop its containers' conmons and exit
-                if not record.service_alive():
-                    break
-                time.sleep(0.01)
-            if record.service_alive():
-                os.kill(record.service_pid, signal.SIGKILL)
-        shutil.rmtree(home, ignore_errors=True)
-        stopped.append(home.name)
-    return stopped, removed
 
 
 def _tail(path: Path, size: int = 2000) -> str:

@@ -12,7 +12,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from trialforge.sandbox.base import TRUNCATION_MARK
@@ -56,11 +56,18 @@ class ProcResult:
 
 
 def run_capped(
-    argv: Sequence[str], *, timeout: float, cap: int, env: dict[str, str], pass_fds: Sequence[int] = ()
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cap: int,
+    env: dict[str, str],
+    pass_fds: Sequence[int] = (),
+    started: Callable[[subprocess.Popen], None] | None = None,
 ) -> ProcResult:
     """Run ``argv`` with exactly ``env`` (and ``pass_fds`` open) in its own process group.
 
-    The whole group is killed at ``timeout`` seconds.
+    ``started(proc)`` runs once the process exists (the whole group dies if it raises). The
+    whole group is killed at ``timeout`` seconds.
     """
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -72,6 +79,13 @@ def run_capped(
         start_new_session=True,
         pass_fds=tuple(pass_fds),
     )
+    if started is not None:
+        try:
+            started(proc)
+        except BaseException:
+            _kill_group(proc)
+            proc.communicate()
+            raise
     captures = {proc.stdout: _Capture(cap), proc.stderr: _Capture(cap)}
     timed_out = _pump(proc, captures, deadline=start + timeout)
     returncode = proc.wait()

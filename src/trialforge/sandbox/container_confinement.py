@@ -1,0 +1,149 @@
+"""How a container sandbox (the docker backend) is confined: every protection a named step, listed in one place.
+
+``host_config`` assembles them into the Engine API's ``HostConfig``; ``confinement.py`` is
+the bwrap backend's counterpart, docs/security.md maps each step to the threat it answers,
+and tests/test_escapes.py and tests/test_sandbox_docker.py to the attack that proves it holds.
+
+1. ``identity``: a user namespace of the container's own, so the agent's uid 1000 is no host
+   user that owns anything. Podman: ``UsernsMode=auto``, a range of host uids allocated per
+   container from the ``containers`` entries of /etc/subuid and /etc/subgid (uid 1000 inside
+   is, e.g., 2147484647 outside; uid 0 inside is the range's first uid). Docker's API cannot
+   ask for a namespace per container: the daemon's ``userns-remap`` provides it, and without
+   it the backend refuses unless the caller accepts host uids explicitly (``allow_host_uids``).
+2. ``privileges``: every capability dropped, ``no-new-privileges``.
+3. ``seccomp``: the rules of ``seccomp.py`` as an OCI profile, in place of the engine's default.
+4. ``filesystem``: the image read-only; ``/work`` and ``/tmp``, tmpfs of the disk quota's size,
+   the only writable trees, both ``nosuid,nodev``; the kernel's info files masked and its knobs
+   read-only: the bwrap backend's lists (``confinement.MASKED_PROC``/``READONLY_PROC``) plus runc's
+   ``/sys`` ones, on top of the engine's defaults.
+5. ``network``: none. When a task asks for network: a user-mode stack of the container's own on
+   Podman (slirp4netns, host loopback refused: no bridge shared with other sandboxes or the host),
+   the default bridge on Docker; never the host's namespace.
+6. ``namespaces``: private ipc, pid and uts. ``IpcMode: none`` is a private IPC namespace whose
+   ``/dev/shm`` is not the engine's host-side mount (Podman could not always unmount that one from a
+   user-namespaced container: "userdata/shm: device or resource busy" left containers behind) but a
+   tmpfs of the container's own (``filesystem``).
+7. ``resources``: memory (swap included), pids and CPU limits; ulimits come from the engine's
+   containers.conf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import Limits
+from trialforge.sandbox.confinement import MASKED_PROC, READONLY_PROC
+from trialforge.sandbox.identity import SANDBOX_UID
+
+# runc's and Docker's masked /sys entries: firmware tables, and RAPL energy counters (a side channel).
+MASKED_SYS = ("/sys/firmware", "/sys/devices/virtual/powercap")
+MASKED_PATHS = (*MASKED_PROC, *MASKED_SYS)
+READONLY_PATHS = READONLY_PROC
+# Podman: one user-mode network stack per container, which refuses connections to the host's loopback.
+PODMAN_NETWORK = "slirp4netns:allow_host_loopback=false,enable_ipv6=false"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What the engine on the other end of the API is, as far as confinement is concerned."""
+
+    podman: bool
+    userns_remap: bool = False  # Docker only: the daemon maps every container's uids (``--userns-remap``)
+
+    @classmethod
+    def from_api(cls, version: dict[str, Any], info: dict[str, Any]) -> Engine:
+        components = version.get("Components") or []
+        podman = any("podman" in str(c.get("Name", "")).lower() for c in components)
+        remap = any("name=userns" in str(opt) for opt in info.get("SecurityOptions") or [])
+        return cls(podman=podman, userns_remap=remap)
+
+
+def identity(engine: Engine, *, allow_host_uids: bool = False) -> dict[str, Any]:
+    if engine.podman:
+        return {"UsernsMode": "auto"}
+    if engine.userns_remap or allow_host_uids:
+        return {}  # the daemon's remapping applies (or the caller accepted host uids)
+    raise SandboxError(
+        "this Docker daemon runs containers in the host's user namespace: the sandbox's uid 1000 would be "
+        "host uid 1000, possibly a real user. Start dockerd with --userns-remap=default, use Podman, "
+        "or pass allow_host_uids=True to DockerBackend to accept that",
+        cause="engine",
+    )
+
+
+def privileges() -> dict[str, Any]:
+    return {"CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"]}
+
+
+def seccomp(profile: str) -> dict[str, Any]:
+    """``profile``: a path on the engine's host (Podman) or the JSON itself (Docker)."""
+    return {"SecurityOpt": [f"seccomp={profile}"]}
+
+
+def filesystem(engine: Engine, *, workdir: str, disk_mb: int) -> dict[str, Any]:
+    # /work belongs to the sandbox user inside its user namespace: Podman's ``U`` chowns the mount
+    # to the container's user; Docker takes the tmpfs's uid/gid options (in-namespace ids).
+    owner = "U" if engine.podman else f"uid={SANDBOX_UID},gid={SANDBOX_UID}"
+    config: dict[str, Any] = {
+        "ReadonlyRootfs": True,
+        "Tmpfs": {
+            workdir: f"size={disk_mb}m,mode=0755,nosuid,nodev,{owner}",
+            "/tmp": f"size={disk_mb}m,mode=1777,nosuid,nodev",
+            "/dev/shm": f"size={min(disk_mb, 64)}m,mode=1777,nosuid,nodev,noexec",  # see ``namespaces``
+        },
+    }
+    if engine.podman:  # Podman adds these to its defaults (its compat API ignores MaskedPaths)
+        config["SecurityOpt"] = ["mask=" + ":".join(MASKED_PATHS)]
+    else:  # Docker replaces its defaults with these lists, which include them
+        config["MaskedPaths"] = list(MASKED_PATHS)
+        config["ReadonlyPaths"] = list(READONLY_PATHS)
+    return config
+
+
+def network(engine: Engine, *, enabled: bool) -> dict[str, Any]:
+    if not enabled:
+        return {"NetworkMode": "none"}
+    return {"NetworkMode": PODMAN_NETWORK if engine.podman else "bridge"}
+
+
+def namespaces() -> dict[str, Any]:
+    return {"IpcMode": "none", "PidMode": "", "UTSMode": ""}
+
+
+def resources(limits: Limits) -> dict[str, Any]:
+    memory = limits.memory_mb * 1024 * 1024
+    return {
+        "Memory": memory,
+        "MemorySwap": memory,
+        "PidsLimit": limits.pids,
+        "NanoCpus": int(limits.cpus * 1e9),
+    }
+
+
+def host_config(
+    engine: Engine,
+    limits: Limits,
+    *,
+    workdir: str,
+    seccomp_profile: str,
+    allow_host_uids: bool = False,
+) -> dict[str, Any]:
+    """The whole ``HostConfig`` of a sandbox container: the steps above, merged (``SecurityOpt`` lists concatenate)."""
+    config: dict[str, Any] = {}
+    for step in (
+        identity(engine, allow_host_uids=allow_host_uids),
+        privileges(),
+        seccomp(seccomp_profile),
+        filesystem(engine, workdir=workdir, disk_mb=limits.disk_mb),
+        network(engine, enabled=limits.network),
+        namespaces(),
+        resources(limits),
+    ):
+        for key, value in step.items():
+            if key == "SecurityOpt":
+                config.setdefault(key, []).extend(value)
+            else:
+                config[key] = value
+    return config

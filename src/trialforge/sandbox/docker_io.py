@@ -1,0 +1,215 @@
+"""Bytes in and out of a container sandbox: the exec stream, and workspaces as tar archives.
+
+Everything crosses through ``exec``: a command's stdin, and its stdout and stderr as the
+Engine API multiplexes them (8-byte frame headers). Workspaces travel as tar archives that
+``tar`` *inside the sandbox*, as the sandbox user, writes or reads: no engine archive API, so
+nothing on the host ever follows a path the agent planted, ownership inside is always the
+sandbox user's whatever host uid the user namespace gives it, and the same code works on
+Docker and Podman (whose archive APIs cannot see a tmpfs, or cannot write into one owned by
+a user namespace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import select
+import socket
+import struct
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from trialforge.sandbox.identity import SANDBOX_UID
+from trialforge.sandbox.sanitize import tar_member
+
+DRAIN_S = 5.0  # after the host's deadline, how long to wait for the killed command's last output
+SPOOL_BYTES = 8 << 20  # archives bigger than this go to a temporary file
+
+
+class Sink(Protocol):
+    def feed(self, chunk: bytes) -> None: ...
+
+
+class SpoolSink:
+    """A byte stream kept whole (in memory, then on disk), up to ``cap`` bytes; past it, ``overflow`` is set."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.total = 0
+        self.overflow = False
+        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (closed by owner)
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if self.total > self.cap:
+            self.overflow = True
+            return
+        self.file.write(chunk)
+
+    def rewind(self) -> IO[bytes]:
+        self.file.seek(0)
+        return self.file
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def pump_frames(
+    sock: Any,
+    out: Sink,
+    err: Sink,
+    *,
+    deadline: float,
+    on_deadline: Callable[[], None],
+    stdin: IO[bytes] | bytes | None = None,
+) -> bool:
+    """Demultiplex an exec's stream into ``out``/``err`` (and feed it ``stdin``); True if the deadline hit.
+
+    ``stdin`` is written from a thread, then the write side is shut (the command sees EOF), so a
+    command that writes while it reads never deadlocks against us.
+    """
+    raw = getattr(sock, "_sock", sock)  # docker-py hands a SocketIO over the hijacked connection
+    writer = _start_writer(raw, stdin) if stdin is not None else None
+    try:
+        return _read_frames(sock, out, err, deadline=deadline, on_deadline=on_deadline)
+    finally:
+        if writer is not None:
+            writer.join(timeout=DRAIN_S)
+
+
+def _start_writer(raw: Any, stdin: IO[bytes] | bytes) -> threading.Thread:
+    def write() -> None:
+        with contextlib.suppress(OSError):  # the command exited (or was killed) before reading it all
+            if isinstance(stdin, bytes | bytearray):
+                raw.sendall(stdin)
+            else:
+                while chunk := stdin.read(1 << 20):
+                    raw.sendall(chunk)
+        with contextlib.suppress(OSError):
+            raw.shutdown(socket.SHUT_WR)
+
+    thread = threading.Thread(target=write, name="exec-stdin", daemon=True)
+    thread.start()
+    return thread
+
+
+def _read_frames(sock: Any, out: Sink, err: Sink, *, deadline: float, on_deadline: Callable[[], None]) -> bool:
+    buf = bytearray()
+    hit = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            if hit:
+                return True
+            hit = True
+            on_deadline()
+            deadline = time.monotonic() + DRAIN_S
+            continue
+        ready, _, _ = select.select([sock], [], [], min(remaining, 1.0))
+        if not ready:
+            continue
+        chunk = sock.read(65536)
+        if not chunk:
+            return hit
+        buf += chunk
+        while len(buf) >= 8:
+            stream, size = struct.unpack(">BxxxL", buf[:8])
+            if len(buf) < 8 + size:
+                break
+            (err if stream == 2 else out).feed(bytes(buf[8 : 8 + size]))
+            del buf[: 8 + size]
+
+
+def close_exec_socket(sock: Any) -> None:
+    response = getattr(sock, "_response", None)  # docker-py keeps the HTTP response on the socket
+    with contextlib.suppress(OSError):
+        sock.close()
+    if response is not None:
+        with contextlib.suppress(Exception):
+            response.close()
+
+
+# --- archives ------------------------------------------------------------------------------
+def is_git(name: str) -> bool:
+    return ".git" in name.split("/")
+
+
+def as_sandbox_user(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """``info`` owned by the sandbox user (PAX ownership headers dropped, or they would win)."""
+    owned = info.replace(uid=SANDBOX_UID, gid=SANDBOX_UID, uname="", gname="", deep=False)
+    owned.pax_headers = {k: v for k, v in info.pax_headers.items() if k not in ("uid", "gid", "uname", "gname")}
+    return owned
+
+
+def _seedable(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Seed members belong to the sandbox user; git history never enters a sandbox."""
+    return None if is_git(info.name) else as_sandbox_user(info)
+
+
+@contextlib.contextmanager
+def tar_of_dir(src: Path | None) -> Iterator[IO[bytes]]:
+    """``src`` as a tar whose root entry ``.`` becomes /work itself (just ``.`` when ``src`` is None)."""
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as fh:
+        with tarfile.open(fileobj=fh, mode="w") as tar:  # type: ignore[call-overload]
+            if src is None:
+                root = tarfile.TarInfo(".")
+                root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+                tar.addfile(as_sandbox_user(root))
+            else:
+                tar.add(str(src), arcname=".", filter=_seedable)
+        fh.seek(0)
+        yield fh  # type: ignore[misc]
+
+
+def rebased(tar: tarfile.TarFile) -> Iterable[tarfile.TarInfo]:
+    """Members of a ``tar -C /work .`` archive named relative to /work (``.`` for itself), without git history."""
+    for member in tar:
+        name = _relative(member.name)
+        if name is None or is_git(name):
+            continue
+        member.name = name
+        if member.islnk():
+            member.linkname = _relative(member.linkname) or member.linkname
+        yield member
+
+
+def _relative(name: str) -> str | None:
+    norm = posixpath.normpath(name.lstrip("/"))
+    if norm == ".." or norm.startswith("../"):
+        return None
+    return norm
+
+
+def write_snapshot(src: tarfile.TarFile, dest: Path) -> None:
+    """The sanitized, sandbox-owned copy of a workspace archive, written atomically to ``dest``."""
+    tmp = dest.with_suffix(".part")
+    try:
+        with tarfile.open(tmp, mode="w") as out:
+            for member in rebased(src):
+                safe = tar_member(member)
+                if safe is not None:
+                    out.addfile(as_sandbox_user(safe), src.extractfile(member) if member.isreg() else None)
+        tmp.replace(dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def extract_workspace(src: tarfile.TarFile, dest: Path) -> None:
+    """What may leave a sandbox (``sanitize``), inside ``dest`` (the stdlib's ``data`` rule), owned by us."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for member in rebased(src):
+        src.extract(member, dest, filter=_export_filter)
+
+
+def _export_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    defused = tar_member(member)
+    if defused is None:
+        return None
+    safe = tarfile.data_filter(defused, dest)
+    return safe.replace(uid=os.getuid(), gid=os.getgid(), uname="", gname="", deep=False)

@@ -1,0 +1,148 @@
+"""Egress for a bwrap sandbox that asks for it: a user-mode network stack of its own, never the host's.
+
+Every bwrap command runs in a fresh, private network namespace (``confinement.namespaces``). With
+``Limits.network`` the command gets one more device there, ``tap0``, served by a ``slirp4netns``
+process of its own, started per command and gone with it:
+
+1. bwrap reports the sandbox's pid on ``--info-fd`` and holds the command on ``--block-fd``;
+2. ``slirp4netns --configure`` enters that network namespace (by path: bwrap's nested user
+   namespace has no rights over it, host root has), creates ``tap0`` (10.0.2.100/24, default
+   route, MTU 65520) and reports on ``--ready-fd``; it then confines itself (``--enable-sandbox``:
+   an empty root, capabilities dropped; ``--enable-seccomp``);
+3. the command is released; its packets leave through slirp4netns's ordinary sockets on the host,
+   as connections the host makes. ``--disable-host-loopback`` refuses 10.0.2.2 (the host's
+   127.0.0.1), so services on the host's loopback stay out of reach; another sandbox is another
+   namespace with no listener on any host address;
+4. when the command ends, closing ``--exit-fd`` stops slirp4netns. We hold the only write end, so
+   a trialforge killed with SIGKILL stops it too (the kernel closes the pipe); it also runs in the
+   sandbox's cgroup, which the reaper empties.
+
+DNS: ``/etc/resolv.conf`` inside names slirp's forwarder, 10.0.2.3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from trialforge.errors import SandboxError
+
+SLIRP_OPTIONS = ("--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox", "--enable-seccomp")
+RESOLV_CONF = b"nameserver 10.0.2.3\n"
+STOP_WAIT_S = 5.0
+
+
+def check_available() -> None:
+    """Refuse, saying what is missing, when a sandbox cannot be given a network of its own."""
+    if os.geteuid() != 0:
+        raise SandboxError(
+            "sandbox network on the bwrap backend needs trialforge to run as root: slirp4netns must enter the "
+            "sandbox's network namespace, which belongs to a user namespace an unprivileged caller cannot "
+            "enter (bwrap nests the sandbox's own below it); run as root or use sandbox.backend: docker",
+            cause="network",
+        )
+    if shutil.which("slirp4netns") is None:
+        raise SandboxError(
+            "sandbox network on the bwrap backend needs slirp4netns: run scripts/setup-system.sh "
+            "(or apt-get install slirp4netns)",
+            cause="network",
+        )
+
+
+class UserNet:
+    """The network of one command: pass ``bwrap_args`` and ``child_fds`` to bwrap, ``attach`` it, ``close``."""
+
+    def __init__(self, log_path: Path, *, prefix: Sequence[str] = ()) -> None:
+        self.log_path = log_path
+        self.prefix = list(prefix)  # e.g. the sandbox's cgroup entry
+        self.proc: subprocess.Popen | None = None
+        self._exit_w: int | None = None
+        self.info_r, self.info_w = os.pipe()
+        self.block_r, self.block_w = os.pipe()
+        self.dns_r, dns_w = os.pipe()
+        os.write(dns_w, RESOLV_CONF)  # far below a pipe's buffer: never blocks
+        os.close(dns_w)
+        self._parent_fds = [self.info_r, self.block_w]
+        self._child_fds = [self.info_w, self.block_r, self.dns_r]
+
+    @property
+    def child_fds(self) -> tuple[int, ...]:
+        return tuple(self._child_fds)
+
+    def bwrap_args(self) -> list[str]:
+        return [
+            "--info-fd", str(self.info_w),
+            "--block-fd", str(self.block_r),
+            "--ro-bind-data", str(self.dns_r), "/etc/resolv.conf",
+        ]  # fmt: skip
+
+    def attach(self, bwrap: subprocess.Popen) -> None:
+        """bwrap has started: give its network namespace ``tap0``, then let the command run."""
+        self._close(self._child_fds)
+        pid = self._sandbox_pid()
+        ready_r, ready_w = os.pipe()
+        exit_r, self._exit_w = os.pipe()
+        try:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        *self.prefix,
+                        "slirp4netns",
+                        *SLIRP_OPTIONS,
+                        f"--ready-fd={ready_w}",
+                        f"--exit-fd={exit_r}",
+                        "--netns-type=path",
+                        f"/proc/{pid}/ns/net",
+                        "tap0",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=(ready_w, exit_r),
+                    start_new_session=True,
+                )
+        finally:
+            os.close(ready_w)
+            os.close(exit_r)
+        with os.fdopen(ready_r, "rb") as ready:
+            if ready.read(1) != b"1":
+                why = self._log_tail()
+                raise SandboxError(f"slirp4netns could not set up the sandbox's network: {why}", cause="network")
+        os.write(self.block_w, b"1")
+
+    def _sandbox_pid(self) -> int:
+        data = b""
+        while chunk := os.read(self.info_r, 4096):
+            data += chunk
+            with contextlib.suppress(ValueError):
+                return int(json.loads(data)["child-pid"])
+        raise SandboxError("bwrap exited before reporting the sandbox's pid", cause="start")
+
+    def close(self) -> None:
+        """Stop slirp4netns (closing its exit fd) and wait for it; close every fd still open."""
+        self._close(self._child_fds)
+        self._close(self._parent_fds)
+        if self._exit_w is not None:
+            os.close(self._exit_w)
+            self._exit_w = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def _close(self, fds: list[int]) -> None:
+        while fds:
+            os.close(fds.pop())
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace").strip()[-500:] or "(no output)"
+        except OSError:
+            return "(no log)"

@@ -1,0 +1,187 @@
+"""pytest plugin: the test session must end with nothing of trialforge's left on the host.
+
+At session start it records what exists; at the end it looks again, and fails the session
+for anything new that is this session's: containers and volumes of our own or of dead
+owners, Podman services started under our state dir, conmon processes of containers that are
+gone, bwrap processes on our state dir, sandbox cgroups (``tf-*``, empty), and ``tf-*`` /
+``trialforge-*`` directories in the system temp dir. A concurrently running test session on
+the same machine owns live things too: they are told apart by owner (labels, scratch dir names,
+our state dir) where the thing carries one, and otherwise by persistence: a leak stays, while
+another session's in-flight cgroup or temp dir goes away within the settle time.
+
+Scratch dirs of dead owners (``trialforge.scratch``: the kill -9 tests make them on purpose)
+are removed first, the way ``trialforge reap`` would, and listed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from trialforge.sandbox.docker import LABEL_OWNER
+from trialforge.sandbox.engine import CONF_ENV, containers_conf
+from trialforge.sandbox.leftovers import abandoned
+from trialforge.sandbox.reaper import process_start
+from trialforge.scratch import owner_alive, owner_of, reap_scratch
+
+SETTLE_S = 20.0  # how long a new thing may take to go away (conmon's exit delay is 5 s, a cgroup's removal 10 s)
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass
+class HostState:
+    """Everything of trialforge's on the host, by kind (each entry a printable name)."""
+
+    kinds: dict[str, set[str]] = field(default_factory=dict)
+
+    def minus(self, before: HostState) -> HostState:
+        return HostState(
+            {k: v - before.kinds.get(k, set()) for k, v in self.kinds.items() if v - before.kinds.get(k, set())}
+        )
+
+    def __bool__(self) -> bool:
+        return any(self.kinds.values())
+
+    def describe(self) -> str:
+        return "; ".join(f"{kind}: {sorted(names)}" for kind, names in sorted(self.kinds.items()) if names)
+
+
+def snapshot(state_dir: Path, *, me: int) -> HostState:
+    """What is on the host now that this session (pid ``me``, state dir ``state_dir``) would answer for."""
+    containers, volumes, live_ids = _engine_objects(me)
+    return HostState(
+        {
+            "containers": containers,
+            "volumes": volumes,
+            "podman services": _services(state_dir),
+            "processes": _processes(state_dir, live_ids),
+            "cgroups": _empty_cgroups(),
+            "temp dirs": _temp_dirs(state_dir, me),
+        }
+    )
+
+
+def settled_leftovers(before: HostState, look: Callable[[], HostState], *, settle_s: float = SETTLE_S) -> HostState:
+    """What is new since ``before`` and still there after up to ``settle_s`` (in-flight things finish meanwhile)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        new = look().minus(before)
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.5)  # poll interval while conmons, cgroups and other sessions' temp dirs go
+
+
+def _ours(labels: dict[str, str], me: int) -> bool:
+    """Made by this process, or by a process that is gone (a test's child: nobody else will remove it)."""
+    owner = labels.get(LABEL_OWNER, "")
+    return owner.split(":")[1:2] == [str(me)] or abandoned(labels)
+
+
+def _engine_objects(me: int) -> tuple[set[str], set[str], set[str]]:
+    """(our leftover containers, our leftover volumes, ids of every container that exists) via the podman CLI."""
+    if shutil.which("podman") is None:
+        return set(), set(), set()
+    env = {**os.environ, CONF_ENV: str(containers_conf())}
+    ps = _json(["podman", "ps", "-a", "--format", "json"], env)
+    vols = _json(["podman", "volume", "ls", "--format", "json"], env)
+    containers = {
+        (c.get("Names") or [c["Id"]])[0]
+        for c in ps
+        if LABEL_OWNER in (c.get("Labels") or {}) and _ours(c["Labels"], me)
+    }
+    volumes = {v["Name"] for v in vols if LABEL_OWNER in (v.get("Labels") or {}) and _ours(v["Labels"], me)}
+    return containers, volumes, {c["Id"] for c in ps}
+
+
+def _json(argv: list[str], env: dict[str, str]) -> list[dict]:
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr[-1000:]}")
+    return json.loads(done.stdout or "[]") or []
+
+
+def _services(state_dir: Path) -> set[str]:
+    return {p.name for p in state_dir.glob("podman-*")}
+
+
+def _processes(state_dir: Path, live_container_ids: set[str]) -> set[str]:
+    """bwrap and Podman services working in our state dir; conmons of containers that no longer exist; any
+    slirp4netns (a bwrap sandbox's network lives only as long as its command; the snapshot before the
+    session subtracts the engine's own)."""
+    found: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            comm = (proc / "comm").read_text().strip()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = b" ".join(argv).decode(errors="replace")
+        if comm == "conmon" and "-c" in text:
+            args = text.split()
+            cid = args[args.index("-c") + 1] if "-c" in args[:-1] else ""
+            if cid and cid not in live_container_ids:
+                found.add(f"conmon {proc.name} ({cid[:12]})")
+            continue
+        slirp = comm == "slirp4netns" and argv[0]  # a zombie has an empty command line and holds nothing
+        if slirp or (comm in ("bwrap", "podman") and str(state_dir) in text):
+            found.add(f"{comm} {proc.name} {process_start(int(proc.name))}")
+    return found
+
+
+def _empty_cgroups() -> set[str]:
+    """Sandbox cgroups (``tf-*``, any controller, any depth) with no process in them: a live one is a sandbox's."""
+    found = set()
+    for path in CGROUP_ROOT.glob("*/**/tf-*"):
+        try:
+            if path.is_dir() and not (path / "cgroup.procs").read_text().strip():
+                found.add(str(path))
+        except OSError:
+            continue
+    return found
+
+
+_SESSION_STATE = re.compile(r"^tf-state-(\d+)-[0-9a-f]+$")
+
+
+def _temp_dirs(state_dir: Path, me: int) -> set[str]:
+    """``tf-*``/``trialforge-*`` in the system temp dir; those that name a live owner other than us are not ours."""
+    found = set()
+    root = Path(tempfile.gettempdir())
+    for path in [*root.glob("tf-*"), *root.glob("trialforge-*")]:
+        if path == state_dir:
+            continue
+        owner = owner_of(path.name)
+        if owner is not None and owner[0] != me and owner_alive(*owner):
+            continue
+        session = _SESSION_STATE.match(path.name)  # another live test session's state dir (tests/conftest.py)
+        if session and int(session.group(1)) != me and Path(f"/proc/{session.group(1)}").exists():
+            continue
+        found.add(path.name)
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind(state_dir: Path, request: pytest.FixtureRequest):
+    """The whole session ends with nothing new of ours on the host (see the module docstring)."""
+    me = os.getpid()
+    before = snapshot(state_dir, me=me)
+    yield
+    reaped = reap_scratch()  # dead owners' scratch dirs: what `trialforge reap` removes after a kill -9
+    if reaped:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"leak check: removed {len(reaped)} scratch dirs of killed processes: {reaped}")
+    left = settled_leftovers(before, lambda: snapshot(state_dir, me=me))
+    assert not left, f"the test session left behind: {left.describe()}"

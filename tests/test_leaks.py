@@ -1,0 +1,128 @@
+"""Leftovers: scratch dirs name their owner, `trialforge reap` removes a dead one's, the leak check sees leaks.
+
+The docker kill -9 test is tests/test_reap_docker.py; the bwrap one is in tests/test_sandbox_bwrap.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from leaks import HostState, settled_leftovers, snapshot
+
+from trialforge.sandbox import cgroups
+from trialforge.sandbox.leftovers import reap_services
+from trialforge.sandbox.reaper import process_start
+from trialforge.scratch import owner_of, reap_scratch, scratch_dir
+
+HOLDER = """
+import sys, time
+from trialforge.scratch import scratch_dir
+with scratch_dir("final") as tmp:
+    (__import__("pathlib").Path(tmp) / "work").mkdir()
+    print(tmp, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_scratch_dir_names_its_owner_and_goes_on_a_normal_exit() -> None:
+    with scratch_dir("diff") as tmp:
+        assert owner_of(Path(tmp).name) == (os.getpid(), process_start(os.getpid()))
+    assert not Path(tmp).exists()
+
+
+def test_reap_removes_a_killed_owners_scratch_dir_and_keeps_a_live_ones(state_dir: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    left = Path(child.stdout.readline().strip())
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert left.is_dir(), "SIGKILL runs no cleanup: the dir stays (the leak)"
+    with scratch_dir("final") as live:
+        env = {**os.environ, "TRIALFORGE_STATE_DIR": str(state_dir)}
+        trialforge = Path(sys.executable).with_name("trialforge")
+        done = subprocess.run([str(trialforge), "reap"], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert not left.exists()
+        assert left.name in done.stdout and "temp dirs" in done.stdout
+        assert Path(live).is_dir()
+
+
+def test_reap_leaves_alone_scratch_names_it_does_not_own(tmp_path: Path) -> None:
+    """The temp dir is world-writable: a planted link or another user's directory is never followed or removed."""
+    dead = f"{2**22 + 1}.1"  # above any pid_max: a dead owner
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    link = tmp_path / f"tf-diff-{dead}-link"
+    link.symlink_to(target)
+    foreign = tmp_path / f"tf-diff-{dead}-foreign"
+    foreign.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    os.chown(foreign, 65534, 65534)
+    mine = tmp_path / f"tf-diff-{dead}-mine"
+    (mine / "ro").mkdir(parents=True)
+    (mine / "ro" / "f").write_text("x")
+    (mine / "ro").chmod(0o500)  # a read-only directory inside does not stop the removal
+
+    assert reap_scratch(tmp_path) == [mine.name]
+    assert (target / "keep").exists() and link.is_symlink() and foreign.is_dir()
+
+
+def test_reap_services_never_kills_a_process_a_record_merely_names(state_dir: Path, tmp_path: Path) -> None:
+    """A record whose service pid is not a Podman service on that record's socket is dropped, its process spared."""
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        home = state_dir / "podman-forged"
+        home.mkdir()
+        record = {
+            "service_pid": victim.pid,
+            "service_start": process_start(victim.pid),
+            "owner_pid": 2**22 + 1,
+            "owner_start": "1",
+            "url": f"unix://{home}/podman.sock",
+        }
+        (home / "service.json").write_text(json.dumps(record))
+        done = reap_services(state_dir)
+        assert done.services == ["podman-forged"] and not home.exists()
+        assert victim.poll() is None, "the named process was killed"
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_the_leak_check_sees_a_temp_dir_and_an_empty_cgroup_and_forgives_what_goes(state_dir: Path) -> None:
+    me = os.getpid()
+    before = snapshot(state_dir, me=me)
+    # named for this live process, so that no reaper running meanwhile (another test session's) takes it
+    leaked = Path(tempfile.mkdtemp(prefix=f"tf-leaktest-{me}.{process_start(me)}-"))
+    group = None
+    if cgroups.available():
+        group = cgroups.SandboxCgroup.create(f"tf-leaktest-{me}", memory_mb=64, pids=8, cpus=0.5)
+    passing = Path(tempfile.mkdtemp(prefix="tf-passing-"))
+    threading.Timer(1.0, passing.rmdir).start()  # in flight: gone within the settle time
+    try:
+        left = settled_leftovers(before, lambda: snapshot(state_dir, me=me), settle_s=3.0)
+        assert leaked.name in left.kinds["temp dirs"]
+        assert passing.name not in left.kinds.get("temp dirs", set())
+        if group is not None:
+            assert {str(d) for d in group.dirs} <= left.kinds["cgroups"]
+    finally:
+        if group is not None:
+            group.remove()
+        leaked.rmdir()
+    assert not settled_leftovers(before, lambda: snapshot(state_dir, me=me), settle_s=3.0).kinds.get("temp dirs")
+
+
+def test_host_state_difference_keeps_only_new_entries() -> None:
+    before = HostState({"containers": {"a"}, "temp dirs": {"x"}})
+    after = HostState({"containers": {"a", "b"}, "temp dirs": {"x"}, "cgroups": set()})
+    assert after.minus(before).kinds == {"containers": {"b"}}
+    assert not HostState({"cgroups": set()})

@@ -1,0 +1,171 @@
+"""bwrap sandboxes with ``network: true``: a user-mode stack of their own (slirp4netns), never the host's.
+
+Loopback only: no test sends traffic off this machine. The host-side server binds 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import Limits, SandboxSpec
+
+LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=16384)
+NETWORKED = Limits(**{**vars(LIMITS), "network": True})
+
+needs_slirp = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("slirp4netns") is None,
+    reason="sandbox network on bwrap needs root and slirp4netns (scripts/setup-system.sh)",
+)
+
+
+@pytest.fixture
+def host_server():
+    """A TCP server on the host's loopback that records whether anyone connected."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    reached: list[object] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            reached.append(conn.getpeername())
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], reached
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def _probe(sandbox, port: int):
+    code = textwrap.dedent(
+        f"""
+        import socket
+        for host in ('127.0.0.1', '10.0.2.2'):  # its own loopback; slirp's alias of the host's
+            try:
+                socket.create_connection((host, {port}), timeout=3).close()
+                print('reached', host)
+            except OSError as exc:
+                print('refused', host, exc.strerror or exc)
+        for line in open('/proc/net/dev').read().splitlines()[2:]:
+            print('interface', line.split(':')[0].strip())
+        """
+    )
+    return sandbox.exec(["python3", "-c", code])
+
+
+def _slirps() -> set[int]:
+    """Live slirp4netns processes (a zombie holds nothing: it waits only for its parent to collect it)."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            name, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
+            if name == "slirp4netns" and state != "Z":
+                found.add(int(proc.name))
+    return found
+
+
+@needs_slirp
+def test_network_gives_an_interface_of_its_own_but_not_the_hosts_loopback(bwrap_backend, base_image, host_server):
+    port, reached = host_server
+    before = _slirps()
+    sb = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=NETWORKED))
+    try:
+        result = _probe(sb, port)
+        resolv = sb.exec(["cat", "/etc/resolv.conf"]).stdout
+    finally:
+        sb.close()
+    assert result.exit_code == 0, result.stderr
+    interfaces = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("interface")}
+    assert interfaces == {"lo", "tap0"}
+    assert "reached" not in result.stdout, result.stdout
+    assert sum(line.startswith("refused") for line in result.stdout.splitlines()) == 2
+    assert reached == []
+    assert resolv == "nameserver 10.0.2.3\n"
+    assert _slirps() <= before, "a slirp4netns outlived its command"
+
+
+def test_without_network_there_is_only_loopback(bwrap_backend, base_image, host_server):
+    port, reached = host_server
+    sb = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
+    try:
+        result = _probe(sb, port)
+    finally:
+        sb.close()
+    interfaces = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("interface")}
+    assert interfaces == {"lo"}
+    assert "reached" not in result.stdout and reached == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="the refusal is for unprivileged callers")
+def test_network_is_refused_with_the_reason_when_not_root(bwrap_backend, base_image):
+    with pytest.raises(SandboxError, match="root") as err:
+        bwrap_backend.create(SandboxSpec(image=base_image.name, limits=NETWORKED))
+    assert err.value.cause == "network"
+
+
+@needs_slirp
+def test_kill_9_of_the_owner_leaves_no_slirp4netns_after_trialforge_reap(base_image, state_dir):
+    tag = f"sleep 300.{secrets.randbelow(10**8)}"
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from trialforge.sandbox.bwrap import BwrapBackend\n"
+        "from trialforge.sandbox.images import base_image\n"
+        "from trialforge.sandbox.base import Limits, SandboxSpec\n"
+        "backend = BwrapBackend(base_image(), state_dir=Path(sys.argv[1]))\n"
+        "sb = backend.create(SandboxSpec(image='x', limits=Limits(network=True)))\n"
+        "print(sb.id, flush=True)\n"
+        "sb.exec(sys.argv[2].split(), timeout=400)\n"
+    )
+    before = _slirps()
+    child = subprocess.Popen([sys.executable, "-c", code, str(state_dir), tag], stdout=subprocess.PIPE, text=True)
+    sandbox_id = child.stdout.readline().strip()
+    for _ in range(1000):  # until the sleeper runs, its network attached
+        if _running(tag) and _slirps() - before:
+            break
+        time.sleep(0.01)
+    assert _running(tag) and _slirps() - before, "the networked command never started"
+    child.kill()
+    child.wait()
+    trialforge = Path(sys.executable).with_name("trialforge")
+    env = {**os.environ, "TRIALFORGE_STATE_DIR": str(state_dir)}
+    subprocess.run([str(trialforge), "reap"], env=env, capture_output=True, text=True, check=True)
+    assert not (state_dir / "sandboxes" / sandbox_id).exists()
+    assert not _running(tag)
+    assert _slirps() <= before
+
+
+def _running(cmdline: str) -> bool:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip() == cmdline:
+                    return True
+            except OSError:
+                continue
+    return False
