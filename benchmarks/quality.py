@@ -32,9 +32,9 @@ from rich.table import Table
 from trialforge import pipeline
 from trialforge.config import load_params
 from trialforge.observe.quality import quality_metrics
-from trialforge.quality import LEAK_KINDS, QualityRecord
 from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.runtime import Runtime, open_runtime
+from trialforge.tasks.quality_record import LEAK_KINDS, QualityRecord
 from trialforge.tasks.schema import Task
 from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.validate import ValidateConfig

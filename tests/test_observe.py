@@ -123,9 +123,11 @@ def test_zero_variance_groups_are_counted_per_iteration_and_policy(r1, it0):
 
 def test_integrity_flags_are_counted_by_kind(it0, r1):
     assert it0["integrity_flags"] == {
-        "flagged_episodes": 1,
-        "flagged_passes": 1,
-        "counts": {"edits_test_or_config": 1},
+        "flagged_episodes": 2,
+        "flagged_passes": 1,  # e04's tampered run scored 0
+        "counts": {"edits_test_or_config": 1, "tampered": 1},
+        "tampered_episodes": 1,
+        "tampered_evidence": {"canary_passed": 1, "framework_patched": 1},
     }
     assert r1["iterations"]["1"]["integrity_flags"]["flagged_episodes"] == 0
 
@@ -341,6 +343,7 @@ def test_report_draws_every_chart_and_attributes_every_failure(report):
     assert [f"<td>{e}</td>" in attribution for e in ("e06", "e07", "e08", "e09", "e10")] == [True] * 5
     assert "<td>e01</td>" not in attribution
     assert "unhealthy" in _section(html, "overview")  # iteration 0: verifier errors 10% > 5%
+    assert "<td>1 (canary_passed 1, framework_patched 1)</td>" in _section(html, "overview")  # e04 tampered
 
 
 def test_report_is_self_contained(report):

@@ -23,12 +23,12 @@ from trialforge.observe.metrics import load_run
 from trialforge.observe.quality import quality_metrics, read_records
 from trialforge.observe.report import report_html
 from trialforge.observe.run_report import finish_run
-from trialforge.quality import Attempt, LeakSpan, QualityRecord
 from trialforge.rollout.records import EPISODE_SCHEMA
 from trialforge.runtime import open_runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import open_store
 from trialforge.tasks.patches import diff_trees
+from trialforge.tasks.quality_record import Attempt, LeakSpan, QualityRecord
 from trialforge.tasks.schema import Source, Task, task_set_version
 
 BUGGY = "def double(value):\n    return value + 1\n"

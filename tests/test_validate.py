@@ -15,7 +15,7 @@ from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
-from trialforge.verify.runner import TestReport as Report  # not "Test*": pytest would collect it
+from trialforge.testrun import TestReport as Report  # not "Test*": pytest would collect it
 
 BUGGY = "def double(x):\n    return x + x + 1\n"
 BUGGY_TOO = "def double(x):\n    return x * 3\n"
@@ -151,3 +151,44 @@ def test_runs_that_did_not_report_are_not_kept():
     with pytest.raises(SandboxError):
         shared.get("other", crash)
     assert shared.get("other", lambda: run(True))[0].reported  # a crash is not remembered either
+
+
+# A "fix" that leaves the bug and forces every report to pass, reaching pytest without naming it.
+TAMPERING_GOLD = (
+    "import sys\n\n\ndef double(x):\n    return x + x + 1\n\n\n"
+    "for _module in list(sys.modules.values()):\n"
+    "    _cls = getattr(_module, 'Test' + 'Report', None)\n"
+    "    if isinstance(_cls, type) and 'from_item_and_call' in vars(_cls):\n"
+    "        _made = _cls.from_item_and_call\n"
+    "        def _forced(item, call, _made=_made):\n"
+    "            report = _made(item, call)\n"
+    "            report.outcome, report.longrepr = 'passed', None\n"
+    "            return report\n"
+    "        _cls.from_item_and_call = staticmethod(_forced)\n"
+)
+# A test patch whose conftest forces every outcome: malicious (or broken) task data.
+FORCING_CONFTEST = (
+    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
+)
+
+
+def test_a_gold_patch_that_tampers_with_the_run_does_not_validate(tmp_path, snapshots, bwrap_backend, base_image):
+    base = tmp_path / "fixed_by_tamper"
+    base.mkdir()
+    (base / "calc.py").write_text(BUGGY)
+    tampered = base.parent / "tampered"
+    tampered.mkdir()
+    (tampered / "calc.py").write_text(TAMPERING_GOLD)
+    gold = diff_trees(base, tampered)
+    task = _task(tmp_path, snapshots, {"test_double.py": STEADY}, gold=gold)
+    checked = _validate(task, bwrap_backend, base_image, snapshots, runs=1)
+    assert not checked.validation.valid
+    assert checked.validation.reason.startswith("tampered: ") and "canary_passed" in checked.validation.reason
+
+
+def test_a_test_patch_whose_conftest_forces_outcomes_does_not_validate(tmp_path, snapshots, bwrap_backend, base_image):
+    task = _task(tmp_path, snapshots, {"test_double.py": STEADY, "conftest.py": FORCING_CONFTEST})
+    checked = _validate(task, bwrap_backend, base_image, snapshots, runs=1)
+    assert not checked.validation.valid
+    assert checked.validation.reason.startswith("tampered: ") and "canary_passed" in checked.validation.reason

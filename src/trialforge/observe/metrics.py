@@ -243,15 +243,23 @@ def _zero_variance(ok: pd.DataFrame) -> dict[str, Any]:
 
 
 def _integrity(episodes: pd.DataFrame) -> dict[str, Any]:
-    """Episodes per flag kind (``edits_test_or_config:tests/x.py`` counts as ``edits_test_or_config``)."""
-    kinds = episodes["integrity_flags"].fillna("[]").map(lambda text: {f.split(":", 1)[0] for f in json.loads(text)})
+    """Episodes per flag kind (``edits_test_or_config:tests/x.py`` counts as ``edits_test_or_config``).
+
+    ``tampered`` episodes are those whose graded run showed runtime evidence of tampering (reward 0),
+    counted per kind of evidence (``tampered:canary_passed:mutated_copy`` counts as ``canary_passed``).
+    """
+    flags = episodes["integrity_flags"].fillna("[]").map(json.loads)
+    kinds = flags.map(lambda found: {f.split(":", 1)[0] for f in found})
     flagged = kinds.map(bool)
     passed = (episodes["status"] == "ok") & (episodes["reward"] >= PASS_REWARD)
     per_kind = Counter(kind for found in kinds for kind in found)
+    evidence = flags.map(lambda found: {f.split(":")[1] for f in found if f.startswith("tampered:") and ":" in f})
     return {
         "flagged_episodes": int(flagged.sum()),
         "flagged_passes": int((flagged & passed).sum()),
         "counts": dict(sorted(per_kind.items())),
+        "tampered_episodes": int(evidence.map(bool).sum()),
+        "tampered_evidence": dict(sorted(Counter(e for found in evidence for e in found).items())),
     }
 
 

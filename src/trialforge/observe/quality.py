@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from trialforge.quality import GATES, LEAK_KINDS, QualityRecord
 from trialforge.quality.gate import AUDIT_ERROR
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
+from trialforge.tasks.quality_record import GATES, LEAK_KINDS, QualityRecord
 from trialforge.tasks.schema import Task
 
 DATASET = "quality"

@@ -24,9 +24,9 @@ from trialforge.observe.attribution import attribute, category_counts
 from trialforge.observe.health import HealthThresholds, check_health
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
 from trialforge.observe.quality import quality_metrics, read_records
-from trialforge.quality import GATES, Attempt, QualityRecord
 from trialforge.quality.gate import AUDIT_ERROR
 from trialforge.store.objstore import ObjectStore
+from trialforge.tasks.quality_record import GATES, Attempt, QualityRecord
 
 SPOT_CHECKS = 8
 ATTRIBUTION_ROWS = 200  # per-episode failure rows shown; the counts above them cover all
@@ -147,6 +147,7 @@ def _overview(data: RunData, metrics: dict[str, Any], thresholds: HealthThreshol
                 _pct(m["env_error_rate"]),
                 _pct(m["verifier_error_rate"]),
                 m["retries"],
+                _tampered(m["integrity_flags"]),
                 _pct(m["zero_variance_groups"]["fraction"]),
                 _fmt(m["throughput"]["episodes_per_s"]) + f" ({m['throughput']['basis']})",
                 *(" / ".join(_fmt(latency[name][p]) for p in ("p50", "p90", "p99")) for name in _LATENCY_TITLES),
@@ -160,6 +161,7 @@ def _overview(data: RunData, metrics: dict[str, Any], thresholds: HealthThreshol
             "env errors",
             "verifier errors",
             "retries",
+            "tampered runs (reward 0)",
             "zero-variance groups",
             "episodes/s",
             *(f"{t} s p50/p90/p99" for t in _LATENCY_TITLES.values()),
@@ -380,6 +382,13 @@ def _episode_card(row: dict[str, Any]) -> str:
         f"{int(row['steps'])} steps<br>verifier: {escape(reason)}<br>integrity flags: {flag_text}"
         f"<pre>{escape(_capped(diff))}</pre></div>"
     )
+
+
+def _tampered(integrity: dict[str, Any]) -> str:
+    """Episodes whose graded run was tampered with, and by which evidence (docs/verification.md)."""
+    count = integrity.get("tampered_episodes", 0)
+    kinds = ", ".join(f"{kind} {n}" for kind, n in integrity.get("tampered_evidence", {}).items())
+    return f"{count} ({kinds})" if count else "0"
 
 
 def _capped(diff: str) -> str:

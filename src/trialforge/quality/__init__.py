@@ -3,8 +3,7 @@
 Three audits (``weak_tests``, ``leaks``, ``shortcuts``) look at one task each and ``gate`` turns what they
 found into one ``QualityRecord`` per task and a keep/drop decision. This module is their shared vocabulary:
 
-- the record types. ``tasks/schema.py`` stores a ``QualityRecord`` on the task, so this module imports
-  nothing that imports the task schema (the verifier and the task record are named for type checking only);
+- the record types live in ``tasks/quality_record.py`` (the task schema carries a ``QualityRecord``);
 - ``Change``: what a patch does to the base tree, file by file and line by line (added lines, touched
   lines, hunks that can be applied one at a time);
 - ``Probe``: grading a rewrite of the base tree with the real verifier, counting verifier runs.
@@ -18,86 +17,16 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING
 
 from trialforge.tasks.patches import apply_patch, diff_trees, touched_paths
+from trialforge.tasks.quality_record import Attempt
 
 if TYPE_CHECKING:
     from trialforge.tasks.schema import Task
     from trialforge.verify.grader import Grader
 
-Gate = Literal["weak_tests", "leaks", "shortcuts"]
-GATES: tuple[Gate, ...] = ("weak_tests", "leaks", "shortcuts")
-LeakKind = Literal["added_line", "new_identifier", "expected_value"]
-LEAK_KINDS: tuple[LeakKind, ...] = ("added_line", "new_identifier", "expected_value")
 HUNK_CONTEXT = 3  # lines of context that separate two hunks, as in ``git diff``
-
-
-# --- the record -------------------------------------------------------------------------------
-
-
-class Attempt(BaseModel):
-    """One candidate diff (a wrong fix, a shortcut, the gold control) and what the real verifier gave it."""
-
-    kind: str  # partial_revert | a mutation family | const_return | a shortcut strategy | gold
-    note: str  # what exactly was changed, for a person reading the record
-    diff: str = ""
-    reward: float | None = None  # None: not graded, or the verifier could not decide
-    status: str = "not_applicable"  # the verdict's status (ok | verifier_error | env_error) or not_applicable
-    reason: str = ""
-    duration_s: float = 0.0
-
-    @property
-    def scores(self) -> bool:
-        return self.status == "ok" and self.reward == 1.0
-
-    @property
-    def undecided(self) -> bool:
-        return self.status not in ("ok", "not_applicable")
-
-
-class LeakSpan(BaseModel):
-    """Where the statement (or hints) gives part of the answer away: ``text == <field>[start:end]``."""
-
-    field: Literal["problem_statement", "hints"]
-    kind: LeakKind
-    start: int
-    end: int
-    text: str
-    source: str  # what leaked: the gold patch's line, the new identifier or the expected literal
-
-
-class QualityRecord(BaseModel):
-    """Everything the quality gate found about one task, and its verdict."""
-
-    task_id: str
-    gates_run: list[Gate] = Field(default_factory=list)
-    control: Attempt | None = None  # the gold patch through the same verifier: the audits mean nothing without it
-    weak: bool = False
-    mutants: list[Attempt] = Field(default_factory=list)  # every wrong fix graded
-    leaks: list[LeakSpan] = Field(default_factory=list)
-    shortcuts: list[Attempt] = Field(default_factory=list)  # one per strategy of the panel
-    verifier_version: str = ""
-    verifier_runs: int = 0
-    candidate_timeout_s: float | None = None  # the test timeout wrong fixes and shortcuts ran under
-    verdict: Literal["pass", "fail"] = "pass"
-    failed_gates: list[str] = Field(default_factory=list)  # gates whose check failed, enforced or not; audit_error
-    reasons: list[str] = Field(default_factory=list)
-    duration_s: float = 0.0
-
-    @property
-    def mutants_tried(self) -> int:
-        return len(self.mutants)
-
-    @property
-    def passing_mutants(self) -> list[Attempt]:
-        return [m for m in self.mutants if m.scores]
-
-    @property
-    def solving_shortcuts(self) -> list[Attempt]:
-        return [s for s in self.shortcuts if s.scores]
 
 
 # --- what a patch changes ---------------------------------------------------------------------

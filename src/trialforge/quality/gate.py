@@ -11,7 +11,6 @@ unaudited task is not a passed one, and the funnel says which it was so a rerun 
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,10 +19,12 @@ from typing import Any
 
 from trialforge.errors import ConfigError, PatchError
 from trialforge.funnel import Funnel
-from trialforge.quality import GATES, LEAK_KINDS, Attempt, Change, Gate, LeakKind, Probe, QualityRecord
+from trialforge.quality import Change, Probe
 from trialforge.quality.leaks import find_leaks
 from trialforge.quality.shortcuts import audit_shortcuts
 from trialforge.quality.weak_tests import audit_tests
+from trialforge.scratch import scratch_dir
+from trialforge.tasks.quality_record import GATES, LEAK_KINDS, Attempt, Gate, LeakKind, QualityRecord
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import VERIFIER_VERSION, Grader
@@ -98,7 +99,7 @@ def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: Qualit
     """Run ``cfg.gates`` on one task and judge it."""
     start = time.monotonic()
     record = QualityRecord(task_id=task.task_id, gates_run=list(cfg.gates), verifier_version=VERIFIER_VERSION)
-    with tempfile.TemporaryDirectory(prefix="tf-quality-") as tmp:
+    with scratch_dir("quality") as tmp:
         base = snapshots.materialize(task.snapshot)
         try:
             gold = Change.apply(base, task.gold_patch, Path(tmp) / "gold")

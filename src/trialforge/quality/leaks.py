@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from trialforge.quality import LEAK_KINDS, Change, ChangedFile, LeakKind, LeakSpan
+from trialforge.quality import Change, ChangedFile
 from trialforge.tasks.patches import IGNORED_DIRS
+from trialforge.tasks.quality_record import LEAK_KINDS, LeakKind, LeakSpan
 
 if TYPE_CHECKING:
     from trialforge.tasks.schema import Task

@@ -14,7 +14,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from trialforge.quality import Attempt, Change, Probe
+from trialforge.quality import Change, Probe
+from trialforge.tasks.quality_record import Attempt
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 # A body rewrite: (the body's lines, their indentation, lines not to re-indent) -> the new body's lines.

@@ -22,9 +22,10 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from trialforge.quality import Attempt, Change, ChangedFile, Probe
+from trialforge.quality import Change, ChangedFile, Probe
 from trialforge.quality.shortcuts import enclosing_functions, own_body
 from trialforge.tasks.mutations import SourceText, mutants_of_source, sample_mutants
+from trialforge.tasks.quality_record import Attempt
 
 CONST_RETURNS = ("0", '""', "True", "[]")  # ``None`` is the ``wrong_return`` family's
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path, PurePosixPath
 
 from trialforge.errors import PatchError
+from trialforge.scratch import scratch_dir
 
 _HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _FILE_LINE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)", re.MULTILINE)
@@ -68,6 +68,22 @@ def is_test_path(path: str) -> bool:
     )
 
 
+def is_test_module(path: str) -> bool:
+    """A file pytest collects tests from by default (``test_*.py``, ``*_test.py``)."""
+    name = PurePosixPath(path).name
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+
+def test_files(tree: Path) -> list[str]:
+    """The tree's Python test files (test modules, conftests, test helpers), relative, sorted."""
+    found = []
+    for path in tree.rglob("*.py"):
+        rel = path.relative_to(tree)
+        if not any(part in IGNORED_DIRS for part in rel.parts) and is_test_path(rel.as_posix()):
+            found.append(rel.as_posix())
+    return sorted(found)
+
+
 def apply_patch(tree: Path, patch: str, *, reverse: bool = False) -> None:
     """Apply ``patch`` to the directory ``tree`` in place, all or nothing."""
     check_paths(patch)
@@ -82,7 +98,7 @@ def apply_patch(tree: Path, patch: str, *, reverse: bool = False) -> None:
 
 def diff_trees(before: Path, after: Path) -> str:
     """A git-style unified diff from ``before`` to ``after`` with paths relative to the trees."""
-    with tempfile.TemporaryDirectory(prefix="tf-diff-") as tmp:
+    with scratch_dir("diff") as tmp:  # named for its owner: `trialforge reap` removes it after a kill -9
         a, b = Path(tmp) / "a", Path(tmp) / "b"
         _copy_clean(before, a)
         _copy_clean(after, b)

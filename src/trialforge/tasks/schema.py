@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trialforge.quality import QualityRecord
+from trialforge.tasks.quality_record import QualityRecord
 
 SCHEMA_VERSION = 2
 

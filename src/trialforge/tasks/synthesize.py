@@ -28,7 +28,6 @@ import ast
 import logging
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -42,12 +41,13 @@ from typing import Any
 from trialforge.errors import TaskError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import WORKDIR, Backend, ExecResult, Limits, Sandbox, SandboxSpec, Snapshot
+from trialforge.scratch import scratch_dir
 from trialforge.tasks.mutations import FAMILIES, Mutant, compile_error, library_files, mutants_of_source, sample_mutants
 from trialforge.tasks.patches import IGNORED_DIRS, diff_trees, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
-from trialforge.verify.runner import TestReport, run_tests
+from trialforge.testrun import TestReport, run_tests
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ def synthesize(
     timings = funnel.timings
     timed = TimedBackend(backend, timings)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tf-synth-") as tmp:
+    with scratch_dir("synth") as tmp:
         original = _clean_copy(repo_dir, Path(tmp) / "original")
         with timings.measure("busy_s"):
             sources = {rel: (original / rel).read_text(encoding="utf-8") for rel in library_files(original)}
@@ -466,7 +466,7 @@ def _tasks(
 ) -> list[tuple[Mutant, Task]]:  # fmt: skip
     public = public_names(sources)
     out = []
-    with tempfile.TemporaryDirectory(prefix="tf-mutant-") as tmp:
+    with scratch_dir("mutant") as tmp:
         for item in screened:
             with funnel.timings.measure("busy_s"):
                 task = _task(item, original, Path(tmp), sources, repo_name, public, snapshots)

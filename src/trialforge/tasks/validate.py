@@ -7,12 +7,18 @@ the same code is flaky: quarantined when it is a pass-to-pass test, fatal when
 the task depends on it. Runs of a tree already validated in the same batch are
 reused: every task synthesized from one repository has the original code as its
 fixed tree, so that suite is run ``runs`` times once, not once per task.
+
+Every run carries canaries (``trialforge.testrun``) in the test files the test patch touches
+(else in two of the suite's test modules): a gold or test patch that tampers with the test
+run does not validate (``tampered: <evidence>``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import random
+import secrets
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +27,16 @@ from trialforge.errors import PatchError
 from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
-from trialforge.tasks.patches import apply_patch
+from trialforge.scratch import scratch_dir
+from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
-from trialforge.verify.runner import TestReport, run_tests
+from trialforge.testrun import Guard, TestReport, prepare, report_limits, run_tests
+
+# Canaries are drawn from this and the tree: the same for one tree within a process (its runs are shared),
+# unknowable from inside a sandbox.
+_SALT = secrets.token_bytes(16)
+CANARY_FILES = 2  # test modules that get canaries when the test patch names none
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,7 @@ def validate_task(
     With ``shared``, a tree's suite runs are taken from (and given to) the other validations of the batch.
     """
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tf-validate-") as tmp:
+    with scratch_dir("validate") as tmp:
         before = Path(tmp) / "before"
         shutil.copytree(snapshots.materialize(task.snapshot), before, symlinks=True)
         try:
@@ -70,24 +82,38 @@ def validate_task(
             apply_patch(after, task.gold_patch)
         except PatchError as exc:
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
-        runs_before = _runs(backend, image, before, limits, cfg, shared)
-        runs_after = _runs(backend, image, after, limits, cfg, shared)
+        touched = [p for p in touched_paths(task.test_patch) if is_test_module(p)] if task.test_patch else []
+        runs_before = _runs(backend, image, before, limits, cfg, shared, touched)
+        runs_after = _runs(backend, image, after, limits, cfg, shared, touched)
     return _judge(task, runs_before, runs_after, cfg, start)
 
 
 def _runs(
-    backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig, shared: SuiteRuns | None
+    backend: Backend,
+    image: str,
+    tree: Path,
+    limits: Limits,
+    cfg: ValidateConfig,
+    shared: SuiteRuns | None,
+    touched: list[str],
 ) -> list[TestReport]:
+    key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}"
+    rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
+    modules = touched or sorted(p for p in test_files(tree) if is_test_module(p))
+    plant_in = modules if touched else rng.sample(modules, min(CANARY_FILES, len(modules)))
+    guard = prepare(tree, [], test_files(tree), plant_in=plant_in, rng=rng)
     if shared is None:
-        return _run(backend, image, tree, limits, cfg)
-    key = f"{tree_digest(tree)}|{image}|{limits!r}|{cfg!r}"
-    return shared.get(key, lambda: _run(backend, image, tree, limits, cfg))
+        return _run(backend, image, tree, limits, cfg, guard)
+    return shared.get(key, lambda: _run(backend, image, tree, limits, cfg, guard))
 
 
-def _run(backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig) -> list[TestReport]:
-    sandbox = backend.create(SandboxSpec(image=image, workspace=tree, limits=limits, labels={"purpose": "validate"}))
+def _run(
+    backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig, guard: Guard
+) -> list[TestReport]:
+    spec = SandboxSpec(image=image, workspace=tree, limits=report_limits(limits), labels={"purpose": "validate"})
+    sandbox = backend.create(spec)
     try:
-        return [run_tests(sandbox, None, timeout=cfg.test_timeout_s) for _ in range(cfg.runs)]
+        return [run_tests(sandbox, None, timeout=cfg.test_timeout_s, guard=guard) for _ in range(cfg.runs)]
     finally:
         sandbox.close()
 
@@ -105,6 +131,9 @@ def _stable(reports: list[TestReport]) -> tuple[dict[str, str], set[str]]:
 
 def _judge(task: Task, before: list[TestReport], after: list[TestReport], cfg: ValidateConfig, start: float) -> Task:
     runs = len(before) + len(after)
+    tampered = [e for r in before + after for e in r.evidence]
+    if tampered:
+        return _verdict(task, False, f"tampered: {', '.join(dict.fromkeys(tampered))}", runs, start)
     if not all(r.reported for r in before + after):
         log = next(r.log_tail for r in before + after if not r.reported)
         return _verdict(task, False, f"tests_did_not_run: {log[-300:]}", runs, start)

@@ -1,19 +1,21 @@
 """Grade an agent's diff without trusting anything from the rollout sandbox.
 
 The diff is re-applied to the pristine base snapshot with every test file and
-test-runner setting dropped from it, the task's test patch goes on top, and the
-named tests run in a fresh sandbox. Reward is 1 only when pytest exits 0 and
-every fail-to-pass and pass-to-pass test passed: a missing, skipped or errored
-test fails. The same diff always gets the same score, which is also why a
-verdict can be reused: episodes that end in the same diff (a GRPO group's
-members often do) are graded once.
+test-runner setting dropped from it, the task's test patch goes on top, canary
+tests are planted next to the graded ones (``trialforge.testrun``), and the named
+tests run in a fresh sandbox. Reward is 1 only when the run shows no sign of
+tampering and every fail-to-pass and pass-to-pass test passed: a missing,
+skipped or errored test fails. A tampered run scores 0 with ``tampered:<evidence>``
+flags. Diff patterns (``integrity.py``) are for audit only: no reward depends on them.
+The same diff always gets the same score, which is also why a verdict can be
+reused: episodes that end in the same diff (a GRPO group's members often do) are
+graded once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -21,13 +23,14 @@ from pathlib import Path
 from trialforge.errors import PatchError, SandboxError
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
-from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, touched_paths
+from trialforge.scratch import scratch_dir
+from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.verify.integrity import blocking, integrity_flags
-from trialforge.verify.runner import run_tests
+from trialforge.testrun import prepare, report_limits, run_tests
+from trialforge.verify.integrity import integrity_flags
 
-VERIFIER_VERSION = "1"
+VERIFIER_VERSION = "2"  # 2: runtime tamper evidence and canaries; diff patterns audit only
 
 
 @dataclass
@@ -76,11 +79,7 @@ class Grader:
             "dropped_paths": ",".join(dropped),
         }
         verdict = self._cached(task, code_diff, provenance["diff_sha256"])
-        if verdict.reward and blocking(flags):
-            verdict = Verdict(
-                0.0, "ok", f"integrity: the diff tampers with the test run ({', '.join(blocking(flags))})"
-            )
-        verdict.flags = flags
+        verdict.flags = sorted(set(verdict.flags) | set(flags))  # runtime evidence, then the audit patterns
         verdict.provenance = provenance
         verdict.duration_s = round(time.monotonic() - start, 3)
         return verdict
@@ -98,7 +97,7 @@ class Grader:
         return replace(verdict)  # each caller fills in its own flags and provenance
 
     def _grade(self, task: Task, code_diff: str) -> Verdict:
-        with tempfile.TemporaryDirectory(prefix="tf-grade-") as tmp:
+        with scratch_dir("grade") as tmp:
             tree = Path(tmp) / "repo"
             shutil.copytree(self.snapshots.materialize(task.snapshot), tree, symlinks=True)
             if code_diff.strip():
@@ -120,22 +119,26 @@ class Grader:
         tests = task.fail_to_pass + task.pass_to_pass
         if not task.fail_to_pass:
             return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
-        spec = SandboxSpec(image=self.image, workspace=tree, limits=self.limits, labels={"purpose": "verify"})
+        guard = prepare(tree, tests, test_files(tree), copy_from=task.fail_to_pass)
+        limits = report_limits(self.limits)
+        spec = SandboxSpec(image=self.image, workspace=tree, limits=limits, labels={"purpose": "verify"})
         try:
             sandbox = self.backend.create(spec)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         try:
-            report = run_tests(sandbox, tests, timeout=self.timeout_for(task), stop_at_first_failure=True)
+            report = run_tests(sandbox, tests, timeout=self.timeout_for(task), guard=guard, stop_early=True)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         finally:
             sandbox.close()
         outcomes = {t: report.outcome(t) for t in tests}
+        if report.tampered:
+            return Verdict(0.0, "ok", f"tampered: {', '.join(report.evidence[:5])}", outcomes, report.flags())
         if not report.reported:
             reason = "timed_out" if report.timed_out else "no_report: the test process died before reporting"
             return Verdict(0.0, "ok", reason, outcomes)
-        if report.exit_code == 0 and report.all_passed(tests):
+        if report.all_passed(tests):  # pytest exits 1 (the must-fail canaries): report.py checks it agrees
             return Verdict(1.0, "ok", "all_tests_passed", outcomes)
         failing = sorted(t for t, o in outcomes.items() if o != "passed")
         return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}", outcomes)

@@ -1,10 +1,9 @@
-"""Integrity flags: patterns in an agent's diff that suggest it games the grader rather than fixes the bug.
+"""Audit flags: patterns in an agent's diff worth a person's look when its episode scored.
 
-Most flags are for audit: they are stored with the episode so high-reward
-episodes can be spot-checked. A few are *blocking*: code under test that
-reaches into the test framework, the runner's environment or the import
-machinery can make an in-process test run report whatever it likes, so a diff
-that does so earns nothing however its tests came out.
+They are stored with the episode, so high-reward episodes can be spot-checked, and counted in
+the metrics. They never decide a reward: words are easy to avoid for a policy that tampers
+(build a name at run time, encode it) and easy to hit for an honest fix (a comment that mentions
+``unittest.mock``). Tampering is judged at run time from evidence (``trialforge.testrun``).
 """
 
 from __future__ import annotations
@@ -36,10 +35,6 @@ _ADDED_LINE_CHECKS: list[tuple[str, re.Pattern[str]]] = [
     ("skip_marker", re.compile(r"\b(skipif|xfail|SkipTest)\b|\.skip\(")),
 ]
 
-BLOCKING = frozenset(
-    {"test_framework_patch", "runner_env_read", "output_tamper", "import_hook", "introspection", "path_config_file"}
-)
-
 
 def integrity_flags(diff: str) -> list[str]:
     flags: list[str] = []
@@ -51,7 +46,3 @@ def integrity_flags(diff: str) -> list[str]:
     added = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
     flags += [name for name, pattern in _ADDED_LINE_CHECKS if pattern.search(added)]
     return sorted(set(flags))
-
-
-def blocking(flags: list[str]) -> list[str]:
-    return [f for f in flags if f in BLOCKING]

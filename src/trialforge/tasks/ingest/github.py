@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
 from trialforge.errors import PatchError
 from trialforge.funnel import Funnel
+from trialforge.scratch import scratch_dir
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
@@ -95,7 +95,7 @@ def _to_task(issue: GithubIssue, where: str, repos_dir: Path, snapshots: Snapsho
 
 
 def _base_snapshot(repo: Path, code_patch: str, test_patch: str, snapshots: SnapshotStore) -> str:
-    with tempfile.TemporaryDirectory(prefix="tf-ingest-") as tmp:
+    with scratch_dir("ingest") as tmp:
         tree = Path(tmp) / "repo"
         shutil.copytree(repo, tree, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", "*.pyc"))
         if test_patch:

@@ -29,6 +29,7 @@ from typing import Any
 
 from trialforge.errors import PatchError, TaskError
 from trialforge.funnel import Funnel
+from trialforge.scratch import scratch_dir
 from trialforge.tasks.patches import (
     MAX_PATCH_BYTES,
     apply_patch,
@@ -207,7 +208,7 @@ class Mirrors:
 
     def _clone(self, name: str, url: str) -> Path:
         if self._clone_dir is None:
-            self._scratch = self._scratch or tempfile.TemporaryDirectory(prefix="tf-clones-")
+            self._scratch = self._scratch or scratch_dir("clones")
             base = Path(self._scratch.name)
         else:
             base = self._clone_dir
@@ -409,7 +410,7 @@ def snapshot_at(repo: Path, commit: str, patches: Sequence[str], snapshots: Snap
 
     The patches are tried on a copy, so the stored base state is exactly the commit's tree.
     """
-    with tempfile.TemporaryDirectory(prefix="tf-ingest-") as tmp:
+    with scratch_dir("ingest") as tmp:
         base, trial = Path(tmp) / "base", Path(tmp) / "trial"
         materialize(repo, commit, base)
         shutil.copytree(base, trial, symlinks=True)

@@ -1,0 +1,99 @@
+"""Run tests in a sandbox and read per-test outcomes the code under test cannot forge unseen.
+
+``prepare`` (on the host, before the sandbox exists) plants canary tests into the tree and hashes
+the pristine test files; ``run_tests`` runs pytest under the recorder (``recorder_program.py``)
+and ``report.read_report`` checks what came back. docs/verification.md has the threat model.
+Validation, synthesis and grading all run tests through here: one protection for every verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from trialforge.sandbox.base import Limits, Sandbox
+from trialforge.testrun.canaries import Canary, plant
+from trialforge.testrun.report import TestReport, read_report
+
+__all__ = ["REPORT_CAP_BYTES", "Canary", "Guard", "TestReport", "prepare", "report_limits", "run_tests"]
+
+RECORDER = (Path(__file__).with_name("recorder_program.py")).read_text(encoding="utf-8")
+# The report channel carries one line per test: sandboxes that run tests keep this much output at least.
+REPORT_CAP_BYTES = 16 << 20
+PYTEST_ARGS = ["-p", "no:cacheprovider", "-q", "--tb=short", "-o", "addopts="]
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What the host planted in a tree and what it knows of it: the run is checked against this."""
+
+    canaries: tuple[Canary, ...] = ()
+    test_files: dict[str, str] | None = None  # relative path -> sha256 of each pristine test file
+    extra_ids: tuple[str, ...] = field(default=())  # canary ids to add to an explicit test selection
+
+    @property
+    def must_fail(self) -> int:
+        return sum(c.must == "fail" for c in self.canaries)
+
+
+def prepare(
+    tree: Path,
+    test_ids: list[str],
+    test_files: Iterable[str],
+    *,
+    plant_in: list[str] | None = None,
+    copy_from: list[str] | None = None,
+    rng: random.Random | None = None,
+) -> Guard:
+    """Plant canaries in ``tree`` (the files of ``test_ids``, or ``plant_in``) and hash ``test_files``.
+
+    ``copy_from``: the tests to make must-fail copies of (canaries.plant); a random one per file when None.
+
+    ``test_files``: the tree's pristine test files (relative paths); plugins and conftests the run
+    registers must be one of them, unchanged.
+    """
+    canaries = plant(tree, test_ids, rng or random.Random(secrets.randbits(64)), files=plant_in, copy_from=copy_from)
+    hashes = {
+        rel: hashlib.sha256((tree / rel).read_bytes()).hexdigest()
+        for rel in sorted(set(test_files) | {c.file for c in canaries})
+        if rel.endswith(".py") and (tree / rel).is_file() and not (tree / rel).is_symlink()
+    }
+    return Guard(tuple(canaries), hashes, tuple(c.node_id for c in canaries))
+
+
+def report_limits(limits: Limits) -> Limits:
+    """``limits`` with room for the report channel of a large suite (a truncated report counts as none)."""
+    return replace(limits, output_cap_bytes=max(limits.output_cap_bytes, REPORT_CAP_BYTES))
+
+
+def run_tests(
+    sandbox: Sandbox,
+    test_ids: list[str] | None = None,
+    *,
+    timeout: float,
+    guard: Guard | None = None,
+    stop_early: bool = False,
+) -> TestReport:
+    """Run ``test_ids`` (all tests when None) at /work in ``sandbox``; per-test outcomes and tamper evidence.
+
+    ``stop_early`` suits grading, where one failing test decides the reward: the run stops after the
+    must-fail canaries' failures plus one (the remaining tests report as missing, which is no evidence).
+    """
+    guard = guard or Guard()
+    marker = secrets.token_hex(24)
+    key_path = f"/work/.tf-key-{secrets.token_hex(8)}"
+    key = {"marker": marker, "test_files": guard.test_files}
+    sandbox.write_file(key_path.removeprefix("/work/"), json.dumps(key).encode())
+    whole_files = {t for t in test_ids or () if "::" not in t}  # their canaries run with them: never twice
+    extra = [c for c in guard.extra_ids if c.split("::", 1)[0] not in whole_files]
+    selection = [*test_ids, *extra] if test_ids else []
+    max_failures = guard.must_fail + 1 if stop_early else None
+    stop = ["--maxfail", str(max_failures)] if max_failures else []
+    argv = ["python3", "-s", "-c", RECORDER, key_path, *PYTEST_ARGS, *stop, *selection]
+    result = sandbox.exec(argv, timeout=timeout)
+    return read_report(result, marker, guard.canaries, test_ids or (), max_failures)

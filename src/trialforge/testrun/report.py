@@ -1,0 +1,260 @@
+"""The host's reading of a test run: per-test outcomes, and the evidence that the run was tampered with.
+
+The recorder (``recorder_program.py``) writes numbered events after a secret marker on a channel
+the code under test does not hold; the sandbox reports the process's real exit status. A run is
+*tampered* when any of these disagree with an honest pytest run:
+
+- the stream: anything but marker lines on the channel, gaps or repeats in the numbering, a test
+  reported twice, a report without its end, or an end without its start;
+- the process: exit status 0 without a report (something ended the run early and "successfully"),
+  or a status other than the one the recorder reported; pytest's exit code against the outcomes
+  (0 with a failed test, 1 with none);
+- the recorder's own evidence (framework functions or report-path hooks changed, foreign hook
+  implementations, test items or their modules swapped, trace hooks);
+- a graded test skipped by a ``pytest.skip`` raised in the code under test (not in a pristine
+  test file, not by pytest);
+- the canaries (``canaries.py``): a must-fail canary that passed; a canary skipped while real tests
+  of its file ran; a canary missing from a run that was not stopped early and whose file collected;
+  a must-pass canary that failed in its call (not in setup: an honest but broken diff can break a
+  fixture, never a self-contained assertion).
+
+A run that crashes, times out or overflows the output cap is not tampered: it has no report
+(``reported=False``) and fails. Flooding the channel therefore earns nothing either.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trialforge.sandbox.base import TRUNCATION_MARK, ExecResult
+from trialforge.testrun.canaries import Canary
+
+Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
+RAN = ("passed", "failed", "error")
+COLLECTION = "<collection>:"  # outcome key of a collection error, as validation reads it
+
+
+@dataclass(frozen=True)
+class TestReport:
+    exit_code: int  # pytest's exit code (-1 when no report came back)
+    outcomes: dict[str, str] = field(default_factory=dict)  # real tests only: canaries are the host's business
+    duration_s: float = 0.0
+    timed_out: bool = False
+    reported: bool = True
+    log_tail: str = ""
+    evidence: tuple[str, ...] = ()  # why the run cannot be trusted; empty when clean
+    canaries: dict[str, str] = field(default_factory=dict)  # canary node id -> outcome, for the record
+
+    @property
+    def tampered(self) -> bool:
+        return bool(self.evidence)
+
+    def outcome(self, test_id: str) -> Outcome:
+        return self.outcomes.get(test_id, "missing")  # type: ignore[return-value]
+
+    def all_passed(self, test_ids: list[str]) -> bool:
+        return self.reported and not self.tampered and all(self.outcome(t) == "passed" for t in test_ids)
+
+    def flags(self) -> list[str]:
+        return [f"tampered:{e}" for e in self.evidence]
+
+
+@dataclass
+class _Stream:
+    events: list[dict] = field(default_factory=list)  # numbered events, in order
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    """What the events say happened, test by test."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)  # per test, its phases folded as pytest's summary does
+    finished: set[str] = field(default_factory=set)
+    ran: dict[tuple[str, str], str] = field(default_factory=dict)  # (test, phase) -> ok | skip | raised
+    not_collected: set[str] = field(default_factory=set)  # modules that failed or were skipped at collection
+    failures: int = 0  # phase reports that failed (what --maxfail counts)
+
+
+def read_report(
+    result: ExecResult,
+    marker: str,
+    canaries: Sequence[Canary] = (),
+    selected: Sequence[str] = (),
+    max_failures: int | None = None,
+) -> TestReport:
+    """The report of one run: outcomes from the channel's events, checked as the module docstring says.
+
+    ``selected``: the tests the run was asked for by name (graded tests); empty for a whole-suite run.
+    ``max_failures``: the run's ``--maxfail``; a run that says it stopped early must have reached it.
+    """
+    log_tail = result.stderr[-4000:].strip()
+    if result.truncated and _cut(result.stdout):  # the channel overflowed the output cap: the report is incomplete
+        log_tail = "the report overflowed the output cap\n" + log_tail
+        return TestReport(-1, {}, result.duration_s, result.timed_out, False, log_tail)
+    stream = _events(result.stdout, marker)
+    evidence = stream.evidence
+    kinds = [e.get("e") for e in stream.events]
+    end = stream.events[-1] if kinds and kinds[-1] == "end" else None
+    if kinds.count("end") > 1 or kinds.count("start") > 1 or (kinds and kinds[0] != "start"):
+        evidence.append("report_stream_broken")
+    if end is None:
+        if result.exit_code == 0 and not result.timed_out:
+            evidence.append("exited_0_without_report")
+        return TestReport(-1, {}, result.duration_s, result.timed_out, False, log_tail, tuple(dict.fromkeys(evidence)))
+    run = _fold(stream.events, {_base(t) for t in selected}, evidence)
+    exit_code = _int(end.get("exit"))
+    if result.exit_code != exit_code:
+        evidence.append(f"exit_status_mismatch:{result.exit_code}!={exit_code}")
+    failed = any(o in ("failed", "error") for o in run.outcomes.values())
+    if (exit_code == 0 and failed) or (exit_code == 1 and not failed):
+        evidence.append(f"exit_code_contradicts_outcomes:{exit_code}")
+    stopped = bool(end.get("stopped"))
+    if stopped and max_failures is not None and run.failures < max_failures:
+        evidence.append(f"stopped_before_max_failures:{run.failures}<{max_failures}")
+    by_canary = _canary_outcomes(run.outcomes, list(canaries))
+    interrupted = any(t.startswith(COLLECTION) for t in run.outcomes)  # pytest runs no test after a collection error
+    evidence += canary_evidence(
+        list(canaries), by_canary, run.outcomes, stopped=stopped or interrupted, not_collected=run.not_collected
+    )
+    real = {t: o for t, o in run.outcomes.items() if _base(t) not in by_canary}
+    seen = {cid: ",".join(found) for cid, found in by_canary.items()}
+    return TestReport(
+        exit_code, real, result.duration_s, result.timed_out, True, log_tail, tuple(dict.fromkeys(evidence)), seen
+    )
+
+
+def _fold(events: list[dict], graded: set[str], evidence: list[str]) -> _Run:
+    """Phase reports into per-test outcomes; each checked against how the recorder saw the phase end."""
+    run = _Run()
+    for event in events:
+        kind, test_id = event.get("e"), str(event.get("id"))
+        if kind == "ran":
+            run.ran[(test_id, str(event.get("w")))] = str(event.get("x"))
+        elif kind == "phase":
+            when, outcome = str(event.get("w")), str(event.get("o"))
+            run.failures += outcome == "failed"
+            observed = run.ran.get((test_id, when))
+            if outcome == "passed" and observed != "ok":
+                evidence.append(f"report_contradicts_run:{test_id}:{when}:{observed or 'not observed'}")
+            run.outcomes[test_id] = _folded(run.outcomes.get(test_id), when, outcome)
+            if event.get("k") and _base(test_id) in graded:
+                evidence.append(f"skip_from_code_under_test:{event['k']}")
+        elif kind == "test":
+            if test_id in run.finished:
+                evidence.append(f"test_reported_twice:{test_id}")
+            run.finished.add(test_id)
+            run.outcomes.setdefault(test_id, "missing")
+        elif kind == "collect_skip":
+            module = test_id.split("::", 1)[0]
+            run.not_collected.add(module)
+            if event.get("k") and any(t.split("::", 1)[0] == module for t in graded):
+                evidence.append(f"skip_from_code_under_test:{event['k']}")
+        elif kind == "collect_error":
+            run.outcomes[COLLECTION + test_id] = "error"
+            run.not_collected.add(test_id.split("::", 1)[0])
+            run.failures += 1
+        elif kind == "tamper":
+            evidence.append(str(event.get("what")))
+    return run
+
+
+def _folded(before: str | None, when: str, outcome: str) -> str:
+    """A test's outcome so far, with one more phase: a failing setup or teardown is an error; failures stick."""
+    if when == "call":
+        now = outcome
+    elif outcome == "failed":
+        now = "error"
+    elif outcome == "skipped":
+        now = "skipped"
+    else:
+        now = before or "passed"
+    return before if before in ("error", "failed") and now == "passed" else now
+
+
+def _cut(stdout: str) -> bool:
+    """The sandbox cut this output (its mark is in it; stderr may have been cut alone)."""
+    head, _, tail = TRUNCATION_MARK.partition("{dropped}")
+    return head in stdout and tail in stdout
+
+
+def _events(stdout: str, marker: str) -> _Stream:
+    stream = _Stream()
+    foreign = False
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(marker):
+            foreign = True
+            continue
+        try:
+            event = json.loads(line[len(marker) :])
+        except ValueError:
+            foreign = True
+            continue
+        if isinstance(event, dict) and event.get("e") == "tamper" and "s" not in event:
+            stream.evidence.append(str(event.get("what")))  # from the audit hook, which keeps no counter
+            continue
+        if not isinstance(event, dict) or event.get("s") != len(stream.events):
+            stream.evidence.append("report_stream_broken")
+            continue
+        stream.events.append(event)
+    if foreign:
+        stream.evidence.append("foreign_bytes_on_report_channel")
+    return stream
+
+
+def canary_evidence(
+    canaries: list[Canary],
+    by_canary: dict[str, list[str]],
+    outcomes: dict[str, str],
+    *,
+    stopped: bool,
+    not_collected: set[str],
+) -> list[str]:
+    """What the canaries say about the run (see the module docstring); empty for an honest run.
+
+    ``by_canary`` holds every outcome of each canary (a parametrized module makes several ids of one).
+    """
+    ran_in_file: dict[str, bool] = defaultdict(bool)
+    for test_id, outcome in outcomes.items():
+        if outcome in RAN and _base(test_id) not in by_canary:
+            ran_in_file[test_id.split("::", 1)[0]] = True
+    found: list[str] = []
+    for canary in canaries:
+        got = by_canary.get(canary.node_id, [])
+        source = [o for t, o in outcomes.items() if _base(t) == canary.source] if canary.source else []
+        skip_is_honest = "skipped" in source if canary.source else not ran_in_file[canary.file]
+        if canary.must == "fail" and "passed" in got:
+            found.append(f"canary_passed:{canary.kind}")
+        elif "skipped" in got and not skip_is_honest:
+            found.append(f"canary_skipped:{canary.kind}")
+        elif canary.must == "pass" and "failed" in got:
+            found.append(f"canary_failed:{canary.kind}")
+        elif not got and not stopped and canary.file not in not_collected and (source or not canary.source):
+            found.append(f"canary_missing:{canary.kind}")
+    return found
+
+
+def _canary_outcomes(outcomes: dict[str, str], canaries: list[Canary]) -> dict[str, list[str]]:
+    ids = {c.node_id for c in canaries}
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for test_id, outcome in outcomes.items():
+        if _base(test_id) in ids:
+            grouped[_base(test_id)].append(outcome)
+    return dict(grouped)
+
+
+def _base(test_id: str) -> str:
+    return test_id.split("[", 1)[0]
+
+
+def _int(value: object) -> int:
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return -1

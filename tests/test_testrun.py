@@ -1,0 +1,267 @@
+"""The test-run guard's host side: canaries planted into real test files, and the report's evidence rules.
+
+The recorder itself runs in sandboxes in tests/test_verifier_exploits.py (every tamper class on both
+backends) and tests/test_gold_patches.py (no honest run is called tampered).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from trialforge.sandbox.base import TRUNCATION_MARK, ExecResult, Limits, SandboxSpec
+from trialforge.testrun import prepare, run_tests
+from trialforge.testrun.canaries import Canary, plant
+from trialforge.testrun.report import read_report
+
+TESTS = """import unittest
+
+from calc import add, scale
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_scale_label():
+    assert scale("ab", 2) == "abab"
+
+
+class TestMore(unittest.TestCase):
+    def test_add_negative(self):
+        self.assertEqual(add(-2, -3), -5)
+"""
+CALC = "def add(a, b):\n    return a + b\n\n\ndef scale(s, n):\n    return s * n\n"
+IDS = ["tests/test_calc.py::test_add", "tests/test_calc.py::test_scale_label", "tests/test_calc.py::TestMore"]
+
+
+def _tree(tmp_path: Path) -> Path:
+    (tmp_path / "calc").mkdir()
+    (tmp_path / "calc" / "__init__.py").write_text(CALC)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_calc.py").write_text(TESTS)
+    return tmp_path
+
+
+def _pytest(tree: Path) -> dict[str, str]:
+    """Outcome per test id from a plain pytest run of the planted tree (its junit XML; no recorder)."""
+    report = tree / "report.xml"
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", "tests"]
+    subprocess.run(argv, cwd=tree, capture_output=True, text=True, timeout=120)
+    outcomes = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        cls = "TestMore::" if case.get("classname", "").endswith("TestMore") else ""
+        failed = case.find("failure") is not None or case.find("error") is not None
+        skipped = case.find("skipped") is not None
+        outcomes[f"tests/test_calc.py::{cls}{case.get('name')}"] = (
+            "failed" if failed else "skipped" if skipped else "passed"
+        )
+    return outcomes
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_planted_canaries_behave_as_declared_under_plain_pytest(tmp_path, seed):
+    tree = _tree(tmp_path)
+    canaries = plant(tree, IDS, random.Random(seed))
+    source = (tree / "tests" / "test_calc.py").read_text()
+    ast.parse(source)  # still a valid module
+    assert TESTS.splitlines()[0] in source and all(line in source for line in TESTS.splitlines())  # nothing lost
+    assert {c.must for c in canaries} == {"pass", "fail"} and len(canaries) == 3
+    assert [c.kind for c in canaries].count("mutated_copy") == 1
+    outcomes = _pytest(tree)
+    for canary in canaries:
+        assert outcomes[canary.node_id] == ("passed" if canary.must == "pass" else "failed"), canary
+    assert all(
+        outcomes[t] == "passed" for t in ("tests/test_calc.py::test_add", "tests/test_calc.py::test_scale_label")
+    )
+    assert len(outcomes) == 3 + 3  # the file's three tests and the three canaries, no name clashes
+
+
+def test_a_mutated_copy_is_its_source_with_one_constant_changed(tmp_path):
+    tree = _tree(tmp_path)
+    copies = []
+    for seed in range(20):
+        (tree / "tests" / "test_calc.py").write_text(TESTS)
+        copy = next(c for c in plant(tree, IDS, random.Random(seed)) if c.kind == "mutated_copy")
+        module = ast.parse((tree / "tests" / "test_calc.py").read_text())
+        holders = [("", module.body)] + [(f"{c.name}::", c.body) for c in module.body if isinstance(c, ast.ClassDef)]
+        functions = {f"{h}{n.name}": n for h, body in holders for n in body if isinstance(n, ast.FunctionDef)}
+        mine, theirs = functions[copy.node_id.split("::", 1)[1]], functions[copy.source.split("::", 1)[1]]
+        mine_consts = [n.value for n in ast.walk(mine) if isinstance(n, ast.Constant)]
+        their_consts = [n.value for n in ast.walk(theirs) if isinstance(n, ast.Constant)]
+        assert sum(a != b for a, b in zip(mine_consts, their_consts, strict=True)) == 1
+        assert ast.dump(mine.args) == ast.dump(theirs.args)
+        copies.append(copy.source)
+    assert len(set(copies)) >= 2, "the copied test should vary between runs"
+
+
+def test_a_file_without_constant_expectations_gets_self_contained_canaries_only(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("def test_truthy():\n    assert bool([1])\n")
+    canaries = plant(tmp_path, ["tests/test_x.py::test_truthy"], random.Random(0))
+    assert sorted((c.must, c.kind) for c in canaries) == [("fail", "self_contained"), ("pass", "self_contained")]
+
+
+def test_prepare_hashes_the_test_files_as_planted(tmp_path):
+    tree = _tree(tmp_path)
+    guard = prepare(tree, IDS, ["tests/test_calc.py"], rng=random.Random(3))
+    assert guard.test_files == {
+        "tests/test_calc.py": hashlib.sha256((tree / "tests/test_calc.py").read_bytes()).hexdigest()
+    }
+    assert guard.must_fail == 2 and len(guard.extra_ids) == 3
+
+
+# --- the report's rules, on streams built by hand -----------------------------------------------
+
+MARKER = "f" * 48
+FAIL = Canary("tests/t.py::test_c1", "fail", "self_contained")
+PASS = Canary("tests/t.py::test_c2", "pass", "self_contained")
+COPY = Canary("tests/t.py::test_c3", "fail", "mutated_copy", source="tests/t.py::test_real")
+
+
+def _stream(*events: dict | list[dict], end: dict | None = None) -> str:
+    flat = [e for item in events for e in (item if isinstance(item, list) else [item])]
+    lines = [{"e": "start"}, *flat] + (
+        [{"e": "end", "exit": 1, "stopped": False, **(end or {})}] if end is not None else []
+    )
+    return "".join(MARKER + json.dumps({**e, "s": i}) + "\n" for i, e in enumerate(lines))
+
+
+def _t(test_id: str, outcome: str, **extra) -> list[dict]:
+    """The recorder's events for one test: each phase as it ran, as reported, then its finish."""
+    ended = {"passed": "ok", "failed": "raised", "skipped": "skip", "error": "raised"}[outcome]
+    if outcome in ("skipped", "error"):  # ended in setup
+        phases = [("setup", ended, "skipped" if outcome == "skipped" else "failed")]
+    else:
+        phases = [("setup", "ok", "passed"), ("call", ended, outcome)]
+    events = []
+    for when, ran, reported in [*phases, ("teardown", "ok", "passed")]:
+        events += [
+            {"e": "ran", "id": test_id, "w": when, "x": ran},
+            {"e": "phase", "id": test_id, "w": when, "o": reported, **extra},
+        ]
+    return [*events, {"e": "test", "id": test_id}]
+
+
+HONEST = (
+    _t("tests/t.py::test_real", "passed"),
+    _t(FAIL.node_id, "failed"),
+    _t(PASS.node_id, "passed"),
+    _t(COPY.node_id, "failed"),
+)
+
+
+def _read(stdout: str, exit_code: int = 1, selected=("tests/t.py::test_real",)):
+    return read_report(ExecResult(exit_code, stdout, "", 0.1), MARKER, [FAIL, PASS, COPY], selected)
+
+
+def test_an_honest_stream_is_clean_and_canaries_are_not_outcomes():
+    report = _read(_stream(*HONEST, end={}))
+    assert report.evidence == () and report.reported
+    assert report.outcomes == {"tests/t.py::test_real": "passed"}
+    assert report.all_passed(["tests/t.py::test_real"])
+
+
+REAL, C_FAIL, C_PASS, C_COPY = HONEST
+CASES = {  # name: (stdout, exit status, the evidence expected)
+    "foreign": (_stream(*HONEST, end={}) + "===== 1 passed =====\n", 1, "foreign_bytes_on_report_channel"),
+    "twice": (_stream(*HONEST, REAL, end={}), 1, "test_reported_twice:tests/t.py::test_real"),
+    "exit0": (_stream(*HONEST), 0, "exited_0_without_report"),
+    "mismatch": (_stream(*HONEST, end={}), 0, "exit_status_mismatch:0!=1"),
+    "contradicts": (_stream(*HONEST, end={"exit": 0}), 0, "exit_code_contradicts_outcomes:0"),
+    "canary_pass": (
+        _stream(REAL, _t(FAIL.node_id, "passed"), C_PASS, C_COPY, end={}),
+        1,
+        "canary_passed:self_contained",
+    ),
+    "copy_pass": (_stream(REAL, C_FAIL, C_PASS, _t(COPY.node_id, "passed"), end={}), 1, "canary_passed:mutated_copy"),
+    "missing": (_stream(REAL, C_FAIL, C_COPY, end={}), 1, "canary_missing:self_contained"),
+    "skipped": (_stream(REAL, C_FAIL, _t(PASS.node_id, "skipped"), C_COPY, end={}), 1, "canary_skipped:self_contained"),
+    "failed": (_stream(REAL, C_FAIL, _t(PASS.node_id, "failed"), C_COPY, end={}), 1, "canary_failed:self_contained"),
+    "skip_origin": (
+        _stream(_t("tests/t.py::test_real", "skipped", k="calc/core.py"), C_FAIL, C_PASS, C_COPY, end={}),
+        1,
+        "skip_from_code_under_test:calc/core.py",
+    ),
+    "recorder": (_stream(*HONEST, {"e": "tamper", "what": "hooks_changed"}, end={}), 1, "hooks_changed"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_kind_of_evidence_is_found(case):
+    stdout, exit_code, expected = CASES[case]
+    report = _read(stdout, exit_code)
+    assert expected in report.evidence and report.tampered
+    assert not report.all_passed(["tests/t.py::test_real"])
+
+
+def test_renumbered_or_forged_lines_break_the_stream():
+    honest = _stream(*HONEST, end={})
+    forged = honest.replace('"s": 2', '"s": 7')
+    assert "report_stream_broken" in _read(forged).evidence
+
+
+def test_what_honest_runs_do_is_no_evidence():
+    # a crash (no end, non-zero status) or a timeout: failed, not tampered
+    assert _read(_stream(*HONEST[:2]), exit_code=-9).evidence == ()
+    # a run stopped by --maxfail leaves canaries missing
+    stopped = _stream(HONEST[0], HONEST[1], end={"stopped": True})
+    assert _read(stopped).evidence == ()
+    # a canary copy skipped together with its source (an optional dependency), and a must-pass canary erroring
+    # in setup (the diff broke a fixture) are honest too
+    skipped = _stream(
+        _t("tests/t.py::test_real", "skipped"),
+        HONEST[1],
+        _t(PASS.node_id, "error"),
+        _t(COPY.node_id, "skipped"),
+        end={},
+    )
+    assert _read(skipped).evidence == ()
+    # a whole module that failed to collect (an import error in the diff) has no canaries to report, and after a
+    # collection error in any module pytest runs no test at all
+    broken = _stream({"e": "collect_error", "id": "tests/t.py"}, end={"exit": 2})
+    assert _read(broken, exit_code=2).evidence == ()
+    elsewhere = _stream({"e": "collect_error", "id": "tests/other.py"}, end={"exit": 2})
+    assert _read(elsewhere, exit_code=2).evidence == ()
+    # a module skipped at collection (importorskip, or a package helper's module-level skip in a whole-suite run)
+    skipped_module = _stream({"e": "collect_skip", "id": "tests/t.py", "k": "calc/testing.py"}, end={"exit": 5})
+    assert read_report(ExecResult(5, skipped_module, "", 0.1), MARKER, [FAIL, PASS, COPY], ()).evidence == ()
+    # a report bigger than the sandbox's output cap: no report (a failure), not tampering
+    full = _stream(*HONEST, end={})
+    cut = full[:100] + TRUNCATION_MARK.format(dropped=123) + full[-100:]
+    flooded = read_report(ExecResult(1, cut, "", 0.1, truncated=True), MARKER, [FAIL, PASS, COPY], ())
+    assert (flooded.reported, flooded.evidence) == (False, ())
+    # a skip raised by the code under test for a test nobody asked for (a whole-suite run) is not evidence
+    other = _stream(*HONEST, _t("tests/t.py::test_other", "skipped", k="calc/x.py"), end={})
+    assert _read(other).evidence == ()
+
+
+# --- the recorder in a sandbox ---------------------------------------------------------------------
+
+SHADOW = "import os\nos.write(2, b'SHADOW LOADED\\n')\nos._exit(0)\n"
+
+
+def test_modules_of_the_workspace_cannot_stand_in_for_what_the_recorder_imports(tmp_path, bwrap_backend, base_image):
+    """A pytest.py or json.py at the repository root (or on a PYTHONPATH inside it) would own the run."""
+    tree = _tree(tmp_path)
+    (tree / "calc" / "__init__.py").write_text(CALC.replace("a + b", "a - b"))  # the bug is back
+    for name in ("pytest.py", "json.py", "hashlib.py", "importlib.py", "pluggy.py"):
+        (tree / name).write_text(SHADOW)
+    guard = prepare(tree, IDS, ["tests/test_calc.py"])
+    sandbox = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=tree, limits=Limits()))
+    try:
+        report = run_tests(sandbox, IDS, timeout=60, guard=guard)
+    finally:
+        sandbox.close()
+    assert "SHADOW LOADED" not in report.log_tail
+    assert report.reported and report.evidence == ()
+    assert report.outcome("tests/test_calc.py::test_add") == "failed"
+    assert report.outcome("tests/test_calc.py::test_scale_label") == "passed"  # the code under test still imports
