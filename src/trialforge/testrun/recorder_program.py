@@ -11,15 +11,17 @@ Everything it needs it takes before any code under test is imported, and it keep
   inherits it); fd 1 then points at stderr, so whatever the code under test prints is only a log;
 - everything it imports is imported with the workspace off ``sys.path`` (no ``pytest.py`` or
   ``json.py`` of the repository's can stand in), then the path is restored for the code under test;
-- a fingerprint of pytest's and pluggy's functions (identity and code object) is taken right
-  after importing them, before collection runs any code under test.
+- a fingerprint of pytest's and pluggy's functions is taken right after importing them, and an
+  audit hook (PEP 578, never removable) is added, before collection runs any code under test.
 
-It writes one line per event (``<marker><json>``, numbered): per finished test its outcome, per
-collection error, per piece of tamper evidence it finds (checked before each test and after each
-report: framework functions, the hook implementations on the report path, the test item's function,
-trace hooks), and at the end pytest's exit code. Then it leaves with ``os._exit(code)``: no atexit
-handler, thread or finaliser of the code under test runs after the report. The host
-(``trialforge.testrun.report``) checks the stream, the process's real exit status and the canaries.
+It writes numbered lines (``<marker><json>``): per test phase how it really ended (seen by its
+outermost wrappers) and what was reported of it, per finished test, per collection error or skip,
+per piece of tamper evidence (framework functions replaced, report-path hooks changed or foreign,
+test items or their modules swapped, a report changed after it was made, trace hooks), and at the
+end pytest's exit code; the audit hook writes unnumbered evidence lines of its own. Then it leaves
+with ``os._exit(code)``: no atexit handler, thread or finaliser of the code under test runs after the
+report. The host (``trialforge.testrun.report``) checks the stream, the process's real exit status
+and the canaries; docs/verification.md has the threat model.
 """
 
 import os  # os and sys: loaded by the interpreter itself, before any path is searched
