@@ -110,13 +110,16 @@ def test_a_file_without_constant_expectations_gets_self_contained_canaries_only(
     assert sorted((c.must, c.kind) for c in canaries) == [("fail", "self_contained"), ("pass", "self_contained")]
 
 
-def test_prepare_hashes_the_test_files_as_planted(tmp_path):
+def test_prepare_hashes_every_file_the_diff_left_alone_as_planted(tmp_path):
     tree = _tree(tmp_path)
-    guard = prepare(tree, IDS, ["tests/test_calc.py"], rng=random.Random(3))
-    assert guard.test_files == {
-        "tests/test_calc.py": hashlib.sha256((tree / "tests/test_calc.py").read_bytes()).hexdigest()
-    }
+    guard = prepare(tree, IDS, ["tests/test_calc.py"], changed=["calc/__init__.py"], rng=random.Random(3))
+    digest = hashlib.sha256((tree / "tests/test_calc.py").read_bytes()).hexdigest()  # with its canaries
+    assert guard.pristine == {"tests/test_calc.py": digest}  # calc/__init__.py is the diff's: not vouched for
+    assert guard.test_files == ("tests/test_calc.py",)
     assert guard.must_fail == 2 and len(guard.extra_ids) == 3
+    (tmp_path / "again").mkdir()
+    untouched = prepare(_tree(tmp_path / "again"), IDS, ["tests/test_calc.py"], rng=random.Random(3))
+    assert set(untouched.pristine) == {"calc/__init__.py", "tests/test_calc.py"}
 
 
 # --- the report's rules, on streams built by hand -----------------------------------------------
@@ -265,3 +268,27 @@ def test_modules_of_the_workspace_cannot_stand_in_for_what_the_recorder_imports(
     assert report.reported and report.evidence == ()
     assert report.outcome("tests/test_calc.py::test_add") == "failed"
     assert report.outcome("tests/test_calc.py::test_scale_label") == "passed"  # the code under test still imports
+
+
+PLUGIN = "def pytest_collection_modifyitems(items):\n    items.sort(key=lambda item: item.name)\n"
+
+
+@pytest.mark.parametrize("diff_changed_it", [False, True])
+def test_a_plugin_from_package_code_counts_only_when_the_diff_left_it_alone(
+    tmp_path, bwrap_backend, base_image, diff_changed_it
+):
+    """A pristine conftest may load a plugin from the package (a common layout): fine while the diff did not
+    touch that module; a module the diff changed that hooks into the report path is foreign."""
+    tree = _tree(tmp_path)
+    (tree / "calc" / "plugin.py").write_text(PLUGIN)
+    (tree / "tests" / "conftest.py").write_text('pytest_plugins = ["calc.plugin"]\n')
+    changed = ["calc/plugin.py"] if diff_changed_it else []
+    guard = prepare(tree, IDS, ["tests/test_calc.py", "tests/conftest.py"], changed=changed)
+    sandbox = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=tree, limits=Limits()))
+    try:
+        report = run_tests(sandbox, IDS, timeout=60, guard=guard)
+    finally:
+        sandbox.close()
+    assert report.reported and report.outcome("tests/test_calc.py::test_add") == "passed"
+    foreign = [e for e in report.evidence if e.startswith("foreign_hookimpl:pytest_collection_modifyitems")]
+    assert bool(foreign) == diff_changed_it, report.evidence

@@ -97,6 +97,11 @@ def _runs(
     shared: SuiteRuns | None,
     touched: list[str],
 ) -> list[TestReport]:
+    """The suite's runs on ``tree`` (``touched``: the test patch's test modules, where canaries go).
+
+    Every file of the tree counts as the task's own for plugin provenance (the runs of one fixed tree
+    are shared by every task fixed by it); the canaries and the other runtime checks judge the fix.
+    """
     key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}"
     rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
     modules = touched or sorted(p for p in test_files(tree) if is_test_module(p))

@@ -33,7 +33,10 @@ class Guard:
     """What the host planted in a tree and what it knows of it: the run is checked against this."""
 
     canaries: tuple[Canary, ...] = ()
-    test_files: dict[str, str] | None = None  # relative path -> sha256 of each pristine test file
+    # relative path -> sha256 of every Python file the diff under test did not change (None: the host
+    # vouches for the whole tree): plugins registered during the run must come from one of them
+    pristine: dict[str, str] | None = None
+    test_files: tuple[str, ...] = ()  # the pristine test files: the audit hook lets their calls be
     extra_ids: tuple[str, ...] = field(default=())  # canary ids to add to an explicit test selection
 
     @property
@@ -46,24 +49,26 @@ def prepare(
     test_ids: list[str],
     test_files: Iterable[str],
     *,
+    changed: Iterable[str] = (),
     plant_in: list[str] | None = None,
     copy_from: list[str] | None = None,
     rng: random.Random | None = None,
 ) -> Guard:
-    """Plant canaries in ``tree`` (the files of ``test_ids``, or ``plant_in``) and hash ``test_files``.
+    """Plant canaries in ``tree`` (the files of ``test_ids``, or ``plant_in``); hash what the diff left alone.
 
+    ``test_files``: the tree's test files (relative paths; the diff's test-path edits were dropped).
+    ``changed``: the files the diff under test changed (the agent's, or a gold patch being validated).
     ``copy_from``: the tests to make must-fail copies of (canaries.plant); a random one per file when None.
-
-    ``test_files``: the tree's pristine test files (relative paths); plugins and conftests the run
-    registers must be one of them, unchanged.
     """
     canaries = plant(tree, test_ids, rng or random.Random(secrets.randbits(64)), files=plant_in, copy_from=copy_from)
+    skip = set(changed) - {c.file for c in canaries}
     hashes = {
-        rel: hashlib.sha256((tree / rel).read_bytes()).hexdigest()
-        for rel in sorted(set(test_files) | {c.file for c in canaries})
-        if rel.endswith(".py") and (tree / rel).is_file() and not (tree / rel).is_symlink()
+        rel: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(tree.rglob("*.py"))
+        if (rel := path.relative_to(tree).as_posix()) not in skip and path.is_file() and not path.is_symlink()
     }
-    return Guard(tuple(canaries), hashes, tuple(c.node_id for c in canaries))
+    tests = tuple(sorted(rel for rel in {*test_files, *(c.file for c in canaries)} if rel in hashes))
+    return Guard(tuple(canaries), hashes, tests, tuple(c.node_id for c in canaries))
 
 
 def report_limits(limits: Limits) -> Limits:
@@ -87,7 +92,7 @@ def run_tests(
     guard = guard or Guard()
     marker = secrets.token_hex(24)
     key_path = f"/work/.tf-key-{secrets.token_hex(8)}"
-    key = {"marker": marker, "test_files": guard.test_files}
+    key = {"marker": marker, "pristine": guard.pristine, "tests": guard.test_files}
     sandbox.write_file(key_path.removeprefix("/work/"), json.dumps(key).encode())
     whole_files = {t for t in test_ids or () if "::" not in t}  # their canaries run with them: never twice
     extra = [c for c in guard.extra_ids if c.split("::", 1)[0] not in whole_files]

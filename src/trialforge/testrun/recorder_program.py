@@ -60,10 +60,11 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
         key = json.load(fh)
     os.unlink(key_path)
     marker = key["marker"]
-    pristine = key["test_files"]  # relative path -> sha256 of each test file as the host wrote it, or None
+    pristine = key["pristine"]  # relative path -> sha256 of each file the diff left alone (None: all vouched for)
+    tests = key["tests"]  # which of them are test files
     channel = os.dup(1)
     os.dup2(2, 1)
-    write, dumps, exit_now, sha256, getcwd = os.write, json.dumps, os._exit, hashlib.sha256, os.getcwd
+    write, dumps, exit_now, sha256 = os.write, json.dumps, os._exit, hashlib.sha256
     seq = [0]
 
     def emit(event):
@@ -142,15 +143,21 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
 
     hashes = {}
 
+    def in_workspace(path):
+        return os.path.abspath(path).startswith(workspace + os.sep)
+
     def pristine_code(function):
-        """The function's code comes from a test file the host wrote, unchanged (or the host vouches for all)."""
-        if pristine is None:
+        """The function comes from a file of the image (outside the workspace: the diff cannot touch it) or
+        from a test file the host wrote, unchanged. Generated code (``<string>``) is neither."""
+        if pristine is None:  # the host vouches for the whole tree (its own runs)
             return True
         function = function_of(function)
         if function is None:
             return False
         path = function.__code__.co_filename
-        rel = os.path.relpath(path, getcwd())
+        if not in_workspace(path):
+            return os.path.isabs(path) and os.path.isfile(path)
+        rel = os.path.relpath(path, workspace)
         if rel not in hashes:
             try:
                 with open(path, "rb") as fh:
@@ -160,11 +167,11 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
         return hashes[rel] is not None and pristine.get(rel) == hashes[rel]
 
     def foreign_skip(report):
-        """Where a skip was raised, when that is neither a pristine test file nor pytest: the code under test."""
+        """Where a skip was raised, when that is a file of the workspace other than a pristine test file."""
         where = report.longrepr[0] if report.skipped and isinstance(report.longrepr, tuple) else None
-        if not where or pristine is None or where.startswith(framework_dirs):
-            return None
-        rel = os.path.relpath(where, getcwd())
+        if not where or pristine is None or not in_workspace(where):
+            return None  # pytest's own skips, and installed libraries' (their files are the image's)
+        rel = os.path.relpath(os.path.abspath(where), workspace)
         return None if rel in pristine else rel
 
     from importlib.machinery import SourceFileLoader
@@ -173,7 +180,7 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
     from _pytest.outcomes import Skipped, XFailed
 
     test_loaders = (AssertionRewritingHook, SourceFileLoader)  # the classes themselves: a namesake is no match
-    install_audit_hook(pristine, framework_dirs, workspace, channel, marker, sys._getframe(0).f_code)
+    install_audit_hook(pristine is None, tests, framework_dirs, workspace, channel, marker, sys._getframe(0).f_code)
 
     # The recorder's state lives in this closure, not on the plugin object other plugins can list.
     config_of, hooks_at_start, hooks_after_collection, items = [], [()], [()], {}
@@ -301,7 +308,7 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
     exit_now(code)
 
 
-def install_audit_hook(pristine, framework_dirs, workspace, channel, marker, main_code):
+def install_audit_hook(vouched, tests, framework_dirs, workspace, channel, marker, main_code):
     """An audit hook (PEP 578: once added, never removed) that reports tampering as it happens.
 
     It sees what the fingerprints between tests cannot: a patch made and undone within one test,
@@ -312,7 +319,7 @@ def install_audit_hook(pristine, framework_dirs, workspace, channel, marker, mai
     immutable values, and replacing a function's defaults or code is itself an audited event.
     """
     stdlib = os.path.dirname(os.__file__) + os.sep
-    allowed = frozenset(os.path.join(workspace, rel) for rel in (pristine or ()))
+    allowed = frozenset(os.path.join(workspace, rel) for rel in tests)  # test code may monkeypatch anything
 
     def audit(
         event,
@@ -322,7 +329,7 @@ def install_audit_hook(pristine, framework_dirs, workspace, channel, marker, mai
         _guarded=(*framework_dirs, "<string>"),  # pytest's and the recorder's own code (stdlib's is its own)
         _allowed=allowed,
         _workspace=workspace + os.sep,
-        _vouched=pristine is None,
+        _vouched=vouched,
         _main=main_code,
         _frame=sys._getframe,
         _write=os.write,

@@ -113,13 +113,13 @@ class Grader:
             broken = _syntax_errors(tree, touched_paths(code_diff))
             if broken:  # the cheap layer: no sandbox for code that cannot even compile
                 return Verdict(0.0, "ok", f"syntax_error: {broken[0]}")
-            return self._run(task, tree)
+            return self._run(task, tree, touched_paths(code_diff))
 
-    def _run(self, task: Task, tree: Path) -> Verdict:
+    def _run(self, task: Task, tree: Path, changed: list[str]) -> Verdict:
         tests = task.fail_to_pass + task.pass_to_pass
         if not task.fail_to_pass:
             return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
-        guard = prepare(tree, tests, test_files(tree), copy_from=task.fail_to_pass)
+        guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass)
         limits = report_limits(self.limits)
         spec = SandboxSpec(image=self.image, workspace=tree, limits=limits, labels={"purpose": "verify"})
         try:
