@@ -271,3 +271,19 @@ def test_trialforge_runs_sandboxes_as_a_normal_user_too(base_image):
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, cwd="/")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["1000", "Seccomp:", "2", "owner", str(ident.uid)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_sandbox_killed_between_mounting_and_recording_is_unmounted_by_the_reaper(state_dir):
+    """The owner died after mounting the workspace but before a record named the mount: nothing stays mounted."""
+    home = state_dir / "sandboxes" / "tf-00c0ffee0001"
+    (home / "work").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "trialforge-test", str(home / "work")], check=True)
+    try:
+        old = time.time() - 3600  # past the grace period for a sandbox still being created
+        os.utime(home, (old, old))
+        assert home.name in reap(state_dir)
+        assert not os.path.ismount(home / "work") and not home.exists()
+    finally:
+        if os.path.ismount(home / "work"):
+            subprocess.run(["umount", "-l", str(home / "work")], check=False)

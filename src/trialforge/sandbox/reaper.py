@@ -118,6 +118,14 @@ def _release(record: SandboxRecord, home: Path) -> None:
     cgroups.SandboxCgroup(name=record.id, dirs=[Path(p) for p in record.cgroups], v1=True).remove()
     for mount in record.mounts:
         subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+    _remove_home(home)
+
+
+def _remove_home(home: Path) -> None:
+    """The sandbox's home, its workspace unmounted first even if no record names the mount yet (its owner died
+    between mounting and saving): the state dir is ours alone (``check_private``), so is what is mounted in it."""
+    if os.path.ismount(home / "work"):
+        subprocess.run(["umount", "-l", str(home / "work")], check=False, capture_output=True)
     shutil.rmtree(home, ignore_errors=True)
 
 
@@ -140,7 +148,7 @@ def reap(state_dir: Path | None = None, *, everything: bool = False) -> list[str
                     continue
             except FileNotFoundError:  # its owner closed it meanwhile
                 continue
-            shutil.rmtree(home, ignore_errors=True)  # holds no resource yet: nothing to release
+            _remove_home(home)  # killed before its record was written
             removed.append(home.name)
             continue
         try:
