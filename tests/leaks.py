@@ -31,8 +31,8 @@ import pytest
 from trialforge.sandbox.docker import LABEL_OWNER
 from trialforge.sandbox.engine import CONF_ENV, containers_conf
 from trialforge.sandbox.leftovers import abandoned
-from trialforge.sandbox.reaper import process_start
-from trialforge.scratch import owner_alive, owner_of, reap_scratch
+from trialforge.sandbox.reaper import process_start, still_running
+from trialforge.scratch import owner_of, reap_scratch
 
 SETTLE_S = 20.0  # how long a new thing may take to go away (conmon's exit delay is 5 s, a cgroup's removal 10 s)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -163,7 +163,7 @@ def _temp_dirs(state_dir: Path, me: int) -> set[str]:
         if path == state_dir:
             continue
         owner = owner_of(path.name)
-        if owner is not None and owner[0] != me and owner_alive(*owner):
+        if owner is not None and owner[0] != me and still_running(*owner):
             continue
         session = _SESSION_STATE.match(path.name)  # another live test session's state dir (tests/conftest.py)
         if session and int(session.group(1)) != me and Path(f"/proc/{session.group(1)}").exists():

@@ -23,12 +23,12 @@ from trialforge.sandbox.reaper import process_start
 from trialforge.scratch import owner_of, reap_scratch, scratch_dir
 
 HOLDER = """
-import sys, time
+import signal
 from trialforge.scratch import scratch_dir
 with scratch_dir("final") as tmp:
     (__import__("pathlib").Path(tmp) / "work").mkdir()
     print(tmp, flush=True)
-    time.sleep(600)
+    signal.pause()  # until the test kills it
 """
 
 

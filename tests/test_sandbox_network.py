@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
 
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=16384)
@@ -121,11 +120,37 @@ def test_without_network_there_is_only_loopback(bwrap_backend, base_image, host_
     assert "reached" not in result.stdout and reached == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="the refusal is for unprivileged callers")
-def test_network_is_refused_with_the_reason_when_not_root(bwrap_backend, base_image):
-    with pytest.raises(SandboxError, match="root") as err:
-        bwrap_backend.create(SandboxSpec(image=base_image.name, limits=NETWORKED))
-    assert err.value.cause == "network"
+REFUSAL = """
+import sys, tempfile
+from pathlib import Path
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.images import base_image
+state = Path(tempfile.mkdtemp(prefix="tf-user-state-"))
+backend = BwrapBackend(base_image(build=False), state_dir=state / "s")
+try:
+    backend.create(SandboxSpec(image="x", limits=Limits(network=True)))
+except SandboxError as exc:
+    print(exc.cause, "needs trialforge to run as root" in str(exc))
+finally:
+    backend.close()
+    __import__("shutil").rmtree(state)
+"""
+
+
+def test_network_is_refused_with_the_reason_when_not_root(base_image):
+    """As a normal user (the sandbox account when the suite runs as root), network is refused, saying why."""
+    argv = [sys.executable, "-c", REFUSAL]
+    if os.geteuid() == 0:
+        from trialforge.sandbox.identity import sandbox_identity
+
+        ident = sandbox_identity()
+        argv = ["setpriv", f"--reuid={ident.uid}", f"--regid={ident.gid}", "--clear-groups", *argv]
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {"PATH": os.environ["PATH"], "TRIALFORGE_CACHE": str(base_image.rootfs.parents[1]), "PYTHONPATH": str(src)}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, cwd="/", timeout=120)
+    assert done.stdout.split() == ["network", "True"], done.stderr[-3000:]
 
 
 @needs_slirp

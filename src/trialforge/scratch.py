@@ -17,7 +17,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from trialforge.sandbox.reaper import process_start
+from trialforge.sandbox.reaper import process_start, still_running
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,6 @@ def owner_of(name: str) -> tuple[int, str] | None:
     return (int(match.group(1)), match.group(2)) if match else None
 
 
-def owner_alive(pid: int, start: str) -> bool:
-    return process_start(pid) == start != ""
-
-
 def reap_scratch(root: Path | None = None, *, everything: bool = False) -> list[str]:
     """Remove our scratch dirs whose owner is dead (all of ours with ``everything``); returns their names.
 
@@ -50,7 +46,7 @@ def reap_scratch(root: Path | None = None, *, everything: bool = False) -> list[
     removed: list[str] = []
     for entry in sorted(root.glob("tf-*")):
         owner = owner_of(entry.name)
-        if owner is None or (not everything and owner_alive(*owner)):
+        if owner is None or (not everything and still_running(*owner)):
             continue
         try:
             info = entry.lstat()

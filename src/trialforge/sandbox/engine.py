@@ -26,7 +26,7 @@ import docker.errors
 import requests.exceptions
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.reaper import process_start
+from trialforge.sandbox.reaper import process_start, still_running
 from trialforge.sandbox.statedir import private_dir, state_root
 
 log = logging.getLogger(__name__)
@@ -218,10 +218,10 @@ class ServiceRecord:
         tmp.replace(home / "service.json")
 
     def owner_alive(self) -> bool:
-        return process_start(self.owner_pid) == self.owner_start != ""
+        return still_running(self.owner_pid, self.owner_start)
 
     def service_alive(self) -> bool:
-        return process_start(self.service_pid) == self.service_start != ""
+        return still_running(self.service_pid, self.service_start)
 
 
 def _tail(path: Path, size: int = 2000) -> str:

@@ -204,7 +204,7 @@ def abandoned(labels: dict[str, str]) -> bool:
     pid, _, start = rest.partition(":")
     if host != pysocket.gethostname() or not pid.isdigit():
         return False
-    return reaper.process_start(int(pid)) != start or start == ""
+    return not reaper.still_running(int(pid), start)
 
 
 def _comm(proc: Path) -> str:

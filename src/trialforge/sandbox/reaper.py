@@ -65,6 +65,11 @@ def process_start(pid: int) -> str:
         return ""
 
 
+def still_running(pid: int, start: str) -> bool:
+    """``pid`` is still the process that started at ``start`` (as ``process_start`` gave it): not dead, not reused."""
+    return process_start(pid) == start != ""
+
+
 @dataclass
 class SandboxRecord:
     id: str
@@ -111,7 +116,7 @@ class SandboxRecord:
         return record
 
     def owner_alive(self) -> bool:
-        return process_start(self.owner_pid) == self.owner_start != ""
+        return still_running(self.owner_pid, self.owner_start)
 
 
 def _release(record: SandboxRecord, home: Path) -> None:

@@ -104,9 +104,10 @@ def _runs(
     """
     key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}"
     rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
-    modules = touched or sorted(p for p in test_files(tree) if is_test_module(p))
+    tests = test_files(tree)
+    modules = touched or [p for p in tests if is_test_module(p)]
     plant_in = modules if touched else rng.sample(modules, min(CANARY_FILES, len(modules)))
-    guard = prepare(tree, [], test_files(tree), plant_in=plant_in, rng=rng)
+    guard = prepare(tree, [], tests, plant_in=plant_in, rng=rng)
     if shared is None:
         return _run(backend, image, tree, limits, cfg, guard)
     return shared.get(key, lambda: _run(backend, image, tree, limits, cfg, guard))
