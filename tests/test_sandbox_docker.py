@@ -437,7 +437,7 @@ def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
     """Each container gets its own user namespace: uid 1000 inside is neither host root nor host uid 1000."""
     engine = docker_backend.engine()
     if not (engine.podman or engine.userns_remap):
-        pytest.skip("this Docker daemon has no userns-remap: the backend refuses it unless allow_host_uids")
+        pytest.skip("this Docker daemon has no userns-remap: the backend refuses it unless sandbox.allow_host_uids")
     with sandbox(docker_backend) as first, sandbox(docker_backend) as second:
         assert first.exec(["id", "-u"]).stdout == "1000\n"
         first.exec(["touch", "/work/mine"])
@@ -515,7 +515,7 @@ def test_a_docker_daemon_without_userns_remap_is_refused_unless_accepted() -> No
     docker_plain = confine.Engine(podman=False)
     with pytest.raises(SandboxError) as err:
         confine.identity(docker_plain)
-    assert "userns-remap" in str(err.value)
+    assert "userns-remap" in str(err.value) and "sandbox.allow_host_uids" in str(err.value)  # says how to accept
     assert confine.identity(docker_plain, allow_host_uids=True) == {}
     assert confine.identity(confine.Engine(podman=False, userns_remap=True)) == {}
     assert confine.identity(confine.Engine(podman=True)) == {"UsernsMode": "auto"}

@@ -39,6 +39,8 @@ class SourceParams(_Section):
 class SandboxParams(_Section):
     backend: Literal["bwrap", "docker"] = "bwrap"
     docker_host: str = ""  # empty: DOCKER_HOST, else a local Podman service started on demand
+    # Docker without userns-remap would run the sandbox's uid 1000 as host uid 1000: refused unless accepted here
+    allow_host_uids: bool = False
     cpus: float = 1.0
     memory_mb: int = 1024
     pids: int = 256

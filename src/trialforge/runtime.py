@@ -96,7 +96,7 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
         host = stack.enter_context(PodmanService()).base_url
     client = engine_client(host)
     reap_containers(client)  # containers of crashed runs (dead owner or deadline passed)
-    backend = DockerBackend(client, image)
+    backend = DockerBackend(client, image, allow_host_uids=params.sandbox.allow_host_uids)
     stack.callback(backend.close)
     return backend, backend.ensure_image()
 

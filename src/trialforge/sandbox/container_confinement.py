@@ -68,7 +68,7 @@ def identity(engine: Engine, *, allow_host_uids: bool = False) -> dict[str, Any]
     raise SandboxError(
         "this Docker daemon runs containers in the host's user namespace: the sandbox's uid 1000 would be "
         "host uid 1000, possibly a real user. Start dockerd with --userns-remap=default, use Podman, "
-        "or pass allow_host_uids=True to DockerBackend to accept that",
+        "or set sandbox.allow_host_uids: true (params.yaml) to accept that",
         cause="engine",
     )
 
