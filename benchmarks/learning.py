@@ -1,104 +1,171 @@
-"""Does the embedded demo learn? Rollout -> GRPO update for several iterations on CPU, pass rate per iteration.
+"""Does the learner learn, on tasks it never trained on? Train and held-out pass rates per iteration over
+several seeds, against baselines measured in the same run.
 
-    .venv/bin/python benchmarks/learning.py [--iterations 6] [--tasks 12] [--group 8] [--seed 0] [--lr 0.8] [--epochs 1]
+    .venv/bin/python benchmarks/learning.py [--seeds 3] [--iterations N] [-p params.yaml] [-S key=value ...]
 
-Tasks are synthesized from the bundled repositories by bug injection (validated in
-sandboxes), so their failing tests are visible to the policy. Only the mutation
-families a single-token repair can undo are injected (a deleted statement or branch
-is beyond the demo policy's edits, and such tasks would only dilute the signal).
-The policy starts uniform over its candidate edits (weights 0), tries up to 3 of
-them per episode, and is updated by the GRPO loss after each batch: one on-policy
-step (so the ratio is 1 and clipping is inactive) with a large step size, over groups
-of 8 so that even a task solved one time in eight carries a signal. The printed pass
-rate is that of each batch, measured before its own update, under the policy version
-that produced it.
+The task set is the demo's (``params.yaml``: the bundled tickets plus bug-injection tasks of every mutation
+family, validated, decontaminated and quality-gated; ``curate.eval_fraction`` holds a whole repository out).
+It is built once. Each seed then trains the repair policy from zero weights through the loop ``trialforge run``
+uses (sampler, health gate, GRPO step), scoring it on the held-out tasks every iteration and after the last
+update (the same seeds each time). Baselines, on the same tasks in the same run:
+
+- *untrained*: the policy at version 0 (zero weights: uniform over its candidate edits), per seed;
+- *random edits*: ``random_edit``, single-token edits drawn uniformly from every line of the library files
+  (no localisation), checked against the failing tests like the learner's.
+
+Per family: whether the fixes lie in the policy's action space at all (``rollout.reach``), and the learner's
+held-out and train pass rates at the first and last evaluation. Pass rate: episodes solved over ok episodes.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
+import statistics
 import tempfile
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
+import yaml
 
 from trialforge import pipeline
 from trialforge.config import load_params
-from trialforge.rollout.loop import Lineage
-from trialforge.rollout.repair import FEATURES
+from trialforge.orchestrate.iterations import train_in_process
+from trialforge.rollout.loop import Lineage, run_batch
+from trialforge.rollout.reach import family_reach
+from trialforge.rollout.repair import RandomEditPolicy
 from trialforge.runtime import code_version, open_runtime
-from trialforge.tasks.schema import task_set_version
-from trialforge.tasks.synthesize import SynthesisConfig, synthesize
-from trialforge.tasks.validate import ValidateConfig
-from trialforge.train.repair_trainer import RepairTrainer
+from trialforge.store import datasets
+from trialforge.tasks.schema import Task, task_set_version
 
-REPOS = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
-# Bugs one token can undo: what the repair policy's candidate edits can invert.
-REPAIRABLE = ("flip_compare", "flip_boolean", "flip_arith", "off_by_one", "change_constant", "swap_args",
-              "invert_condition", "wrong_callee")  # fmt: skip
+RANDOM_GROUP = 2  # random-edit episodes per task and seed: it never learns, two per seed bound its rate well
+
+
+def curated(params) -> list[Task]:
+    """The demo's task set, through the pipeline's own steps."""
+    with open_runtime(params) as rt:
+        tasks, _ = pipeline.ingest(rt)
+        for step in (pipeline.validate, pipeline.decontaminate, pipeline.quality):
+            tasks, _ = step(rt, tasks)
+        return pipeline.tier(tasks)
+
+
+def solved(frame: pd.DataFrame) -> float | None:
+    ok = frame[frame["status"] == "ok"]
+    return float((ok["reward"] >= 1.0).mean()) if len(ok) else None
+
+
+def curves(episodes: pd.DataFrame) -> dict[str, list[float | None]]:
+    """The learner's pass rate per iteration on train and on held-out tasks."""
+    last = int(episodes["iteration"].max())
+    out: dict[str, list[float | None]] = {}
+    for split in ("train", "eval"):
+        mine = episodes[episodes["split"] == split]
+        out[split] = [solved(mine[mine["iteration"] == i]) for i in range(last + 1)]
+    return out
+
+
+def mean_sd(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    spread = statistics.stdev(known) if len(known) > 1 else 0.0
+    return f"{statistics.fmean(known):.3f} ± {spread:.3f}"
+
+
+@dataclass
+class Seed:
+    """One seed's figures: the learner's curves, the random-edit baseline, per family first and last rates."""
+
+    curves: dict[str, list[float | None]]
+    random_edits: dict[str, float | None]
+    families: dict[str, dict[str, float | None]]
+
+
+def run_seed(args: argparse.Namespace, overrides: dict, tasks: list[Task], seed: int) -> Seed:
+    params = load_params(args.params, overrides | {"run.seed": seed, "rollout.policies": ["repair"]})
+    with open_runtime(params) as rt:
+        train_in_process(rt, tasks, f"learn-s{seed}")
+        episodes = datasets.read_pandas(rt.store, "episodes", filters={"run": f"learn-s{seed}"})
+        lineage = Lineage(f"random-s{seed}", 0, task_set_version(tasks), params.digest(), code_version())
+        runner = pipeline.make_rollout(rt, lineage)
+        baseline = run_batch(runner, tasks, [RandomEditPolicy()], RANDOM_GROUP, seed, params.sandbox.concurrency)
+    episodes["iteration"] = episodes["iteration"].astype(int)
+    random_edits = {}
+    for split in ("train", "eval"):
+        ok = [e for e in baseline if e.split == split and e.status == "ok"]
+        random_edits[split] = sum(e.reward >= 1.0 for e in ok) / len(ok) if ok else None
+    families: dict[str, dict[str, float | None]] = defaultdict(dict)
+    by_family = episodes.assign(family=episodes["task_id"].map({t.task_id: t.family() for t in tasks}))
+    for family, rows in by_family.groupby("family"):
+        for split in ("train", "eval"):
+            mine = rows[rows["split"] == split]
+            if len(mine):  # train: the batches drawn; eval: every task, every iteration
+                first, last = mine["iteration"].min(), mine["iteration"].max()
+                families[family][f"{split}_first"] = solved(mine[mine["iteration"] == first])
+                families[family][f"{split}_last"] = solved(mine[mine["iteration"] == last])
+    return Seed(curves(episodes), random_edits, families)
+
+
+def report(seeds: list[Seed], tasks: list[Task]) -> None:
+    iterations = max(len(s.curves["eval"]) for s in seeds)
+    print(f"\npass rate over {len(seeds)} seeds (mean ± sd); iteration {iterations - 1} is the final checkpoint")
+    print(f"{'iteration':>9}  {'train':>15}  {'held-out':>15}")
+    for i in range(iterations):
+        cells = [
+            [s.curves[split][i] if i < len(s.curves[split]) else None for s in seeds] for split in ("train", "eval")
+        ]
+        print(f"{i:>9}  {mean_sd(cells[0]):>15}  {mean_sd(cells[1]):>15}")
+    untrained, final = [s.curves["eval"][0] for s in seeds], [s.curves["eval"][-1] for s in seeds]
+    first_train = mean_sd([s.curves["train"][0] for s in seeds])
+    print(f"baseline untrained (v0): held-out {mean_sd(untrained)}, train {first_train}")
+    randoms = {split: mean_sd([s.random_edits[split] for s in seeds]) for split in ("eval", "train")}
+    print(f"baseline random edits:   held-out {randoms['eval']}, train {randoms['train']}")
+    pairs = ", ".join(f"{u:.3f} -> {f:.3f}" for u, f in zip(untrained, final, strict=True) if None not in (u, f))
+    print(f"held-out per seed, untrained -> trained: {pairs}")
+
+    print(f"\n{'family':>18} {'tasks':>5} {'in reach':>8}  {'held-out first -> last':>31}  {'train first -> last':>31}")
+    reach = family_reach(tasks)
+    for family in sorted(reach):
+        cells = []
+        for split in ("eval", "train"):
+            first = [s.families.get(family, {}).get(f"{split}_first") for s in seeds]
+            last = [s.families.get(family, {}).get(f"{split}_last") for s in seeds]
+            cells.append(f"{mean_sd(first)} -> {mean_sd(last)}" if any(v is not None for v in first) else "-")
+        row = reach[family]
+        print(f"{family:>18} {row['tasks']:>5} {row['reachable']:>8}  {cells[0]:>31}  {cells[1]:>31}")
+    print("\nout of reach (the repair policy rewrites one line by one token; these fixes need more):")
+    for family in sorted(reach):
+        for reason, count in reach[family]["unreachable_reasons"].items():
+            print(f"  {family}: {count} x {reason}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=6)
-    parser.add_argument("--tasks", type=int, default=12)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=0.8)
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=None, help="default: train.iterations of the params")
+    parser.add_argument("-p", "--params", type=Path, default=Path("params.yaml"))
+    parser.add_argument("-S", "--set", action="append", default=[], help="override one parameter: key=value")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tf-learning-") as tmp:
-        params = load_params(
-            None,
-            {
-                "run.store": f"file://{tmp}/store",
-                "run.out_dir": f"{tmp}/out",
-                "run.seed": args.seed,
-                "rollout.policies": ["repair"],
-                "rollout.group_size": args.group,
-                "rollout.max_turns": 16,
-                "train.lr": args.lr,
-                "train.epochs": args.epochs,
-            },
-        )
-        with open_runtime(params) as rt:
-            start = time.monotonic()
-            tasks = []
-            cfg = SynthesisConfig(
-                max_total=max(args.tasks // 3 * 2, 4),  # per repository; the shuffle below picks from all three
-                seed=args.seed,
-                families=REPAIRABLE,
-                validate=ValidateConfig(runs=1),
-                concurrency=2,
-            )
-            for repo in sorted(p for p in REPOS.iterdir() if p.is_dir()):
-                made, _ = synthesize(repo, repo.name, rt.backend, rt.image.name, rt.snapshots, cfg)
-                tasks += made
-            random.Random(args.seed).shuffle(tasks)
-            tasks = tasks[: args.tasks]
-            print(f"{len(tasks)} synthesized tasks in {time.monotonic() - start:.0f}s; seed {args.seed}")
-            trainer = RepairTrainer(params.train)
-            version = task_set_version(tasks)
-            print(f"{'iter':>4} {'policy':>7} {'pass rate':>9} {'zero-var groups':>15} {'loss':>8} {'seconds':>8}")
-            rates = []
-            for iteration in range(args.iterations):
-                t0 = time.monotonic()
-                lineage = Lineage("learning", iteration, version, params.digest(), code_version())
-                episodes = pipeline.rollout(rt, tasks, [trainer.policy()], lineage)
-                ok = [e for e in episodes if e.status == "ok"]
-                rate = sum(e.reward for e in ok) / max(len(ok), 1)
-                rates.append(rate)
-                produced_by = trainer.policy().version
-                update = trainer.update(episodes)
-                print(
-                    f"{iteration:>4} {produced_by:>7} {rate:>9.3f} {update.zero_variance_groups:>15} "
-                    f"{update.loss:>8.4f} {time.monotonic() - t0:>8.1f}",
-                    flush=True,
-                )
-            print(f"first iteration pass rate {rates[0]:.3f}, last {rates[-1]:.3f}, "
-                  f"mean of last two {sum(rates[-2:]) / 2:.3f}")  # fmt: skip
-            weights = trainer.weights.detach().tolist()
-            print("learned weights: " + ", ".join(f"{n}={w:+.2f}" for n, w in zip(FEATURES, weights, strict=True)))
+        overrides: dict = {"run.store": f"file://{tmp}/store", "run.out_dir": f"{tmp}/out"}
+        overrides |= {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+        if args.iterations:
+            overrides["train.iterations"] = args.iterations
+        start = time.monotonic()
+        tasks = curated(load_params(args.params, overrides))
+        held_out = [t for t in tasks if t.split == "eval"]
+        print(f"{len(tasks)} tasks ({len(held_out)} held out) in {time.monotonic() - start:.0f}s")
+        if not held_out:
+            raise SystemExit("no held-out tasks: set curate.eval_fraction above 0")
+        seeds = []
+        for seed in range(args.seeds):
+            t0 = time.monotonic()
+            seeds.append(run_seed(args, overrides, tasks, seed))
+            print(f"seed {seed}: {time.monotonic() - t0:.0f}s", flush=True)
+        report(seeds, tasks)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,39 @@ def test_refill_stops_when_the_batch_is_full():
     assert sampler.stats.extra_draws == sampler.stats.dropped_zero_variance == 4
 
 
+def test_over_sampling_fills_the_batch_and_leaves_the_surplus_out():
+    tasks, rates = pool({0.5: 20})
+    sampler = BatchSampler(tasks, SamplerConfig(groups=4, oversample=1.5, max_extra_draws=4), seed=3)
+    first = sampler.begin(rates)
+    assert len(first) == 6  # ceil(4 * 1.5)
+    assert sampler.report({t.task_id: [0.0, 1.0] for t in first}) == []
+    stats = sampler.stats
+    assert (stats.kept, stats.surplus, stats.rounds, stats.extra_draws, stats.exhausted) == (4, 2, 1, 2, "")
+    assert ids(sampler.kept) == ids(first)[:4]
+
+
+def test_refills_over_sample_what_is_missing_until_the_budget_is_spent():
+    tasks, rates = pool({0.5: 30})
+    sampler = BatchSampler(tasks, SamplerConfig(groups=4, oversample=2.0, max_extra_draws=6), seed=4)
+    first = sampler.begin(rates)
+    assert len(first) == 8
+    flat = {t.task_id: [1.0, 1.0] for t in first}
+    flat[first[0].task_id] = [0.0, 1.0]
+    refill = sampler.report(flat)
+    assert len(refill) == 2  # three missing, doubled, but the budget (4 + 6 groups) has two left
+    assert sampler.report({t.task_id: [0.0, 0.0] for t in refill}) == []
+    stats = sampler.stats
+    assert (stats.drawn, stats.budget, stats.kept, stats.rounds, stats.exhausted) == (10, 10, 1, 2, "budget")
+
+
+def test_a_batch_short_of_tasks_says_so():
+    tasks, rates = pool({0.5: 3})
+    sampler = BatchSampler(tasks, SamplerConfig(groups=4, max_extra_draws=8), seed=5)
+    draw = sampler.begin(rates)
+    assert sampler.report({t.task_id: [0.0, 1.0] for t in draw}) == []
+    assert (sampler.stats.kept, sampler.stats.exhausted) == (3, "tasks")
+
+
 def test_batch_expected_pass_rate_is_kept_inside_the_band():
     tasks, rates = pool({1.0: 12, 0.95: 12, 0.5: 3, 0.1: 3})
 
@@ -425,5 +458,7 @@ def test_tiers_and_batches_follow_real_rollouts_of_a_strong_and_a_weak_policy(bu
         return sum(drawn[t] for t in SOMETIMES) / drawn.total()
 
     warm = informative_share(rates, "partial@t1")
-    assert sampler.stats.tier_shares["medium"] > 0.8  # the mixed-outcome tier, by p(1-p)
+    # Tiers now come from the measured pass@2 (5/6 for the mixed-outcome tasks: easy at k=2), shares by p(1-p).
+    shares = sampler.stats.tier_shares
+    assert shares["easy"] > 0.8 and set(shares) == {"trivial", "easy", "unsolved"}
     assert warm >= 0.8 and warm > informative_share({}, PROXY) + 0.2  # cold: proxy priors only

@@ -11,6 +11,7 @@ import json
 import keyword
 import random
 import tokenize
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +60,11 @@ def make_task(
     repo: str = "acme/widgets",
     created_at: str = "",
     split: str = "train",
+    kind: str = "github",
 ) -> Task:
     return Task(
         task_id=task_id,
-        source=Source(kind="synthetic", ref="x"),
+        source=Source(kind=kind, ref="x"),
         repo=repo,
         problem_statement=problem_statement,
         gold_patch=gold_patch,
@@ -385,6 +387,23 @@ def test_raising_eval_fraction_only_moves_tasks_into_eval() -> None:
     assert other_salt != large
 
 
+def test_a_family_split_holds_out_the_same_share_of_every_kind_of_bug() -> None:
+    def mutant(i: int, family: str) -> Task:
+        return make_task(f"syn-{family}-{i}", "s", "", kind="synthetic").model_copy(
+            update={"source": Source(kind="synthetic", ref=f"{family}:pkg/m.py:{i}")}
+        )
+
+    tasks = [mutant(i, "flip_compare") for i in range(10)] + [mutant(i, "drop_statement") for i in range(5)]
+    tasks += [make_task(f"ticket-{i}", "s", "") for i in range(7)]
+    split = {t.task_id: t.split for t in assign_splits(tasks, by="family", eval_fraction=0.3, salt="s")}
+    held = Counter(t.family() for t in tasks if split[t.task_id] == "eval")
+    assert held == {"flip_compare": 3, "drop_statement": 2, "ticket:github": 2}  # round(0.3 n) of each
+    shuffled = list(reversed(tasks))
+    assert {t.task_id: t.split for t in assign_splits(shuffled, by="family", eval_fraction=0.3, salt="s")} == split
+    more = {t.task_id for t in assign_splits(tasks, by="family", eval_fraction=0.5, salt="s") if t.split == "eval"}
+    assert {t for t, where in split.items() if where == "eval"} < more
+
+
 def test_hygiene_marks_a_train_task_that_duplicates_an_eval_task(index: DecontamIndex) -> None:
     _, code, tests = CLEAN_TASKS[1]
     renamed = code.replace("sections", "groups").replace("current", "active").replace("lineno", "number")
@@ -410,6 +429,29 @@ def test_hygiene_marks_a_train_task_that_duplicates_an_eval_task(index: Decontam
 
     kept, report = decontaminate(checked[1:], index)
     assert [t.task_id for t in kept] == ["train-other"] and report.tasks_by_ref_set["eval_split"] == 1
+
+
+def test_synthesized_statements_share_a_template_that_is_no_evidence_of_a_copy() -> None:
+    """Every bug-injection task says the same sentences around its failing tests: neither a query nor a reference.
+    A ticket's words are its author's: the same sentences in two tickets across the split are a copy."""
+    template = (
+        "`{repo}` gives wrong results\n\nSomething in `{repo}` regressed: one test of its own suite now fails.\n\n"
+        "Expected: these tests succeed again without changing them, and the rest of the suite keeps working.\n"
+    )
+    _, code, tests = CLEAN_TASKS[1]
+    ini, stats = new_file_diff("ini.py", code), new_file_diff("stats.py", CLEAN_TASKS[0][1])
+    tasks = [
+        make_task("eval-syn", template.format(repo="ini"), ini, tests, split="eval", kind="synthetic"),
+        make_task("train-syn", template.format(repo="stats"), stats, kind="synthetic"),
+        make_task("eval-ticket", template.format(repo="cfg"), ini, tests, split="eval"),
+        make_task("train-ticket", template.format(repo="stats"), stats),
+    ]
+    checked = {t.task_id: t.decontamination for t in enforce_hygiene(tasks)}
+    assert checked["train-syn"].verdict == "unchecked"
+    assert checked["train-ticket"].verdict == "contaminated"
+    assert {(m["doc_id"], m["method"]) for m in checked["train-ticket"].matches} == {
+        ("eval-ticket#problem_statement", "ngram")
+    }
 
 
 # --- normalisation and hashing ------------------------------------------------------------

@@ -308,7 +308,9 @@ def test_write_metrics_writes_metrics_json_and_dvc_plot_files(tmp_path, r1):
     ]  # fmt: skip
     assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads(json.dumps(r1))
     pass_rate = pd.read_csv(tmp_path / "plots" / "pass_rate.csv")
-    assert pass_rate.values.tolist() == [[0, "gold", 1.0], [0, "repair", 0.25], [1, "gold", 1.0], [1, "repair", 1.0]]
+    assert pass_rate.values.tolist() == [
+        [0, "gold", "train", 1.0], [0, "repair", "train", 0.25], [1, "gold", "train", 1.0], [1, "repair", "train", 1.0],
+    ]  # fmt: skip
     reward = pd.read_csv(tmp_path / "plots" / "reward_hist.csv")
     assert list(reward.columns) == ["iteration", "bin_lo", "bin_hi", "count"] and len(reward) == 20
     assert reward[reward["iteration"] == 0]["count"].tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 0, 4]

@@ -254,6 +254,7 @@ def test_bounded_staleness_overlaps_the_next_rollout_with_the_update_and_never_l
         "curate.sampler.max_extra_draws": 0,
         "train.iterations": 3,
         "train.max_staleness": 1,
+        "observe.learning.effective_batch.action": "warn",  # the schedule is under test: step even on a flat batch
         "run.out_dir": str(tmp_path / "out"),
     }
     metrics = pipeline(params_path=params_path, overrides={**overrides, **knobs}, run_id="stale-1")

@@ -22,7 +22,9 @@ def demo_run(tmp_path_factory):
         "run.store": f"file://{tmp / 'store'}",
         "run.out_dir": str(tmp / "out"),
         "validate.runs": 1,
-        "rollout.group_size": 2,
+        "sources.synthesize": 4,
+        "rollout.group_size": 4,
+        "rollout.eval_group_size": 2,
         "train.iterations": 2,
     }
     argv = [sys.executable, "-m", "trialforge.cli", "run"]
@@ -61,7 +63,7 @@ def test_rejected_tasks_are_reported_with_reasons(demo_run):
     assert "no_fail_to_pass" in metrics["tasks"]["validate"]["dropped"]
     # the held-out ticket's duplicate, and synthesized tasks whose patch touches the code of a held-out task
     dropped = metrics["tasks"]["decontaminate"]["dropped"]
-    assert set(dropped) == {"ngram:heldout_eval"} and dropped["ngram:heldout_eval"] >= 1
+    assert dropped["ngram:heldout_eval"] >= 1 and set(dropped) <= {"ngram:heldout_eval", "ngram:eval_split"}
 
 
 def test_parquet_carries_lineage_rewards_and_steps(demo_run):
@@ -75,15 +77,41 @@ def test_parquet_carries_lineage_rewards_and_steps(demo_run):
     assert set(steps["episode_id"]) == set(episodes["episode_id"])
     assert episodes.set_index("episode_id")["steps"].to_dict() == steps.groupby("episode_id").size().to_dict()
     repair = episodes[episodes["policy"] == "repair"]
-    assert set(repair["policy_version"]) == {"v0", "v1"}  # the update's version flows into the next rollouts
+    by_iteration = repair.groupby(repair["iteration"].astype(int))["policy_version"].agg(set).to_dict()
+    updates = metrics["updates"]
+    taken = [u["decision"] == "trained" for u in updates]
+    # the version after each step flows into the next rollouts; a skipped step leaves it where it was
+    assert by_iteration == {0: {"v0"}, 1: {f"v{int(taken[0])}"}, 2: {f"v{sum(taken)}"}}
 
 
-def test_training_step_checkpoints_to_the_store(demo_run):
+def test_each_step_is_taken_or_refused_by_the_learning_gate_and_checkpointed(demo_run):
+    tmp, stdout = demo_run
+    metrics = json.loads((tmp / "out" / "metrics.json").read_text())
+    updates = metrics["updates"]
+    assert [u["iteration"] for u in updates] == [0, 1] and {u["decision"] for u in updates} <= {"trained", "skipped"}
+    trained = 0
+    for u in updates:
+        verdicts = {v["check"]: v["status"] for v in u["health"]["verdicts"]}
+        assert set(verdicts) == {"effective_batch", "zero_variance", "saturation", "entropy", "reward_hacking"}
+        assert (u["decision"] == "skipped") == ("refuse" in verdicts.values())
+        trained += u["decision"] == "trained"
+        assert u["policy_version"] == f"v{trained}"
+        assert u["sampler"]["drawn"] == u["health"]["groups"] <= u["sampler"]["budget"]
+    checkpoints = sorted(p.name for p in (tmp / "store" / "checkpoints").rglob("*.pt"))
+    assert checkpoints == [f"repair-v{n}.pt" for n in range(1, trained + 1)]
+    assert "Learning health" in stdout and "held-out" in stdout
+
+
+def test_the_learner_is_scored_on_held_out_tasks_every_iteration_and_after_the_last(demo_run):
     tmp, _ = demo_run
     metrics = json.loads((tmp / "out" / "metrics.json").read_text())
-    assert [u["policy_version"] for u in metrics["updates"]] == ["v1", "v2"]
-    checkpoints = sorted(p.name for p in (tmp / "store" / "checkpoints").rglob("*.pt"))
-    assert checkpoints == ["repair-v1.pt", "repair-v2.pt"]
+    episodes = _read(tmp, "episodes")
+    held_out = episodes[(episodes["split"] == "eval") & (episodes["policy"] == "repair")]
+    trained_on = episodes[(episodes["split"] == "train") & (episodes["policy"] == "repair")]
+    assert len(held_out) and not set(held_out["task_id"]) & set(trained_on["task_id"])
+    assert sorted(held_out["iteration"].astype(int).unique()) == [0, 1, 2]
+    assert len(metrics["episodes"]["heldout_by_iteration"]["repair"]) == 3
+    assert {f for f in metrics["families"]} >= {"ticket:github"}
 
 
 def test_synthesized_tasks_join_the_tickets_and_reach_the_learner(demo_run):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
-import time
 
 import pytest
 import torch
@@ -119,14 +119,17 @@ def test_server_errors_are_retried_until_an_answer_comes(chat_server):
     assert chat_server.requests[0] == chat_server.requests[2]  # a retry resends the same request
 
 
-def test_a_hanging_endpoint_ends_the_episode_as_policy_error_after_retries(world, chat_server):
+def test_a_hanging_endpoint_ends_the_episode_as_policy_error_after_retries(world, chat_server, caplog):
     task, rollout = world
-    chat_server.play(Fault(hang_s=30), Fault(hang_s=30))
-    start = time.monotonic()
-    record = rollout.episode(task, policy(chat_server, timeout_s=0.5, max_retries=1), sample=0, seed=1)
-    assert time.monotonic() - start < 20
+    # Hangs far past any run (the fixture's teardown ends them); a client that waited one out would
+    # have got its HTTP 500 and logged that instead of a timeout: the clock-free proof that it gave up.
+    chat_server.play(Fault(hang_s=3600), Fault(hang_s=3600))
+    with caplog.at_level(logging.WARNING, logger="trialforge.rollout.openai_policy"):
+        record = rollout.episode(task, policy(chat_server, timeout_s=0.5, max_retries=1), sample=0, seed=1)
     assert (record.status, record.reward, record.termination) == ("policy_error", None, "error")
     assert "failed 2 times; last: timed out" in record.cause
+    failures = [r.getMessage() for r in caplog.records if "chat completion attempt" in r.getMessage()]
+    assert len(failures) == 2 and all("failed: timed out" in f for f in failures)
     assert len(chat_server.requests) == 2
 
 
@@ -254,6 +257,13 @@ def test_local_lm_logprobs_match_a_forward_pass(tiny_lm):
     again = recompute(model, info["prompt_ids"], info["token_ids"], 0.8)
     assert again == pytest.approx(info["token_logprobs"], abs=1e-4)
     assert decision.logprob == pytest.approx(sum(again), abs=1e-3)
+    # The mean entropy (nats) of the distributions the tokens were drawn from, as the forward pass has it.
+    assert math.isfinite(info["entropy"]) and 0 <= info["entropy"] <= math.log(model.config.vocab_size)
+    ids = torch.tensor([info["prompt_ids"] + info["token_ids"]])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(info["prompt_ids"]) - 1 : -1].float()
+    expected = torch.distributions.Categorical(logits=logits / 0.8).entropy().mean()
+    assert info["entropy"] == pytest.approx(float(expected), abs=1e-4)
 
 
 def test_local_lm_replays_exactly_under_a_seed(tiny_lm):

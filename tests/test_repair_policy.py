@@ -10,7 +10,15 @@ from trialforge.config import TrainParams
 from trialforge.rollout.env import CodingEnv, EnvLimits
 from trialforge.rollout.policies import TaskView
 from trialforge.rollout.records import EpisodeRecord, StepRecord
-from trialforge.rollout.repair import FEATURES, N_FEATURES, RepairPolicy, line_edits, score, softmax
+from trialforge.rollout.repair import (
+    FEATURES,
+    N_FEATURES,
+    RandomEditPolicy,
+    RepairPolicy,
+    line_edits,
+    score,
+    softmax,
+)
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.train.repair_trainer import RepairTrainer
 
@@ -99,6 +107,23 @@ def test_the_policy_localises_by_the_tests_spectrum_and_edits_only_lines_a_faili
     assert math.isclose(edit.logprob, -math.log(len(features)))
 
 
+def test_the_random_edit_baseline_edits_any_library_line_uniformly_without_localising() -> None:
+    episode = RandomEditPolicy().begin(TaskView("t", "between() excludes its upper bound"), seed=0)
+    test, listing, view, edit = (
+        episode.act(obs) for obs in ["", TEST_OUTPUT, "./pkg/span.py\n./tests/test_span.py\n", LISTING]
+    )
+    assert (
+        test.action.args["command"].startswith("python3 -m pytest") and "find . -name" in listing.action.args["command"]
+    )
+    assert (view.action.tool, view.action.args) == ("view", {"path": "pkg/span.py"})  # never a test file
+    candidates = [*episode.candidates, episode.applied]
+    assert {c.line_no for c in candidates} == {2, 6}  # every line of the viewed functions
+    assert math.isclose(edit.logprob, -math.log(len(candidates))) and math.isclose(
+        edit.info["entropy"], math.log(len(candidates))
+    )
+    assert episode.phase == "check"  # checked against the failing test like the learner's edits
+
+
 def test_a_refuted_edit_is_undone_with_the_next_one_and_a_confirmed_edit_is_submitted() -> None:
     episode, decisions = run_episode(RepairPolicy(attempts=2), ["", TEST_OUTPUT, SPECTRUM, LISTING, ""])
     first, check = episode.applied, decisions[-1].action.args["command"]
@@ -122,6 +147,20 @@ def test_learned_weights_rank_the_most_suspicious_lines_first() -> None:
     probs = softmax([score(weights, tuple(f)) for f in features])
     on_failing_line = sum(p for p, f in zip(probs, features, strict=True) if f[feature("most_suspicious")])
     assert on_failing_line > 0.9
+
+
+def test_each_edit_records_the_entropy_of_the_softmax_it_was_sampled_from() -> None:
+    _, decisions = run_episode(RepairPolicy(), ["", TEST_OUTPUT, SPECTRUM, LISTING])
+    uniform = decisions[-1].info
+    assert math.isclose(uniform["entropy"], math.log(len(uniform["features"])))  # zero weights: uniform over n
+
+    weights = [0.0] * N_FEATURES
+    weights[feature("most_suspicious")] = 4.0
+    _, decisions = run_episode(RepairPolicy(weights), ["", TEST_OUTPUT, SPECTRUM, LISTING])
+    favoured = decisions[-1].info
+    probs = softmax([score(weights, tuple(f)) for f in favoured["features"]])
+    assert math.isclose(favoured["entropy"], -sum(p * math.log(p) for p in probs))
+    assert 0 < favoured["entropy"] < uniform["entropy"] - 0.25  # mass gathers on the most suspicious line
 
 
 # --- training ------------------------------------------------------------------------------------------------
@@ -157,6 +196,24 @@ def test_an_update_moves_probability_toward_the_rewarded_edit_and_ignores_broken
     assert prob_of_a(trainer) > 0.7  # from 0.5
     assert (stats.excluded_not_ok, stats.zero_variance_groups, stats.trained_on) == (1, 1, 4)
     assert stats.policy_version == "v1" and trainer.policy().version == "v1"
+
+
+def test_an_sgd_step_follows_the_gradient_where_adams_first_step_moves_every_weight_alike() -> None:
+    """Two groups: one says A beats B strongly (4 episodes), the other weakly (2): A's and B's gradients differ in
+    size. Adam's first step moves both weights by exactly lr (sign descent); SGD's by lr times the gradient."""
+    batch = [episode_record("t1", 0, 1.0), episode_record("t1", 1, 0.0), episode_record("t1", 0, 1.0),
+             episode_record("t1", 1, 0.0), episode_record("t2", 0, 1.0), episode_record("t2", 0, 0.0)]  # fmt: skip
+    adam, sgd = (
+        RepairTrainer(TrainParams(lr=0.5, epochs=1)),
+        RepairTrainer(TrainParams(lr=0.5, epochs=1, optimizer="sgd")),
+    )
+    for trainer in (adam, sgd):
+        trainer.update(batch)
+    moved_a, moved_b = (abs(w) for w in adam.weights.detach().tolist()[:4:3])  # compare, constant
+    assert math.isclose(moved_a, 0.5, rel_tol=1e-6) and math.isclose(moved_b, 0.5, rel_tol=1e-6)
+    step = sgd.weights.detach().tolist()
+    assert step[0] > 0 > step[3] and 0 < step[0] < 0.5 and step[4:] == [0.0] * (N_FEATURES - 4)
+    assert prob_of_a(sgd) > 0.5
 
 
 def test_a_batch_of_broken_episodes_changes_nothing() -> None:

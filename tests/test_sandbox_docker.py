@@ -104,7 +104,8 @@ def test_command_that_never_ends_is_killed_with_its_children(docker_backend: Doc
         start = time.monotonic()
         result = box.exec(["sh", "-c", "sleep 1000 & setsid sleep 1001 & sleep 1002"], timeout=2)
         assert result.timed_out and result.exit_code == 137
-        assert 2 <= time.monotonic() - start < 6
+        # waited the timeout out, and then not the sleeps (>= 1000 s): no load makes a 2 s timeout take 500 s
+        assert 2 <= time.monotonic() - start < 500
         survivors = box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
         assert "sleep 100" not in survivors  # the background child and the setsid escapee are gone too
 
@@ -352,11 +353,12 @@ def test_deadline_label_follows_the_requested_lifetime(
     """Reapers read the label: a sandbox a pool keeps warm must carry its longer life there."""
     for lifetime, expected in ((None, SMALL.episode_timeout_s), (7200.0, 7200.0)):
         spec = SandboxSpec(image=docker_backend.image.name, limits=SMALL, lifetime_s=lifetime)
+        before = time.time()
         box = docker_backend.create(spec)
         try:
             labels = docker_client.api.inspect_container(box.container_id)["Config"]["Labels"]
             assert int(labels[LABEL_DEADLINE]) == int(box.deadline)
-            assert abs(box.deadline - time.time() - expected) < 60
+            assert before + expected <= box.deadline <= time.time() + expected  # set at creation, however slow
         finally:
             box.close()
 

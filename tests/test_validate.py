@@ -71,7 +71,8 @@ def test_a_test_that_fails_one_run_in_three_is_caught_as_flaky(tmp_path, snapsho
     assert checked.fail_to_pass == ["tests/test_double.py::test_double"]
     assert "tests/test_flaky.py::test_sometimes" not in checked.pass_to_pass  # quarantined
     assert checked.validation.runs == 6
-    assert 0 < checked.validation.slowest_run_s < 30  # what grading time limits scale from
+    # what grading time limits scale from: measured, and within the validation it is part of (no speed assumed)
+    assert 0 < checked.validation.slowest_run_s <= checked.validation.duration_s
 
 
 def test_a_task_that_depends_only_on_a_flaky_test_is_rejected(tmp_path, snapshots, bwrap_backend, base_image):

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trialforge.curate.sampler import SamplerConfig
 from trialforge.errors import ConfigError
+from trialforge.observe.health import HealthThresholds, LearningGate
 from trialforge.sandbox.base import Limits
 
 
@@ -80,7 +81,7 @@ class VerifyParams(_Section):
 
 class CurateParams(_Section):
     eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
-    split_by: Literal["repo", "hash"] = "repo"
+    split_by: Literal["repo", "hash", "family"] = "repo"
     split_salt: str = ""
     ngram_n: int = Field(13, ge=1)
     shingle_n: int = Field(5, ge=1)
@@ -97,11 +98,11 @@ QualityGate = Literal["weak_tests", "leaks", "shortcuts"]
 
 class QualityParams(_Section):
     gates: list[QualityGate] = ["weak_tests", "leaks", "shortcuts"]  # audits that run and are recorded
-    enforce: list[QualityGate] = ["weak_tests", "shortcuts"]  # failing one of these drops the task
+    enforce: list[QualityGate] = ["weak_tests", "leaks", "shortcuts"]  # failing one of these drops the task
     max_mutants: int = Field(8, ge=0)
-    leak_kinds: list[Literal["added_line", "new_identifier", "expected_value"]] = [
-        "added_line", "new_identifier", "expected_value",
-    ]  # fmt: skip
+    # What counts as a leak: the fix's code or a name it introduces. An expected value in a bug report is its
+    # specification more often than its answer: opt in with "expected_value".
+    leak_kinds: list[Literal["added_line", "new_identifier", "expected_value"]] = ["added_line", "new_identifier"]
     timeout_factor: float = Field(10.0, ge=1)
     min_timeout_s: float = Field(20.0, gt=0)
 
@@ -109,6 +110,8 @@ class QualityParams(_Section):
 class RolloutParams(_Section):
     policies: list[str] = ["gold", "noop", "repair"]
     group_size: int = Field(4, ge=1)
+    eval_group_size: int = Field(4, ge=0)  # learner episodes per held-out task each iteration (0: no held-out curve)
+    reference_group_size: int = Field(1, ge=1)  # episodes per task of the scripted policies (gold, noop: no sampling)
     max_turns: int = Field(12, ge=1)
     observation_cap: int = 8000
     env_retries: int = Field(1, ge=0)
@@ -122,6 +125,9 @@ class RolloutParams(_Section):
     temperature: float = Field(1.0, ge=0.0)  # an LM policy's sampling temperature (0: greedy)
 
 
+LM_MAX_LR = 1e-2
+
+
 class TrainParams(_Section):
     iterations: int = Field(1, ge=1)
     lr: float = 0.05
@@ -129,6 +135,10 @@ class TrainParams(_Section):
     clip_low: float = 0.2
     clip_high: float = 0.28
     epochs: int = Field(4, ge=1)
+    # The repair policy's optimiser. Adam's first step moves every weight by the learning rate whatever its
+    # gradient (sign descent): a few groups then set every edit kind's weight as firmly as the evidence-backed
+    # ones. SGD's step follows the gradient's size. (An LM always trains with AdamW.)
+    optimizer: Literal["adam", "sgd"] = "adam"
     max_staleness: int = Field(0, ge=0)  # rollouts may run this many policy versions ahead of the update (0: in step)
     model: str = ""  # a local transformers causal LM directory to train (policy `lm`); "": the demo's `repair`
     grad_accum_steps: int = Field(1, ge=1)  # micro-batches per update (LM)
@@ -136,10 +146,23 @@ class TrainParams(_Section):
     gradient_checkpointing: bool = False  # trade compute for activation memory (LM)
     tis_cap: float | None = Field(2.0, gt=0)  # truncated importance weight cap for a stale batch (LM); None: off
 
+    @model_validator(mode="after")
+    def _lm_rate(self) -> TrainParams:
+        if self.model and self.lr > LM_MAX_LR:
+            raise ValueError(
+                f"train.lr={self.lr:g} is a rate for the demo's 21-weight repair policy; one step of it would wreck "
+                f"a language model: set train.lr with train.model (at most {LM_MAX_LR:g}; GRPO recipes use ~1e-6)"
+            )
+        return self
+
 
 class ObserveParams(_Section):
     max_env_error_rate: float = Field(0.2, ge=0.0, le=1.0)  # above this an iteration is unhealthy: no training
     max_verifier_error_rate: float = Field(0.05, ge=0.0, le=1.0)
+    learning: LearningGate = LearningGate()  # the learner's checks: is there anything to learn from the batch?
+
+    def thresholds(self) -> HealthThresholds:
+        return HealthThresholds(self.max_env_error_rate, self.max_verifier_error_rate)
 
 
 class Params(_Section):

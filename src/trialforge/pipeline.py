@@ -24,13 +24,14 @@ from trialforge.curate.decontam import decontaminate as run_decontamination
 from trialforge.curate.tiers import tier_tasks
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
-from trialforge.observe.health import HealthThresholds, assert_trainable, check_health
+from trialforge.observe.health import Health, assert_trainable, check_health
 from trialforge.observe.metrics import iteration_metrics, load_run
 from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
 from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
+from trialforge.rollout.repair import RandomEditPolicy
 from trialforge.rollout.starts import Setup
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
@@ -150,8 +151,9 @@ def publish_taskset(rt: Runtime, tasks: list[Task]) -> str:
 
 
 def make_policies(names: list[str], tasks: list[Task], learner: Policy | None) -> list[Policy]:
-    """The scripted references by name, and the learner's policy (``train.learner``) under its own."""
-    known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy()}
+    """The scripted references by name (``random_edit``: the untrained baseline without localisation), and the
+    learner's policy (``train.learner``) under its own."""
+    known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy(), "random_edit": RandomEditPolicy()}
     if learner is not None:
         known[learner.name] = learner
     unknown = [n for n in names if n not in known]
@@ -193,6 +195,12 @@ def round_seed(params: Params, iteration: int, round_: int) -> int:
     return (params.run.seed * 1000 + iteration) * 100 + round_
 
 
+def eval_seed(params: Params) -> int:
+    """The held-out round's seed, the same every iteration: successive versions meet the same draws. (Round 99
+    of iteration 0 would share it; a sampler never runs that many refill rounds.)"""
+    return round_seed(params, 0, 99)
+
+
 def rollout(
     rt: Runtime, tasks: list[Task], policies: list[Policy], lineage: Lineage, *, round_: int = 0
 ) -> list[EpisodeRecord]:
@@ -212,11 +220,21 @@ def store_episodes(rt: Runtime, episodes: list[EpisodeRecord], lineage: Lineage,
     ]
 
 
-def assert_healthy(rt: Runtime, run_id: str, iteration: int) -> None:
-    """Raise UnhealthyBatchError when the stored iteration's env or verifier error rate passes its threshold."""
+def assert_healthy(rt: Runtime, run_id: str, iteration: int, learner: str) -> None:
+    """Raise UnhealthyBatchError when the stored iteration's env or verifier error rate passes its threshold,
+    over all its episodes or over the learner's alone (gold and noop must not hide the learner's failures)."""
     data = load_run(rt.store, run_id, iteration)
-    thresholds = HealthThresholds(**rt.params.observe.model_dump())
-    assert_trainable(check_health(iteration_metrics(data.episodes, data.steps), thresholds))
+    thresholds = rt.params.observe.thresholds()
+    mine = data.episodes["policy"] == learner
+    steps = (
+        data.steps
+        if data.steps.empty
+        else data.steps[data.steps["episode_id"].isin(data.episodes.loc[mine, "episode_id"])]
+    )
+    overall = check_health(iteration_metrics(data.episodes, data.steps), thresholds)
+    own = check_health(iteration_metrics(data.episodes[mine], steps), thresholds) if mine.any() else overall
+    reasons = overall.reasons + [f"{learner}: {r}" for r in own.reasons if own is not overall]
+    assert_trainable(Health(not reasons, reasons))
 
 
 def new_run_id(name: str) -> str:

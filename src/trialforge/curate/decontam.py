@@ -399,14 +399,21 @@ def directory_refs(root: str | Path, ref_set: str | None = None, max_bytes: int 
     return refs
 
 
+def checked_fields(task: Task) -> list[tuple[str, Kind]]:
+    """The fields of ``task`` that can carry a copy. A synthesized task's statement is trialforge's own template
+    around the names of the tests that fail: every synthesized statement shares its sentences, which says
+    nothing of the task (its patches are checked)."""
+    generated = {"problem_statement"} if task.source.kind == "synthetic" else set()
+    return [(name, kind) for name, kind in TASK_FIELDS.items() if getattr(task, name) and name not in generated]
+
+
 def eval_split_refs(tasks: Iterable[Task], ref_set: str = EVAL_SPLIT) -> list[RefDoc]:
     """The fields of the eval tasks, as references for the train tasks (``task_id#field``)."""
     return [
         RefDoc(ref_set, f"{task.task_id}#{name}", getattr(task, name), kind)
         for task in tasks
         if task.split == "eval"
-        for name, kind in TASK_FIELDS.items()
-        if getattr(task, name)
+        for name, kind in checked_fields(task)
     ]
 
 
@@ -560,12 +567,7 @@ def content_matches(
     """The n-gram and MinHash matches of each task's fields, all tasks in one batch per kind."""
     found: list[list[dict[str, Any]]] = [[] for _ in tasks]
     for kind in KINDS:
-        fields = [
-            (i, name)
-            for i, task in enumerate(tasks)
-            for name, k in TASK_FIELDS.items()
-            if k == kind and getattr(task, name)
-        ]
+        fields = [(i, name) for i, task in enumerate(tasks) for name, k in checked_fields(task) if k == kind]
         hits = index.query([getattr(tasks[i], name) for i, name in fields], kind, threshold)
         for (i, name), field_hits in zip(fields, hits, strict=True):
             found[i].extend(hit.as_match(name) for hit in field_hits)
@@ -595,7 +597,7 @@ def mark(task: Task, matches: list[dict[str, Any]]) -> Task:
 
 
 def assign_splits(
-    tasks: Sequence[Task], by: Literal["repo", "hash"] = "repo", eval_fraction: float = 0.1, salt: str = ""
+    tasks: Sequence[Task], by: Literal["repo", "hash", "family"] = "repo", eval_fraction: float = 0.1, salt: str = ""
 ) -> list[Task]:
     """Put each task in ``train`` or ``eval`` by a salted SHA-256 of its repo or task id.
 
@@ -603,20 +605,29 @@ def assign_splits(
     on every machine and in any input order, and raising ``eval_fraction`` only moves
     tasks from train to eval. ``by="repo"`` keeps a repository whole, so no eval task
     shares a codebase with a train task; ``by="hash"`` splits by ``task_id`` and needs
-    :func:`enforce_hygiene` to catch near duplicates across the line. The fraction is
-    met in expectation, not exactly (a repository is not divisible).
+    :func:`enforce_hygiene` to catch near duplicates across the line. Both meet the fraction
+    in expectation only: with tens of tasks a draw can hold out most of one kind of bug and
+    little of another. ``by="family"`` holds out ``round(eval_fraction * n)`` of each family's
+    ``n`` tasks (``Task.family``: a mutation, a ticket's source), those with the lowest hashes of
+    their ids: the held-out set mirrors the training set's mix of bugs.
     """
-    if by not in ("repo", "hash"):
-        raise ConfigError(f"assign_splits: by must be 'repo' or 'hash', got {by!r}")
+    if by not in ("repo", "hash", "family"):
+        raise ConfigError(f"assign_splits: by must be 'repo', 'hash' or 'family', got {by!r}")
     if not 0.0 <= eval_fraction <= 1.0:
         raise ConfigError(f"assign_splits: eval_fraction must be in [0, 1], got {eval_fraction}")
 
-    def split(task: Task) -> Literal["train", "eval"]:
-        key = normalize_repo(task.repo) if by == "repo" else task.task_id
-        digest = hashlib.sha256(f"{salt}\0{by}\0{key}".encode()).digest()
-        return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+    def rank(task: Task, how: str) -> float:
+        key = normalize_repo(task.repo) if how == "repo" else task.task_id
+        digest = hashlib.sha256(f"{salt}\0{how}\0{key}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
 
-    return [task.model_copy(update={"split": split(task)}) for task in tasks]
+    if by != "family":
+        return [t.model_copy(update={"split": "eval" if rank(t, by) < eval_fraction else "train"}) for t in tasks]
+    held: set[str] = set()
+    for family in {t.family() for t in tasks}:
+        members = sorted((t for t in tasks if t.family() == family), key=lambda t: (rank(t, "hash"), t.task_id))
+        held.update(t.task_id for t in members[: round(eval_fraction * len(members))])
+    return [t.model_copy(update={"split": "eval" if t.task_id in held else "train"}) for t in tasks]
 
 
 def enforce_hygiene(tasks: Sequence[Task], cfg: DecontamConfig | None = None) -> list[Task]:

@@ -7,8 +7,10 @@ nothing. The sampler therefore
   reward variance of a group drawn from it), with a floor so no tier starves (an unsolved task may
   become solvable, a trivial one may regress);
 * keeps the batch's expected pass rate inside a band by swapping draws for better-placed tasks;
-* drops groups whose rewards came back all equal (DAPO's dynamic sampling) and draws replacements
-  until the batch is full, at most ``max_extra_draws`` of them per batch.
+* over-samples (``oversample`` times the groups it still needs), drops groups whose rewards came back all
+  equal (DAPO's dynamic sampling) and draws again until the batch holds ``groups`` informative groups or
+  its budget (``groups + max_extra_draws`` groups rolled out) is spent; informative groups beyond ``groups``
+  are counted as surplus and left out, so every step sees the same batch size.
 
 A batch, as the caller drives it::
 
@@ -19,12 +21,15 @@ A batch, as the caller drives it::
     train_on(sampler.kept); rates = update_pass_rates(rates, episodes_of_the_batch, "repair", alpha)
 
 A task's pass rate is its live rate (an exponential moving average over finished batches) when it has
-one, else what its difficulty record for that policy implies (``tiers.expected_pass_rate``).
+one, else what its difficulty record for that policy implies (``tiers.expected_pass_rate``). Its tier is
+the one the policy's newest measured pass@k gives (``curate.difficulty``: the orchestrator records one per
+task and policy version after every batch), else the live rate's, else the proxy's.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,7 +56,8 @@ class SamplerConfig(BaseModel):
     groups: int = Field(8, ge=1)  # GRPO groups (distinct tasks) per training batch
     band: tuple[float, float] = (0.2, 0.8)  # the batch's expected pass rate stays inside [low, high]
     tier_floor: float = Field(0.05, ge=0.0, le=1.0 / len(TIERS))  # least share of every tier with tasks
-    max_extra_draws: int = Field(8, ge=0)  # replacement groups per batch for dropped zero-variance ones
+    max_extra_draws: int = Field(8, ge=0)  # groups rolled out per batch beyond ``groups``: the refill budget
+    oversample: float = Field(1.0, ge=1.0, le=4.0)  # each draw asks for this many times the groups still missing
     ema_alpha: float = Field(0.3, gt=0.0, le=1.0)  # weight of the newest batch in a live pass rate
 
     @field_validator("band")
@@ -70,7 +76,11 @@ class SamplerStats:
     drawn: int = 0  # groups handed out for rollout, replacements included
     kept: int = 0
     dropped_zero_variance: int = 0
-    extra_draws: int = 0
+    extra_draws: int = 0  # drawn beyond ``groups`` (over-sampling and refills)
+    rounds: int = 0  # draws handed out: the first one and every refill
+    surplus: int = 0  # informative groups beyond ``groups``, left out of the batch
+    budget: int = 0  # most groups this batch may roll out
+    exhausted: str = ""  # why the batch ended short: "budget", "tasks" (every train task drawn); "" when full
     band_swaps: int = 0  # draws exchanged to bring the expected pass rate into the band
     expected_pass_rate: float | None = None  # mean pass rate of the batch (kept + awaiting rollout)
     in_band: bool = False
@@ -146,8 +156,9 @@ class BatchSampler:
         for c in self._pool.values():
             by_tier.setdefault(c.tier, []).append(c.rate)
         self._shares = tier_shares(by_tier, self.config.tier_floor)
-        self.stats = SamplerStats(tier_shares={t: round(s, 4) for t, s in self._shares.items()})
-        return self._draw(self.config.groups)
+        budget = self.config.groups + self.config.max_extra_draws
+        self.stats = SamplerStats(tier_shares={t: round(s, 4) for t, s in self._shares.items()}, budget=budget)
+        return self._draw(self._wanted(self.config.groups))
 
     def report(self, rewards: Mapping[str, Sequence[float | None]]) -> list[Task]:
         """Rewards of rolled-out groups by task id; returns the replacements to roll out (empty: batch done)."""
@@ -156,33 +167,44 @@ class BatchSampler:
             raise SamplerError(f"rewards for groups {unknown} that were not drawn or were already reported")
         for task_id, group in rewards.items():
             candidate = self._pending.pop(task_id)
-            if informative(group):
+            if not informative(group):
+                self.stats.dropped_zero_variance += 1
+            elif len(self._kept) < self.config.groups:
                 self._kept.append(candidate)
             else:
-                self.stats.dropped_zero_variance += 1
-        missing = self.config.groups - len(self._kept) - len(self._pending)
-        allowed = self.config.max_extra_draws - self.stats.extra_draws
-        replacements = self._draw(min(missing, allowed))
-        self.stats.extra_draws += len(replacements)
-        if not replacements and not self._pending:
+                self.stats.surplus += 1
+        if self._pending:  # the rest of this draw is still out: decide on a refill once it is back
+            return []
+        replacements = self._draw(self._wanted(self.config.groups - len(self._kept)))
+        if not replacements:
             self._finish()
         return replacements
 
     # --- drawing ---------------------------------------------------------------------------------------
 
     def _candidate(self, task: Task, rates: Mapping[str, float], policy: str) -> _Candidate:
-        if task.task_id in rates:
-            rate = rates[task.task_id]
-            return _Candidate(task, rate, tier_of_pass_rate(rate))
         difficulty = difficulty_for(task, policy)
-        rate = expected_pass_rate(difficulty)
-        return _Candidate(task, rate, difficulty.tier if difficulty.tier in TIERS else tier_of_pass_rate(rate))
+        measured = difficulty.policy_version != PROXY and difficulty.tier in TIERS
+        rate = rates.get(task.task_id, expected_pass_rate(difficulty))
+        if measured:
+            return _Candidate(task, rate, difficulty.tier)
+        if task.task_id in rates or difficulty.tier not in TIERS:
+            return _Candidate(task, rate, tier_of_pass_rate(rate))
+        return _Candidate(task, rate, difficulty.tier)
+
+    def _wanted(self, missing: int) -> int:
+        """Groups to draw for ``missing`` informative ones: over-sampled, within what the budget has left."""
+        if missing <= 0:
+            return 0
+        return min(math.ceil(missing * self.config.oversample), self.stats.budget - self.stats.drawn)
 
     def _draw(self, n: int) -> list[Task]:
         chosen = [self._pick() for _ in range(min(n, len(self._pool)))]
         self.stats.band_swaps += self._fit_band(chosen)
         self._pending.update((c.task.task_id, c) for c in chosen)
         self.stats.drawn += len(chosen)
+        self.stats.extra_draws = max(0, self.stats.drawn - self.config.groups)
+        self.stats.rounds += bool(chosen)
         self._update_batch_stats()
         return [c.task for c in chosen]
 
@@ -240,12 +262,15 @@ class BatchSampler:
     def _finish(self) -> None:
         self._update_batch_stats()
         short = self.config.groups - len(self._kept)
+        if short:
+            self.stats.exhausted = "tasks" if not self._pool else "budget"
         log.log(
             logging.WARNING if short else logging.INFO,
-            "sampler batch: kept %d/%d groups%s",
+            "sampler batch: kept %d/%d informative groups of %d drawn%s",
             len(self._kept),
             self.config.groups,
-            f" ({short} short: extra draws or tasks ran out)" if short else "",
+            self.stats.drawn,
+            f" ({short} short: the {self.stats.exhausted} ran out)" if short else "",
             extra={"sampler": self.stats.as_dict()},
         )
 

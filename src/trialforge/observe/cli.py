@@ -43,11 +43,10 @@ def report(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Write the self-contained HTML report of RUN from its stored episodes."""
-    from trialforge.observe.health import HealthThresholds
     from trialforge.observe.report import render_report
 
     with _opened(store, params) as (objects, loaded):
-        thresholds = HealthThresholds(**loaded.observe.model_dump())
+        thresholds = loaded.observe.thresholds()
         path = render_report(
             objects, run, out or Path(loaded.run.out_dir) / f"report-{run}.html", thresholds=thresholds
         )

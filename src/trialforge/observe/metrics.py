@@ -6,6 +6,8 @@ process metrics of every iteration (and of the run overall) with these definitio
 - an episode *passes* when it ended ``ok`` with reward >= ``PASS_REWARD``; a pass rate is passes over
   the episodes the policy answers for (``ok``, ``timeout``, ``policy_error``): infrastructure failures
   (``env_error``, ``verifier_error``) count on neither side. *Mean reward* is over ``ok`` episodes only.
+- ``pass_rate`` is over train-split tasks, ``heldout_pass_rate`` over eval-split tasks (never trained on):
+  the learner's held-out curve is the one that says whether it learnt or memorised.
 - latencies: sandbox start is ``episodes.sandbox_s`` of episodes whose sandbox started; exec is
   ``steps.exec_s`` of the tools that run in the sandbox; verify is ``episodes.verify_s`` of graded episodes.
 - a GRPO group (``group_id`` = task/policy, within one iteration) has *zero variance* when all its ``ok``
@@ -47,7 +49,7 @@ DISTRIBUTIONS = frozenset({"reward_hist", "steps_hist", "tool_calls_hist", "late
 _DIGITS = 6
 _EPISODE_COLUMNS = [
     "episode_id", "iteration", "task_id", "tier", "policy", "group_id", "attempt", "status", "cause", "termination",
-    "reward", "integrity_flags", "steps", "tool_calls", "duration_s", "sandbox_s", "verify_s",
+    "reward", "integrity_flags", "steps", "tool_calls", "duration_s", "sandbox_s", "verify_s", "split",
 ]  # fmt: skip
 _STEP_COLUMNS = ["iteration", "tool", "exec_s"]
 
@@ -76,28 +78,37 @@ class RunData:
 
 
 def episode_metrics(episodes: pd.DataFrame) -> dict[str, Any]:
+    """Mean reward of ok episodes per policy, on train tasks and (``heldout``) on eval tasks, per iteration."""
     if episodes.empty:
         return {"episodes": 0}
+    episodes = with_split(episodes)
     ok = episodes[episodes["status"] == "ok"]
-    by_policy = ok.groupby("policy")["reward"].mean().round(4).to_dict()
-    by_iteration = (
-        ok.assign(iteration=ok["iteration"].astype(int))
-        .groupby(["policy", "iteration"])["reward"]
-        .mean()
-        .round(4)
-        .unstack("iteration")
-    )
+    iterations = sorted(episodes["iteration"].astype(int).unique())
+
+    def curves(frame: pd.DataFrame) -> dict[str, list[float | None]]:
+        table = frame.assign(iteration=frame["iteration"].astype(int)).groupby(["policy", "iteration"])["reward"].mean()
+        table = table.round(4).unstack("iteration").reindex(columns=iterations)
+        return {str(p): [None if pd.isna(v) else float(v) for v in row.to_list()] for p, row in table.iterrows()}
+
+    train, held_out = ok[ok["split"] == "train"], ok[ok["split"] == "eval"]
     return {
         "episodes": len(episodes),
         "status_counts": episodes["status"].value_counts().to_dict(),
         "env_error_rate": round(float((episodes["status"] == "env_error").mean()), 4),
-        "pass_rate": by_policy,
-        "pass_rate_by_iteration": {
-            policy: [None if pd.isna(v) else float(v) for v in row.to_list()] for policy, row in by_iteration.iterrows()
-        },
+        "pass_rate": train.groupby("policy")["reward"].mean().round(4).to_dict(),
+        "pass_rate_by_iteration": curves(train),
+        "heldout_pass_rate": held_out.groupby("policy")["reward"].mean().round(4).to_dict(),
+        "heldout_by_iteration": curves(held_out),
         "mean_steps": round(float(episodes["steps"].mean()), 3),
         "retries": int((episodes["attempt"] > 1).sum()),
     }
+
+
+def with_split(episodes: pd.DataFrame) -> pd.DataFrame:
+    """Rows written before episodes carried their split were all train episodes."""
+    if "split" in episodes.columns:
+        return episodes.assign(split=episodes["split"].fillna("train"))
+    return episodes.assign(split="train")
 
 
 def task_metrics(funnels: list[dict[str, Any]]) -> dict[str, Any]:
@@ -132,7 +143,9 @@ def process_metrics(
 ) -> dict[str, Any]:
     """``{"iterations": {"0": {...}, ...}, "overall": {...}}``; ``timing`` is keyed by iteration."""
     timing = timing or {}
-    episodes = episodes[_EPISODE_COLUMNS]  # the wide text columns (diffs, reports) only slow every selection down
+    episodes = with_split(episodes)[
+        _EPISODE_COLUMNS
+    ]  # the wide text columns (diffs, reports) only slow every selection down
     steps = steps if steps.empty else steps[_STEP_COLUMNS]
     numbers = sorted(int(i) for i in episodes["iteration"].unique())
     iterations = {
@@ -150,6 +163,7 @@ def iteration_metrics(
     if n == 0:
         return {"episodes": 0}
     status = episodes["status"]
+    train = episodes[episodes["split"] == "train"] if "split" in episodes.columns else episodes
     failures = attribute(episodes)
     env = failures[failures["category"] == "environment"]
     metrics: dict[str, Any] = {
@@ -163,9 +177,10 @@ def iteration_metrics(
         "retries": int((episodes["attempt"] - 1).clip(lower=0).sum()),
         "termination": _counts(episodes["termination"]),
         "mean_reward": _mean_by(episodes[status == "ok"], "policy", "reward"),
-        "pass_rate": _pass_rate(episodes, ["policy"]),
-        "pass_rate_by_tier": _pass_rate(episodes, ["tier"]),
-        "pass_rate_by_policy_tier": _pass_rate(episodes, ["policy", "tier"]),
+        "pass_rate": _pass_rate(train, ["policy"]),
+        "heldout_pass_rate": _pass_rate(episodes[episodes["split"] == "eval"], ["policy"]),
+        "pass_rate_by_tier": _pass_rate(train, ["tier"]),
+        "pass_rate_by_policy_tier": _pass_rate(train, ["policy", "tier"]),
         "reward_hist": _reward_hist(episodes.loc[status == "ok", "reward"]),
         "steps": _mean(episodes["steps"]),
         "steps_hist": _counts(episodes["steps"].astype(int), by_value=True),
@@ -320,9 +335,10 @@ def plot_tables(metrics: dict[str, Any]) -> dict[str, pd.DataFrame]:
     """The DVC plot data of ``run_metrics``' output, as tidy tables named for their files."""
     iterations = metrics["iterations"]
     pass_rate = [
-        {"iteration": int(i), "policy": policy, "pass_rate": rate}
+        {"iteration": int(i), "policy": policy, "split": split, "pass_rate": rate}
         for i, m in iterations.items()
-        for policy, rate in m.get("pass_rate", {}).items()
+        for split, key in (("train", "pass_rate"), ("eval", "heldout_pass_rate"))
+        for policy, rate in m.get(key, {}).items()
     ]
     reward = [
         {"iteration": int(i), "bin_lo": edges[b], "bin_hi": edges[b + 1], "count": count}
@@ -342,7 +358,7 @@ def plot_tables(metrics: dict[str, Any]) -> dict[str, pd.DataFrame]:
         | {name: cdf[name] or [None] * len(cdf["quantiles"]) for name in LATENCIES if name in cdf}
     )
     return {
-        "pass_rate": pd.DataFrame(pass_rate, columns=["iteration", "policy", "pass_rate"]),
+        "pass_rate": pd.DataFrame(pass_rate, columns=["iteration", "policy", "split", "pass_rate"]),
         "reward_hist": pd.DataFrame(reward, columns=["iteration", "bin_lo", "bin_hi", "count"]),
         "latency_cdf": latency,
         "steps_hist": pd.DataFrame(steps, columns=["iteration", "steps", "count"]),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -24,6 +25,7 @@ from trialforge.observe.attribution import attribute, category_counts
 from trialforge.observe.health import HealthThresholds, check_health
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
 from trialforge.observe.quality import quality_metrics, read_records
+from trialforge.observe.summary import first_to_last
 from trialforge.quality.gate import AUDIT_ERROR
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.quality_record import GATES, Attempt, QualityRecord
@@ -52,7 +54,8 @@ def render_report(
     (atomically) and return the path."""
     data = load_run(store, run_id)
     quality = read_records(store, sorted(data.episodes["task_set_version"].unique()))
-    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality, read_training(store, run_id))
+    training, families = read_training(store, run_id), _read_json(store, families_key(run_id))
+    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality, training, families)
     out_path = Path(out_path)
     write_text(out_path, html)
     return out_path
@@ -64,14 +67,18 @@ def report_html(
     spot_checks: int = SPOT_CHECKS,
     quality: Sequence[QualityRecord] = (),
     training: Training | None = None,
+    families: dict[str, dict[str, Any]] | None = None,
 ) -> str:
+    """``families`` is ``observe.families.family_metrics``' output."""
     metrics = process_metrics(data.episodes, data.steps)
     failures = attribute(data.episodes)
+    training = training or Training([], {})
     sections = [
         _overview(data, metrics, thresholds),
         _quality(quality),
         _curves(metrics),
-        _training(training or Training([], {})),
+        _learning_signal(metrics, training.updates, families or {}),
+        _training(training),
         _distributions(metrics),
         _attribution(failures),
         _spot_check(data.episodes, spot_checks),
@@ -92,7 +99,7 @@ h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 td.n{text-align:right}.charts{display:flex;flex-wrap:wrap;gap:12px}
 figure{margin:0}pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
-.bad{color:#b00;font-weight:bold}.good{color:#070;font-weight:bold}.flag{color:#b00}
+.bad{color:#b00;font-weight:bold}.good{color:#070;font-weight:bold}.flag{color:#b00}.warn{color:#a60;font-weight:bold}
 .episode,.card{border:1px solid #ddd;padding:8px;margin:10px 0}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .title{font-size:13px;font-weight:bold}
 """
@@ -100,7 +107,7 @@ svg text{font:11px system-ui,sans-serif;fill:#333}svg .title{font-size:13px;font
 
 @dataclass
 class Training:
-    updates: list[dict[str, Any]]  # the learner's stats per update, in order
+    updates: list[dict[str, Any]]  # what the train step did per iteration (trained or skipped), in order
     loop: dict[str, Any]  # the schedule's staleness and idle fractions (``orchestrate.iterations``)
 
 
@@ -108,13 +115,33 @@ def loop_key(run_id: str) -> str:
     return f"runs/{run_id}/loop.json"
 
 
+def families_key(run_id: str) -> str:
+    return f"runs/{run_id}/families.json"
+
+
+# ``orchestrate.shards.train_record_key``: a serialised TrainResult per iteration (observe sits below orchestrate)
+_TRAIN_RECORD = re.compile(r"runs/[^/]+/train-(\d+)\.json")
+
+
 def read_training(store: ObjectStore, run_id: str) -> Training:
-    """The stats the train step stored beside each checkpoint, and the schedule's record, if any."""
-    stats = [k for k in store.list(f"checkpoints/{run_id}/") if k.endswith(".json")]
-    updates = [json.loads(store.get_bytes(k)) for k in stats]
-    updates.sort(key=lambda u: int(str(u["policy_version"]).removeprefix("v")))
-    loop = json.loads(store.get_bytes(loop_key(run_id))) if store.exists(loop_key(run_id)) else {}
-    return Training(updates, loop)
+    """The train step's record of each iteration (its ``stats``, with the iteration), and the schedule's record."""
+    records = {int(match[1]): key for key in store.list(f"runs/{run_id}/") if (match := _TRAIN_RECORD.fullmatch(key))}
+    updates = [
+        stats | {"iteration": i}
+        for i, key in sorted(records.items())
+        if (stats := json.loads(store.get_bytes(key))["stats"]) is not None
+    ]
+    if not updates:  # runs from before train records kept each update's stats beside its checkpoint
+        legacy = [k for k in store.list(f"checkpoints/{run_id}/") if k.endswith(".json")]
+        updates = sorted(
+            (json.loads(store.get_bytes(k)) for k in legacy),
+            key=lambda u: int(str(u["policy_version"]).removeprefix("v")),
+        )
+    return Training(updates, _read_json(store, loop_key(run_id)))
+
+
+def _read_json(store: ObjectStore, key: str) -> dict[str, Any]:
+    return json.loads(store.get_bytes(key)) if store.exists(key) else {}
 
 
 # --- sections ------------------------------------------------------------------------------
@@ -286,18 +313,21 @@ def _quality(records: Sequence[QualityRecord]) -> str:
 
 
 def _training(training: Training) -> str:
-    """Each update the learner took (its batch's lag behind the policy included), and the schedule's idle time."""
+    """Each iteration's train step (a skipped one has no trainer figures; its batch's lag behind the policy
+    included), and the schedule's idle time."""
     if not training.updates:
-        return _section("Training", "training", "<p>No update was taken in this run.</p>")
-    lags = training.loop.get("staleness", [])
-    rows = [
-        [u.get("iteration", i), u["policy_version"], u["episodes"], u.get("trained_on", u.get("sequences", "")),
-         u["zero_variance_groups"], u["excluded_not_ok"], _fmt(u["loss"]), _fmt(u["clip_fraction"]),
-         lags[i] if i < len(lags) else ""]
-        for i, u in enumerate(training.updates)
-    ]  # fmt: skip
-    header = ["iteration", "version after", "episodes", "trained on", "flat groups", "not ok", "loss", "clipped",
-              "lag"]  # fmt: skip
+        return _section("Training", "training", "<p>No train step is recorded for this run.</p>")
+    lags = training.loop.get("staleness", [])  # one per batch, so per iteration
+    rows = []
+    for n, u in enumerate(training.updates):
+        i = u.get("iteration", n)
+        rows.append(
+            [i, _decision(u), u["policy_version"], u.get("episodes", "-"), u.get("trained_on", u.get("sequences", "-")),
+             u.get("zero_variance_groups", "-"), u.get("excluded_not_ok", "-"), _fmt(u.get("loss")),
+             _fmt(u.get("clip_fraction")), lags[i] if i < len(lags) else ""]
+        )  # fmt: skip
+    header = ["iteration", "decision", "version after", "episodes", "trained on", "flat groups", "not ok", "loss",
+              "clipped", "lag"]  # fmt: skip
     loop = training.loop
     schedule = (
         f"<p>max staleness {loop['max_staleness']}: trainer idle {_pct(loop['trainer_idle_fraction'])}, rollouts "
@@ -306,6 +336,99 @@ def _training(training: Training) -> str:
         else ""
     )
     return _section("Training", "training", schedule + _table(header, rows))
+
+
+def _learning_signal(metrics: dict[str, Any], updates: list[dict[str, Any]], families: dict[str, Any]) -> str:
+    """Is there anything to learn, and is it learnt: the learner's held-out curve beside its train curve, how each
+    batch was drawn, what the learning gate said of it, and which task families the policy can reach at all."""
+    parts = [_heldout_chart(metrics)]
+    if updates:
+        parts += [_sampler_table(updates), _verdicts_table(updates), _saturation_table(updates)]
+    else:
+        parts.append("<p>No train record is stored for this run: no sampler figures or learning-gate verdicts.</p>")
+    parts.append(_families_table(families))
+    return _section("Learning signal", "learning-signal", "".join(parts))
+
+
+def _heldout_chart(metrics: dict[str, Any]) -> str:
+    """Train and held-out pass rate of each policy with held-out episodes: only the learner runs the eval round."""
+    iterations = metrics["iterations"]
+    learners = sorted({p for m in iterations.values() for p in m.get("heldout_pass_rate", {})})
+    if not learners:
+        return "<p>No held-out episodes in this run: nothing tells learning from memorising.</p>"
+    series: dict[str, list[tuple[float, float]]] = {}
+    for i, m in iterations.items():
+        for policy in learners:
+            for label, key in ((f"{policy} train", "pass_rate"), (f"{policy} held-out", "heldout_pass_rate")):
+                if (value := m.get(key, {}).get(policy)) is not None:
+                    series.setdefault(label, []).append((int(i), value))
+    ticks = [int(i) for i in iterations]
+    title = "Pass rate: held-out vs train"
+    return (
+        f'<div class="charts">{_line_chart(title, "heldout_vs_train", series, "iteration", "pass rate", ticks)}</div>'
+    )
+
+
+_SAMPLER_COLUMNS = {
+    "budget": "budget", "drawn": "drawn", "kept": "kept", "dropped (all equal)": "dropped_zero_variance",
+    "refills (extra draws)": "extra_draws", "surplus": "surplus", "rounds": "rounds", "band swaps": "band_swaps",
+}  # fmt: skip
+
+
+def _sampler_table(updates: list[dict[str, Any]]) -> str:
+    rows = [
+        [u.get("iteration", "-"), _decision(u), *(s.get(key, "-") for key in _SAMPLER_COLUMNS.values()),
+         s.get("exhausted") or "-", _fmt(s.get("expected_pass_rate")), "yes" if s.get("in_band") else "no"]
+        for u in updates
+        if (s := u.get("sampler"))
+    ]  # fmt: skip
+    header = ["iteration", "decision", *_SAMPLER_COLUMNS, "ended short on", "expected pass rate", "in band"]
+    return "<h3>Batches drawn</h3>" + _table(header, rows)
+
+
+def _verdicts_table(updates: list[dict[str, Any]]) -> str:
+    """Every check of the learning gate per iteration; a warning or a refusal shows its reason."""
+    css = {"warn": "warn", "refuse": "bad"}
+    rows = [
+        [u.get("iteration", "-"), v["check"], _fmt(v["value"]), _fmt(v["threshold"]),
+         f'<span class="{css[v["status"]]}">{v["status"]}</span>: {escape(v["reason"])}'
+         if v["status"] in css else escape(v["status"])]
+        for u in updates
+        for v in u.get("health", {}).get("verdicts", [])
+    ]  # fmt: skip
+    return "<h3>Learning gate</h3>" + _table(["iteration", "check", "value", "threshold", "verdict"], rows, True)
+
+
+def _saturation_table(updates: list[dict[str, Any]]) -> str:
+    """Per tier, the learner's groups whose rewards were all 0 (too hard now) or all 1 (learnt)."""
+    saturation = {u.get("iteration", "-"): u.get("health", {}).get("saturation", {}) for u in updates}
+    tiers = _tier_order({tier for by_tier in saturation.values() for tier in by_tier})
+    rows = [
+        [i, *(f"{r['all_zero']} all 0, {r['all_one']} all 1 of {r['groups']}" if (r := by_tier.get(t)) else "-"
+              for t in tiers)]
+        for i, by_tier in saturation.items()
+    ]  # fmt: skip
+    return "<h3>Saturation by tier (groups)</h3>" + _table(["iteration", *tiers], rows)
+
+
+def _families_table(families: dict[str, dict[str, Any]]) -> str:
+    if not families:
+        return "<h3>Task families</h3><p>No family record is stored for this run.</p>"
+    css = {"no": "bad", "partly": "warn", "yes": "good"}
+    rows = [
+        [family, f["tasks"]["train"], f["tasks"]["eval"], f["reachable"],
+         "; ".join(f"{reason} ({n})" for reason, n in f["unreachable_reasons"].items()) or "-",
+         first_to_last(f["train"]), first_to_last(f["heldout"]),
+         f'<span class="{css.get(f["learnable"].split(":")[0], "")}">{escape(f["learnable"])}</span>']
+        for family, f in families.items()
+    ]  # fmt: skip
+    header = ["family", "train tasks", "eval tasks", "reachable", "out of reach (tasks)", "train pass rate",
+              "held-out pass rate", "learnable"]  # fmt: skip
+    return "<h3>Task families</h3>" + _table(header, rows, raw_last=True)
+
+
+def _decision(update: dict[str, Any]) -> str:
+    return update.get("decision", "trained")  # records from before the learning gate: every one was a step
 
 
 def _gate_cell(record: QualityRecord, gate: str) -> str:

@@ -6,14 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trialforge.observe.health import HealthThresholds
+from trialforge.observe.families import family_metrics
 from trialforge.observe.metrics import episode_metrics, run_metrics, task_metrics, write_metrics
 from trialforge.observe.quality import gather_records, quality_metrics, write_records
-from trialforge.observe.report import loop_key, render_report
+from trialforge.observe.report import families_key, loop_key, render_report
 from trialforge.observe.summary import print_summary
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.tasks.schema import Task, task_set_version
+from trialforge.train.learner import learner_name
 
 
 def finish_run(
@@ -24,11 +25,12 @@ def finish_run(
     updates: list[dict[str, Any]],
     loop: dict[str, Any],
 ) -> dict[str, Any]:
-    """``funnels`` are Funnel.as_dict() of each task stage; ``updates`` the trainer's stats per iteration;
+    """``funnels`` are Funnel.as_dict() of each task stage; ``updates`` the train step's stats per iteration;
     ``loop`` the rollout/train schedule's staleness and idle fractions (``orchestrate.iterations``).
 
     The quality records of every audited task (the kept ones on ``tasks``, the excluded ones in the quality
-    funnel) are stored next to the task set before the report, which reads them from there.
+    funnel) are stored next to the task set before the report, which reads them from there; so are the
+    schedule and the learner's figures per task family (``observe.families``), beside the run's records.
     """
     out = Path(rt.params.run.out_dir)
     version = task_set_version(tasks)
@@ -36,6 +38,7 @@ def finish_run(
     if quality:
         write_records(rt.store, version, quality)
     episodes = datasets.read_pandas(rt.store, "episodes", filters={"run": run_id})
+    families = family_metrics(tasks, episodes, learner_name(rt.params))
     metrics: dict[str, Any] = {
         "run_id": run_id,
         "task_set_version": version,
@@ -43,6 +46,7 @@ def finish_run(
         "quality": quality_metrics(quality),
         "episodes": episode_metrics(episodes),
         "updates": updates,
+        "families": families,
         "loop": loop,
         "episodes_uri": rt.store.uri(f"datasets/episodes/run={run_id}"),
         "metrics_path": str(out / "metrics.json"),
@@ -50,8 +54,10 @@ def finish_run(
     }
     metrics |= run_metrics(rt.store, run_id)
     write_metrics(out, metrics)
-    rt.store.put_bytes(loop_key(run_id), json.dumps(loop, sort_keys=True).encode())  # the report reads it back
-    thresholds = HealthThresholds(**rt.params.observe.model_dump())
+    # The report reads both back from the store: only this step knows the schedule and the task set.
+    rt.store.put_bytes(loop_key(run_id), json.dumps(loop, sort_keys=True).encode())
+    rt.store.put_bytes(families_key(run_id), json.dumps(families, sort_keys=True).encode())
+    thresholds = rt.params.observe.thresholds()
     render_report(rt.store, run_id, out / "report.html", thresholds=thresholds)
     print_summary(metrics)
     return metrics

@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text  # free text, not markup: a reason may hold brackets
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -35,10 +36,18 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
     table.add_column("policy")
     table.add_column("pass rate")
     table.add_column("by iteration")
-    for policy, rate in sorted(eps.get("pass_rate", {}).items()):
-        curve = " ".join(f"{v:.2f}" if v is not None else "-" for v in eps["pass_rate_by_iteration"].get(policy, []))
-        table.add_row(policy, f"{rate:.3f}", curve)
+    for label, rates, curves in (
+        ("", eps.get("pass_rate", {}), eps.get("pass_rate_by_iteration", {})),
+        (" (held-out)", eps.get("heldout_pass_rate", {}), eps.get("heldout_by_iteration", {})),
+    ):
+        for policy, rate in sorted(rates.items()):
+            curve = " ".join("-" if v is None else f"{v:.2f}" for v in curves.get(policy, []))
+            table.add_row(policy + label, f"{rate:.3f}", curve)
     console.print(table)
+    if metrics.get("updates"):
+        _print_health(metrics["updates"], console)
+    if metrics.get("families"):
+        _print_families(metrics["families"], console)
     for label, key in (
         ("task set version", "task_set_version"),
         ("episodes", "episodes_uri"),
@@ -47,3 +56,62 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
     ):
         if key in metrics:
             console.print(f"{label}: {metrics[key]}")
+
+
+def _print_health(updates: list[dict[str, Any]], console: Console) -> None:
+    """Per iteration: did the learner train, on how much signal; then every check that warned or refused, with
+    its reason on a line of its own (a table cell would fold it out of reading)."""
+    table = Table(title="Learning health")
+    for col in ("iteration", "decision", "informative / drawn", "zero variance", "entropy"):
+        table.add_column(col)
+    flagged = []
+    for u in updates:
+        h = u.get("health", {})
+        decision = u.get("decision", "trained")  # records from before the learning gate: every one was a step
+        table.add_row(
+            str(u.get("iteration", "-")),
+            decision,
+            _of(h.get("informative_groups"), h.get("groups")),
+            _num(h.get("zero_variance_share"), ".0%"),
+            _num(h.get("entropy"), ".3f"),
+        )
+        flagged += [(u.get("iteration", "-"), v) for v in h.get("verdicts", []) if v["status"] in ("warn", "refuse")]
+    console.print(table)
+    for iteration, v in flagged:
+        console.print(Text(f"  iteration {iteration}: {v['status']} {v['check']}: {v['reason']}"))
+
+
+def _print_families(families: dict[str, dict[str, Any]], console: Console) -> None:
+    """Per task family: its tasks, how many the policy can reach, the learner's pass rates first -> last; then
+    why the out-of-reach ones are."""
+    table = Table(title="Families (pass rate: first -> last iteration)")
+    for col in ("family", "tasks train/eval", "in reach", "train", "held-out", "learnable"):
+        table.add_column(col)
+    for family, f in families.items():
+        table.add_row(
+            family,
+            f"{f['tasks']['train']}/{f['tasks']['eval']}",
+            str(f["reachable"]),
+            first_to_last(f["train"]),
+            first_to_last(f["heldout"]),
+            f["learnable"].split(":", 1)[0],
+        )
+    console.print(table)
+    for family, f in families.items():
+        for reason, count in f["unreachable_reasons"].items():
+            console.print(Text(f"  {family}: {count} out of reach: {reason}"))
+
+
+def first_to_last(rates: dict[str, Any] | None) -> str:
+    """A family's pass rates at its first and last iteration (``observe.families``), in a few words."""
+    if rates is None:
+        return "-"
+    return f"{rates['first']:.2f} → {rates['last']:.2f}"
+
+
+def _of(part: int | None, whole: int | None) -> str:
+    return "-" if part is None else f"{part}/{whole}"
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)

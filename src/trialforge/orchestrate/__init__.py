@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from trialforge.tasks.schema import Difficulty
+
 RunId = Annotated[
     str,
     Field(
@@ -59,6 +61,7 @@ class IterationRecord(BaseModel):
 
     kept: list[str] = []  # task ids of the learner's groups the sampler kept (the train batch)
     rates: dict[str, float] = {}  # live pass rates of the learner after this iteration
+    difficulty: dict[str, Difficulty] = {}  # per task: the learner's newest measured pass@k (NAME@VERSION)
     sampler: dict[str, Any] = {}  # the sampler's stats (SamplerStats.as_dict)
 
 
@@ -81,5 +84,5 @@ class RolloutResult(BaseModel):
 
 class TrainResult(BaseModel):
     checkpoint: str | None  # the learner's weights after this iteration (None: nothing to learn from yet)
-    stats: dict[str, Any] | None
+    stats: dict[str, Any] | None  # the step's (``decision``: trained or skipped; ``health``: the learning gate's)
     resumed: bool = False  # an earlier attempt of this run had already taken this step

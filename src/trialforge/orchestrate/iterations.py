@@ -38,7 +38,8 @@ class LoopResult:
 
 def run_iterations(iterations: int, max_staleness: int, roll: Roll, learn: Learn) -> LoopResult:
     """``iterations`` rollouts (in a background thread) and their updates (here), never more than
-    ``max_staleness`` policy versions apart."""
+    ``max_staleness`` policy versions apart; then iteration ``iterations``: the last checkpoint's held-out
+    evaluation."""
     updates: list[dict[str, Any]] = []
     latest: list[str | None] = [None]
 
@@ -51,6 +52,7 @@ def run_iterations(iterations: int, max_staleness: int, roll: Roll, learn: Learn
         return trained.checkpoint, tagged.index + 1
 
     stats = train_bounded(roll, update, snapshot=None, version=0, batches=iterations, max_staleness=max_staleness)
+    roll(latest[0], iterations)  # the trained policy on the held-out tasks (the eval round alone)
     return LoopResult(updates, latest[0], stats)
 
 

@@ -273,7 +273,7 @@ def episode_artifacts(store: ObjectStore, run_id: str, iteration: int | None = N
     """Pass rates per policy and iteration, the non-ok episodes by status and cause, and links to the data."""
     where = {"run": run_id} | ({"iteration": str(iteration)} if iteration is not None else {})
     episodes = datasets.read_pandas(
-        store, "episodes", filters=where, columns=["iteration", "policy", "status", "cause", "reward"]
+        store, "episodes", filters=where, columns=["iteration", "policy", "split", "status", "cause", "reward"]
     )
     create_table_artifact(pass_rate_table(episodes), key="trialforge-pass-rate", description="Pass rate (ok episodes)")
     create_table_artifact(error_table(episodes), key="trialforge-errors", description="Episodes that did not end ok")
@@ -292,12 +292,13 @@ def pass_rate_table(episodes: pd.DataFrame) -> list[dict[str, Any]]:
     if episodes.empty:
         return []
     rows = []
-    for (policy, iteration), group in episodes.groupby(["policy", "iteration"], sort=True):
+    for (policy, split, iteration), group in episodes.groupby(["policy", "split", "iteration"], sort=True):
         ok = group[group["status"] == "ok"]
         rate = round(float(ok["reward"].mean()), 4) if len(ok) else None
         rows.append(
-            {"policy": policy, "iteration": int(iteration), "episodes": len(group), "ok": len(ok), "pass_rate": rate}
-        )
+            {"policy": policy, "split": split, "iteration": int(iteration), "episodes": len(group), "ok": len(ok),
+             "pass_rate": rate}
+        )  # fmt: skip
     return rows
 
 

@@ -1,10 +1,18 @@
 """Rollout work as shards, and the store traffic around them. No Prefect here: ``runners`` submits the shards.
 
-An iteration (``orchestrate.iterations`` schedules them) rolls out in rounds: round 0 runs the scripted
-policies (gold, noop) on every task; rounds 1, 2, ... run the learner's groups as its ``BatchSampler``
-draws them (a round's rewards decide the next draw). Each round is cut into shards: fixed lists of
-(task, policy, sample, seed) jobs, tens to hundreds of episodes, one Prefect task each, one published
-part of ``episodes`` and of ``steps``. A part is named by its round, its index and a digest of the round's plan, so:
+An iteration (``orchestrate.iterations`` schedules them) rolls out in rounds:
+
+- round 0: the scripted policies (gold, noop) on every task, ``rollout.reference_group_size`` episodes
+  each (they do not sample: one is the canary that grading still gives a fix 1 and no edit 0);
+- the ``eval`` round: the learner on every held-out (eval-split) task, ``rollout.eval_group_size``
+  episodes each, with the same seeds every iteration (its held-out curve; never trained on);
+- rounds 1, 2, ...: the learner's groups as its ``BatchSampler`` draws them (a round's rewards decide
+  the next draw).
+
+After the last update one more iteration number runs the eval round alone: the trained policy's held-out
+score. Each round is cut into shards: fixed lists of (task, policy, sample, seed) jobs, tens to hundreds
+of episodes, one Prefect task each, one published part of ``episodes`` and of ``steps``. A part is named
+by its round, its index and a digest of the round's plan, so:
 
 - a retried shard rewrites the same keys instead of adding rows;
 - a rerun of a dead run (same run id) skips the shards published in both datasets, and replays the
@@ -13,8 +21,10 @@ part of ``episodes`` and of ``steps``. A part is named by its round, its index a
   into the same partition.
 
 The end of an iteration's rollout is recorded (``runs/RUN/iteration-I.json``: the sampler's kept groups,
-the live pass rates after it, its stats), the learner's step reads that record and the published episodes,
-and its stats mark it as taken. Around all this: the task sets the flows hand each other through the store.
+the live pass rates after it, the learner's measured pass@k per task, its stats); the learner's step reads
+that record and the published episodes, asks the health gates, and records what it did
+(``runs/RUN/train-I.json``: trained, or skipped with the reasons), which marks the step as taken. Around
+all this: the task sets the flows hand each other through the store.
 """
 
 from __future__ import annotations
@@ -29,11 +39,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import astuple, dataclass, fields
 
+from trialforge.curate.difficulty import measure_difficulty
 from trialforge.curate.sampler import BatchSampler, group_rewards, update_pass_rates
-from trialforge.curate.tiers import policy_key
+from trialforge.curate.tiers import policy_key, tier_tasks
 from trialforge.errors import ConfigError
+from trialforge.observe.health import learning_health
 from trialforge.orchestrate import IterationRecord, ShardReport, StageResult, TrainResult
-from trialforge.pipeline import assert_healthy, make_policies, make_rollout, round_seed, store_episodes
+from trialforge.pipeline import assert_healthy, eval_seed, make_policies, make_rollout, round_seed, store_episodes
 from trialforge.rollout.loop import EpisodeJob, Lineage, plan_jobs, run_jobs
 from trialforge.rollout.policies import Policy
 from trialforge.rollout.records import EpisodeRecord, StepRecord
@@ -49,7 +61,9 @@ log = logging.getLogger(__name__)
 INGESTED = "ingested"  # task sets as the ingest flow found them
 TASKS = "tasks"  # curated task sets (pipeline.publish_taskset)
 EPISODE_DATASETS = ("episodes", "steps")  # pipeline.store_episodes writes a shard's part to both, in this order
-_PART = re.compile(r"^r(\d+)-\d{5}-[0-9a-f]{8}$")
+_PART = re.compile(r"^(?:r(\d+)|(eval))-\d{5}-[0-9a-f]{8}$")
+EVAL = "eval"  # the round of held-out episodes
+Round = int | str  # a number, or EVAL
 
 
 # --- the plan ----------------------------------------------------------------------------
@@ -73,14 +87,15 @@ class Shard:
 
 
 def plan_shards(
-    tasks: list[Task], policies: list[Policy], group_size: int, seed: int, shard_size: int, round_: int
+    tasks: list[Task], policies: list[Policy], group_size: int, seed: int, shard_size: int, round_: Round
 ) -> list[Shard]:
     """``plan_jobs``' jobs (G per task and policy, their seeds) cut into shards of ``shard_size``."""
     jobs = [Job(j.task.task_id, j.policy.name, j.sample, j.seed) for j in plan_jobs(tasks, policies, group_size, seed)]
     blob = json.dumps([task_set_version(tasks), shard_size, [astuple(j) for j in jobs]])
     digest = hashlib.sha256(blob.encode()).hexdigest()[:8]
     starts = range(0, len(jobs), shard_size)
-    return [Shard(f"r{round_}-{n:05d}-{digest}", tuple(jobs[at : at + shard_size])) for n, at in enumerate(starts)]
+    label = EVAL if round_ == EVAL else f"r{round_}"
+    return [Shard(f"{label}-{n:05d}-{digest}", tuple(jobs[at : at + shard_size])) for n, at in enumerate(starts)]
 
 
 def _partition(lineage: Lineage) -> dict[str, str]:
@@ -110,10 +125,12 @@ def pending_shards(store: ObjectStore, plan: list[Shard], lineage: Lineage) -> l
     return [s for s in plan if s.id not in done]
 
 
-def round_of(part: str) -> int | None:
-    """The round a shard's part belongs to; None for a part no shard plan names."""
+def round_of(part: str) -> Round | None:
+    """The round a shard's part belongs to (a number, or ``EVAL``); None for a part no shard plan names."""
     match = _PART.match(part)
-    return int(match.group(1)) if match else None
+    if not match:
+        return None
+    return EVAL if match.group(2) else int(match.group(1))
 
 
 # --- running one shard -------------------------------------------------------------------
@@ -179,8 +196,10 @@ def read_iteration(store: ObjectStore, run_id: str, iteration: int) -> Iteration
 def rollout_iteration(
     rt: Runtime, tasks: list[Task], lineage: Lineage, checkpoint: str | None, shard_size: int, run: RunShards
 ) -> tuple[IterationRecord, list[ShardReport]]:
-    """Round 0 (scripted policies, every task), then the learner's rounds as its sampler draws them; each round's
-    shards through ``run``. Returns the iteration's record (stored last) and the reports of the shards run now."""
+    """Round 0 (scripted policies, every task), the eval round (the learner on held-out tasks), then the learner's
+    rounds as its sampler draws them; each round's shards through ``run``. Iteration ``train.iterations`` (after
+    the last update) runs the eval round alone. Returns the iteration's record (stored last) and the reports of
+    the shards run now."""
     done = read_iteration(rt.store, lineage.run_id, lineage.iteration)
     if done is not None:
         return done, []
@@ -188,32 +207,38 @@ def rollout_iteration(
     group = params.rollout.group_size
     name = learner_name(params)
     learner = learner_policy(rt, checkpoint) if name in params.rollout.policies else None
+    final = it >= params.train.iterations  # the trained policy's held-out evaluation
     reports: list[ShardReport] = []
 
-    def roll(draw: list[Task], names: list[str], round_: int) -> list[Shard]:
-        plan = plan_shards(
-            draw, policies(names, tasks, learner), group, round_seed(params, it, round_), shard_size, round_
-        )
+    def roll(draw: list[Task], names: list[str], round_: Round, size: int, seed: int) -> list[Shard]:
+        plan = plan_shards(draw, policies(names, tasks, learner), size, seed, shard_size, round_)
         reports.extend(run(pending_shards(rt.store, plan, lineage)))
         return plan
 
     scripted = [n for n in params.rollout.policies if n != name]
-    if scripted:
-        roll(tasks, scripted, 0)
+    if scripted and not final:
+        roll(tasks, scripted, 0, params.rollout.reference_group_size, round_seed(params, it, 0))
+    held_out = [t for t in tasks if t.split == "eval"]
+    if learner is not None and held_out and params.rollout.eval_group_size:
+        roll(held_out, [name], EVAL, params.rollout.eval_group_size, eval_seed(params))
     record = IterationRecord()
-    if learner is not None:
+    if learner is not None and not final:
         previous = read_iteration(rt.store, lineage.run_id, it - 1) if it else None
         rates = previous.rates if previous else {}
-        sampler = BatchSampler(tasks, params.curate.sampler, params.run.seed * 1000 + it)
+        measured = previous.difficulty if previous else {}
+        sampler = BatchSampler(tier_tasks(tasks, measured), params.curate.sampler, params.run.seed * 1000 + it)
         draw, round_, drawn = sampler.begin(rates, policy_key(name, learner.version)), 1, []
         while draw:
-            seeds = [job.seed for shard in roll(draw, [name], round_) for job in shard.jobs]
+            plan = roll(draw, [name], round_, group, round_seed(params, it, round_))
+            seeds = [job.seed for shard in plan for job in shard.jobs]
             batch = load_episodes(rt.store, lineage.run_id, it, name, seeds=seeds)  # read back: a resume replays
             drawn += batch
             draw, round_ = sampler.report(group_rewards(batch, name)), round_ + 1
+        k = params.curate.pass_k
         record = IterationRecord(
             kept=[t.task_id for t in sampler.kept],
             rates=update_pass_rates(rates, drawn, name, params.curate.sampler.ema_alpha),
+            difficulty=measured | measure_difficulty(drawn, name, learner.version, k=k),
             sampler=sampler.stats.as_dict(),
         )
     rt.store.put_bytes(iteration_key(lineage.run_id, it), record.model_dump_json().encode())
@@ -285,13 +310,20 @@ def checkpoint_key(run_id: str, learner: str, version: int) -> str:
     return f"checkpoints/{run_id}/{learner}-v{version}.pt"
 
 
+def train_record_key(run_id: str, iteration: int) -> str:
+    """What the train step of an iteration did (trained or skipped, and why): written last, it marks the step taken."""
+    return f"runs/{run_id}/train-{iteration}.json"
+
+
 def train_iteration(rt: Runtime, run_id: str, iteration: int, checkpoint: str | None) -> TrainResult:
     """One update of the learner from ``checkpoint`` (its latest) over the groups the iteration's sampler kept;
     with ``train.max_staleness`` they may come from an older version, whose log-probabilities they carry.
 
-    Nothing without the learner among the policies, and never on a batch the environment broke (the health
-    gate). The checkpoint is saved first and its stats beside it last: the stats mark the step as taken, so
-    a rerun of the run returns them instead of updating twice.
+    Nothing without the learner among the policies. Never on a batch the environment broke (the infrastructure
+    gate raises: a person must look), and no step where the learning gate refuses (``observe.learning``: nothing
+    to learn, or rewards that look hacked): the learner keeps its weights, version and checkpoint. The checkpoint
+    is saved first and the step's record last: the record marks the step as taken, so a rerun of the run
+    returns it instead of updating twice.
     """
     name = learner_name(rt.params)
     if name not in rt.params.rollout.policies:
@@ -299,16 +331,29 @@ def train_iteration(rt: Runtime, run_id: str, iteration: int, checkpoint: str | 
     record = read_iteration(rt.store, run_id, iteration)
     if record is None:
         raise ConfigError(f"run {run_id!r} has not finished the rollout of iteration {iteration}: run that first")
+    record_key = train_record_key(run_id, iteration)
+    if rt.store.exists(record_key):
+        return TrainResult.model_validate_json(rt.store.get_bytes(record_key)).model_copy(update={"resumed": True})
+    assert_healthy(rt, run_id, iteration, name)
     learner = open_learner(rt.params, rt.store, checkpoint)
-    key = checkpoint_key(run_id, name, learner.version + 1)
-    stats_key = key.removesuffix(".pt") + ".json"
-    if rt.store.exists(stats_key):
-        return TrainResult(checkpoint=key, stats=json.loads(rt.store.get_bytes(stats_key)), resumed=True)
-    assert_healthy(rt, run_id, iteration)
-    kept = set(record.kept)
-    episodes = [e for e in load_episodes(rt.store, run_id, iteration, name) if e.task_id in kept]
-    behaviour = min((int(e.policy_version.removeprefix("v")) for e in episodes), default=None)
-    stats = learner.update(episodes, behaviour) | {"sampler": record.sampler}
-    learner.save(rt.store, key)
-    rt.store.put_bytes(stats_key, json.dumps(stats, sort_keys=True).encode())
-    return TrainResult(checkpoint=key, stats=stats)
+    drawn = [e for e in load_episodes(rt.store, run_id, iteration, name) if e.split == "train"]
+    before = (
+        [e for e in load_episodes(rt.store, run_id, iteration - 1, name) if e.split == "train"] if iteration else []
+    )
+    health = learning_health(drawn, record.kept, before, rt.params.observe.learning)
+    stats: dict = {"sampler": record.sampler, "health": health.as_dict()}
+    if not health.trainable:
+        reasons = [v.reason for v in health.verdicts if v.status == "refuse"]
+        log.error("no training step on iteration %d: %s", iteration, "; ".join(reasons))
+        stats |= {"decision": "skipped", "policy_version": f"v{learner.version}", "reasons": reasons}
+        result = TrainResult(checkpoint=checkpoint, stats=stats)
+    else:
+        kept = set(record.kept)
+        episodes = [e for e in drawn if e.task_id in kept]
+        behaviour = min((int(e.policy_version.removeprefix("v")) for e in episodes), default=None)
+        stats = learner.update(episodes, behaviour) | stats | {"decision": "trained"}
+        key = checkpoint_key(run_id, name, learner.version)
+        learner.save(rt.store, key)
+        result = TrainResult(checkpoint=key, stats=stats)
+    rt.store.put_bytes(record_key, result.model_dump_json().encode())
+    return result

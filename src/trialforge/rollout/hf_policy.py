@@ -7,7 +7,8 @@ seeded from the episode's seed and turn, so an episode replays exactly even when
 at once; and the log-probability recorded for each sampled token is exactly the one it was drawn from,
 ``log_softmax(logits / temperature)`` (temperature 0 samples greedily and records the model's own
 ``log_softmax(logits)``). The step's ``info`` keeps the prompt's token ids, the sampled ids and their
-log-probabilities: what a trainer needs to recompute them under new weights.
+log-probabilities (what a trainer needs to recompute them under new weights), and the mean per-token
+entropy of the sampling distribution (a health check watches it for collapse).
 
 The model must accept ``model(input_ids=..., past_key_values=..., use_cache=True)`` and return an object
 with ``.logits`` and ``.past_key_values``, as transformers' causal LMs do. A model or tokenizer given as
@@ -92,13 +93,23 @@ class HFPolicy:
             text += "<|assistant|>\n"
         return list(tok.encode(text, add_special_tokens=False))
 
-    @torch.inference_mode()
     def sample(self, prompt_ids: list[int], generator: torch.Generator) -> tuple[list[int], list[float]]:
         """Sample up to ``max_new_tokens`` tokens (to a stop token); return them and their log-probabilities."""
+        ids, logprobs, _ = self.draw(prompt_ids, generator)
+        return ids, logprobs
+
+    @torch.inference_mode()
+    def draw(self, prompt_ids: list[int], generator: torch.Generator) -> tuple[list[int], list[float], float]:
+        """As ``sample``, plus the mean entropy (nats) over the sampled tokens of the distribution each came from.
+
+        That is ``log_softmax(logits / temperature)``, or at temperature 0 the model's own ``log_softmax(logits)``:
+        the distribution whose log-probabilities are recorded.
+        """
         inputs = torch.tensor([prompt_ids], device=self.device)
         past = None
         ids: list[int] = []
         logprobs: list[float] = []
+        entropies: list[torch.Tensor] = []
         for _ in range(self.max_new_tokens):
             out = self.model(input_ids=inputs, past_key_values=past, use_cache=True)
             past = out.past_key_values
@@ -111,10 +122,12 @@ class HFPolicy:
                 token = int(logp.argmax())
             ids.append(token)
             logprobs.append(float(logp[token]))
+            entropies.append(torch.special.entr(logp.exp()).sum())  # -sum p log p; a token of p = 0 adds 0
             if token in self.stop_ids:
                 break
             inputs = torch.tensor([[token]], device=self.device)
-        return ids, logprobs
+        entropy = float(torch.stack(entropies).mean()) if entropies else 0.0
+        return ids, logprobs, entropy
 
 
 class HFEpisode:
@@ -138,7 +151,7 @@ class HFEpisode:
         generator = torch.Generator(device=policy.device)
         generator.manual_seed((self.seed * 1_000_003 + self.turn) % 2**63)
         self.turn += 1
-        ids, logprobs = policy.sample(prompt_ids, generator)
+        ids, logprobs, entropy = policy.draw(prompt_ids, generator)
         text = policy.tokenizer.decode([i for i in ids if i not in policy.stop_ids], skip_special_tokens=True)
         action = parse_text_action(text)
         self.conversation.reply(text, action)
@@ -155,6 +168,7 @@ class HFEpisode:
                 "prompt_ids": prompt_ids,
                 "token_ids": ids,
                 "token_logprobs": logprobs,
+                "entropy": entropy,  # mean per-token entropy (nats) of the sampling distribution
                 "temperature": policy.temperature,
                 "dropped_turns": fitted.dropped_turns,
             },

@@ -201,7 +201,7 @@ class Rollout:
             cause="", termination="", reward=None, verifier_version=VERIFIER_VERSION, verifier_report="{}",
             integrity_flags="[]", final_diff="", steps=0, tool_calls=0, tokens_in=0, tokens_out=0, duration_s=0.0,
             sandbox_s=0.0, policy_s=0.0, exec_s=0.0, verify_s=0.0, params_hash=lin.params_hash,
-            code_version=lin.code_version,
+            code_version=lin.code_version, split=task.split,
         )  # fmt: skip
 
     @staticmethod

@@ -7,7 +7,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: episodes gained ``recoveries``
+SCHEMA_VERSION = 3  # 2: episodes gained ``recoveries``; 3: ``split`` (train, or eval: held out, never trained on)
 
 Status = Literal["ok", "env_error", "timeout", "policy_error", "verifier_error"]
 
@@ -66,6 +66,7 @@ class EpisodeRecord:
     params_hash: str
     code_version: str
     recoveries: str = "[]"  # JSON list: every restore after a sandbox failure, resume and restart (rollout.checkpoints)
+    split: str = "train"  # the task's split: an eval episode measures the policy and never reaches the loss
     step_rows: list[StepRecord] = field(default_factory=list, repr=False)
 
     def row(self) -> dict:
@@ -118,6 +119,7 @@ EPISODE_SCHEMA = pa.schema(
         ("params_hash", pa.string()),
         ("code_version", pa.string()),
         ("recoveries", pa.string()),
+        ("split", pa.string()),
     ],
     metadata={b"trialforge.schema_version": str(SCHEMA_VERSION).encode()},
 )

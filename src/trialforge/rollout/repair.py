@@ -80,6 +80,9 @@ _BUILTINS = frozenset(
 )  # fmt: skip
 _TEST_HELPERS = frozenset({"raises", "approx", "parametrize", "fixture", "mark", "warns", "skip", "fail"})
 MAX_VIEWS = 3  # library files viewed per episode
+# Checked edits per episode: test, spectrum, three views, five edits with their checks and a submit fill the
+# demo's 16 turns. Fewer, and the untrained policy so rarely succeeds that its groups carry no signal.
+ATTEMPTS = 5
 
 # Runs the suite under a line tracer and prints, for each run of library lines some failing test executed,
 # how many failing and passing tests executed it (spectrum-based fault localisation, no coverage package needed),
@@ -245,7 +248,8 @@ class RepairEpisode:
 
     Each edit is one decision (a "token" for the loss): sampled from a softmax over
     the candidates not tried yet, with its log-probability and the features it was
-    chosen from recorded, so training can recompute it under new weights.
+    chosen from recorded, so training can recompute it under new weights, and the
+    softmax's entropy (a health check watches it for collapse).
     """
 
     def __init__(self, weights: list[float], view: TaskView, seed: int, attempts: int) -> None:
@@ -326,7 +330,7 @@ class RepairEpisode:
             return self._submit()
         probs = softmax([score(self.weights, c.features) for c in self.candidates])
         k = self.rng.choices(range(len(self.candidates)), weights=probs)[0]
-        info = {"features": [list(c.features) for c in self.candidates], "chosen": k}
+        info = {"features": [list(c.features) for c in self.candidates], "chosen": k, "entropy": entropy(probs)}
         chosen = self.candidates.pop(k)
         info["family"] = chosen.family
         edits = [(chosen.path, chosen.line_no, chosen.new_line)]
@@ -368,6 +372,11 @@ def softmax(scores: list[float]) -> list[float]:
     exps = [math.exp(s - top) for s in scores]
     total = sum(exps)
     return [e / total for e in exps]
+
+
+def entropy(probs: list[float]) -> float:
+    """Shannon entropy in nats of a distribution (a zero-probability outcome adds nothing)."""
+    return math.fsum(-p * math.log(p) for p in probs if p > 0)
 
 
 def _run(command: str) -> Decision:
@@ -466,12 +475,55 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
+class RandomEditEpisode(RepairEpisode):
+    """The baseline without localisation: candidate edits on every line of up to ``MAX_VIEWS`` library files
+    chosen at random, sampled uniformly, each checked against the failing tests like the learner's."""
+
+    def _locate(self, test_output: str) -> Decision:
+        self.evidence.failing_tests = list(dict.fromkeys(_FAILED.findall(test_output)))
+        self.phase = "listing"
+        return _run("find . -name '*.py' -not -path './.*' | sort")
+
+    def _listing(self, output: str) -> Decision:
+        files = [p.removeprefix("./") for p in output.split() if p.endswith(".py")]
+        files = [p for p in files if not is_test_path(p)]
+        self.rng.shuffle(files)
+        return self._view_files(files)
+
+    def _read(self, listing: str) -> Decision:
+        self.functions += _functions(self.pending.pop(0), listing)
+        if self.pending:
+            return self._view_next()
+        blank = (0.0,) * N_FEATURES  # every candidate scores the same: uniform
+        self.candidates = [
+            Candidate(fn.path, n, text, new, family, blank)
+            for fn in self.functions
+            for n, text in fn.lines.items()
+            for family, new in line_edits(text)
+        ]
+        return self._edit()
+
+
+class RandomEditPolicy:
+    """Uniform single-token edits anywhere in the library (``rollout.policies: [random_edit]``): what the
+    learner's localisation and training must beat. Never trained."""
+
+    name = "random_edit"
+    version = "baseline"
+
+    def __init__(self, attempts: int = ATTEMPTS) -> None:
+        self.attempts = attempts
+
+    def begin(self, view: TaskView, seed: int) -> RandomEditEpisode:
+        return RandomEditEpisode([0.0] * N_FEATURES, view, seed, self.attempts)
+
+
 class RepairPolicy:
     """A linear scorer over candidate-edit features; ``weights`` are what training updates."""
 
     name = "repair"
 
-    def __init__(self, weights: list[float] | None = None, version: str = "v0", attempts: int = 3) -> None:
+    def __init__(self, weights: list[float] | None = None, version: str = "v0", attempts: int = ATTEMPTS) -> None:
         self.weights = list(weights) if weights is not None else [0.0] * N_FEATURES
         self.version = version
         self.attempts = attempts

@@ -72,6 +72,13 @@ class Task(BaseModel):
     quality: QualityRecord | None = None
     schema_version: int = SCHEMA_VERSION
 
+    def family(self) -> str:
+        """The kind of bug: a synthetic task's mutation family (``source.ref`` is FAMILY:path:line), else
+        ``ticket:<source kind>``. Splits are stratified by it; reports break pass rates down by it."""
+        if self.source.kind == "synthetic":
+            return self.source.ref.partition(":")[0] or "synthetic"
+        return f"ticket:{self.source.kind}"
+
     # --- Parquet rows -------------------------------------------------------------
     _NESTED: ClassVar[tuple[str, ...]] = (
         "source", "validation", "decontamination", "difficulty", "quality", "fail_to_pass", "pass_to_pass", "test_cmd",

@@ -78,7 +78,11 @@ class RepairTrainer:
         self.params = params
         init = torch.tensor(weights if weights is not None else [0.0] * N_FEATURES, dtype=torch.float64)
         self.weights = torch.nn.Parameter(init)
-        self.optimizer = torch.optim.Adam([self.weights], lr=params.lr)
+        self.optimizer = (
+            torch.optim.SGD([self.weights], lr=params.lr)
+            if params.optimizer == "sgd"
+            else torch.optim.Adam([self.weights], lr=params.lr)
+        )
         self.version = version
         self.loss_cfg = LossConfig(advantage=params.advantage, clip_low=params.clip_low, clip_high=params.clip_high)
 
