@@ -45,7 +45,7 @@ def episode(policy, idx: int, group: str, reward: float | None, status: str = "o
     prompt = torch.randint(1, VOCAB, (6,), generator=gen).tolist()
     rows = []
     for k in range(steps):
-        ids, lps = policy.sample(prompt, gen)
+        ids, lps, _ = policy.draw(prompt, gen)
         info = {"prompt_ids": prompt, "token_ids": ids, "token_logprobs": lps, "temperature": policy.temperature}
         rows.append(StepRecord("run", 0, f"e{idx}", k, "run", "{}", "obs", False, 0, 0, len(prompt), len(ids),
                                sum(lps), json.dumps(info)))  # fmt: skip

@@ -93,14 +93,10 @@ class HFPolicy:
             text += "<|assistant|>\n"
         return list(tok.encode(text, add_special_tokens=False))
 
-    def sample(self, prompt_ids: list[int], generator: torch.Generator) -> tuple[list[int], list[float]]:
-        """Sample up to ``max_new_tokens`` tokens (to a stop token); return them and their log-probabilities."""
-        ids, logprobs, _ = self.draw(prompt_ids, generator)
-        return ids, logprobs
-
     @torch.inference_mode()
     def draw(self, prompt_ids: list[int], generator: torch.Generator) -> tuple[list[int], list[float], float]:
-        """As ``sample``, plus the mean entropy (nats) over the sampled tokens of the distribution each came from.
+        """Sample up to ``max_new_tokens`` tokens (to a stop token); return them, their log-probabilities and the
+        mean entropy (nats) over the sampled tokens of the distribution each came from.
 
         That is ``log_softmax(logits / temperature)``, or at temperature 0 the model's own ``log_softmax(logits)``:
         the distribution whose log-probabilities are recorded.
