@@ -8,14 +8,13 @@ solved by it however well it learns: a low solve rate on such tasks says nothing
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from trialforge.rollout.repair import line_edits
+from trialforge.rollout.repair import line_edits, statement
 from trialforge.tasks.patches import is_test_path, touched_paths
 from trialforge.tasks.schema import Task
 
@@ -85,19 +84,8 @@ def _same(a: str, b: str) -> bool:
     """The same line but for trailing whitespace, or the same statement (block headers parsed with a body)."""
     if a.rstrip() == b.rstrip():
         return True
-    parsed = _statement(a)
-    return parsed is not None and parsed == _statement(b)
-
-
-def _statement(line: str) -> str | None:
-    text = line.strip()
-    text = "if" + text[4:] if text.startswith("elif") else text
-    for attempt in (text, text + " pass"):
-        try:
-            return ast.dump(ast.parse(attempt))
-        except SyntaxError:
-            continue
-    return None
+    parsed = statement(a)
+    return parsed is not None and parsed == statement(b)
 
 
 def _changes(patch: str) -> dict[str, tuple[list[str], list[str]]]:

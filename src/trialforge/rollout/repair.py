@@ -159,8 +159,8 @@ def line_edits(line: str) -> list[tuple[str, str]]:
             edits.append(("negation", line[:lo] + line[hi:].lstrip()))
     edits += _negations(line) + _arg_swaps(line, tokens)
     edits += [("offset", line[: m.start()] + line[m.end() :]) for m in _OFFSET.finditer(line)]
-    parses = _parses(line)
-    return [(fam, new) for fam, new in dict.fromkeys(edits) if new != line and (not parses or _parses(new))]
+    parses = statement(line) is not None
+    return [(fam, new) for fam, new in dict.fromkeys(edits) if new != line and (not parses or statement(new))]
 
 
 def _negations(line: str) -> list[tuple[str, str]]:
@@ -203,17 +203,16 @@ def _arg_swaps(line: str, tokens: list[tokenize.TokenInfo]) -> list[tuple[str, s
     return edits
 
 
-def _parses(line: str) -> bool:
-    """Whether one line is a statement on its own (headers of blocks included)."""
+def statement(line: str) -> str | None:
+    """One line read as a statement on its own (a block header given a body), dumped; None if it is not one."""
     text = line.strip()
     text = "if" + text[4:] if text.startswith("elif") else text
     for attempt in (text, text + " pass"):
         try:
-            ast.parse(attempt)
-            return True
+            return ast.dump(ast.parse(attempt))
         except SyntaxError:
             continue
-    return False
+    return None
 
 
 @dataclass(frozen=True)
