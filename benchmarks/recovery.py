@@ -54,6 +54,7 @@ class Tracking:
 
     def __init__(self, inner: Backend) -> None:
         self.inner, self.name = inner, inner.name
+        self.image_for = inner.image_for
         self.made: list[Sandbox] = []
 
     def create(self, spec: SandboxSpec) -> Sandbox:

@@ -1,4 +1,4 @@
-"""Curate an ingested task set: validate -> decontaminate -> quality gate -> tier -> publish the task set."""
+"""Curate an ingested task set: environments -> validate -> decontaminate -> quality gate -> tier -> publish."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from prefect.cache_policies import NO_CACHE
 from trialforge import pipeline as steps
 from trialforge.config import load_params
 from trialforge.orchestrate import StageResult, TaskSetVersion, runners, shards
+
+
+@task(cache_policy=NO_CACHE)
+def environments(rt, tasks):
+    return steps.environments(rt, tasks)
 
 
 @task(cache_key_fn=runners.validation_cache_key, persist_result=True)
@@ -48,12 +53,14 @@ def curate(
     params = load_params(Path(params_path), overrides)
     with runners.held_runtime(params) as rt:
         _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
+        with runners.track("environments"):
+            tasks, provided = environments(rt, tasks)
         with runners.track("validate"):
             tasks, validated = validate(rt, tasks)
         tasks, decontaminated = decontaminate(rt, tasks)
         with runners.track("quality gate"):
             tasks, gated = quality(rt, tasks)
         version = publish_taskset(rt, tier(tasks))
-    funnels = [validated.as_dict(), decontaminated.as_dict(), gated.as_dict()]
+    funnels = [provided.as_dict(), validated.as_dict(), decontaminated.as_dict(), gated.as_dict()]
     runners.funnel_artifacts(funnels)
     return StageResult(version=version, tasks=len(tasks), funnels=funnels)

@@ -1,4 +1,5 @@
-"""Ingest: the ticket exports into typed tasks, stored for curation (nightly in prefect.yaml)."""
+"""Ingest: the ticket export, synthesis and every ``sources.extra`` source into typed tasks, stored for curation
+(nightly in prefect.yaml). ``overrides={"sources.extra": [...]}`` adds sources for one run."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from trialforge.orchestrate import StageResult, runners, shards
 
 
 @task(cache_policy=NO_CACHE)
-def ingest_tickets(rt):
+def ingest_sources(rt):
     return steps.ingest(rt)
 
 
@@ -27,7 +28,7 @@ def publish_ingested(rt, tasks):
 def ingest(params_path: str = "params.yaml", overrides: dict[str, Any] | None = None) -> StageResult:
     params = load_params(Path(params_path), overrides)
     with runners.held_runtime(params) as rt:
-        tasks, funnel = ingest_tickets(rt)
+        tasks, funnel = ingest_sources(rt)
         version = publish_ingested(rt, tasks)
     funnels = [funnel.as_dict()]
     runners.funnel_artifacts(funnels)

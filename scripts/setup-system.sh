@@ -3,7 +3,8 @@
 # - packages: bubblewrap (sandboxes), slirp4netns (a bwrap sandbox's own network, when a task asks
 #   for one), debootstrap (base image), git (patches), podman + runc (the Docker Engine API backend
 #   and its tests), uidmap (rootless Podman, for trialforge run as a normal user), chromium (the
-#   report's browser test), libseccomp2 (the syscall filter), a Python with venv;
+#   report's browser test), libseccomp2 (the syscall filter), a Python with venv, gcc and the Python
+#   headers (the environment-image tests compile a wheel with a C extension, as an index serves one);
 # - the account bwrap sandboxes run as when trialforge is root (src/trialforge/sandbox/identity.py);
 # - subordinate ids for Podman's per-container user namespaces (UsernsMode=auto takes them from the
 #   "containers" entries of /etc/subuid and /etc/subgid): uid 1000 inside a container is then a
@@ -21,6 +22,9 @@ have runc || need+=(runc)
 have newuidmap || need+=(uidmap)
 have chromium || need+=(chromium)
 have python3 || need+=(python3)
+have gcc || need+=(gcc)
+[ -n "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)" ] \
+  && [ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || need+=(python3-dev)
 ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || need+=(libseccomp2)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 

@@ -9,6 +9,8 @@ because the shas depend on the repositories built at test time.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -23,6 +25,7 @@ import pytest
 
 from trialforge.errors import TaskError
 from trialforge.store.objstore import open_store
+from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.github_rest import closing_refs, ingest_github_rest
 from trialforge.tasks.ingest.gitlog import GITLOG_CONFIDENCE, ingest_git_history
 from trialforge.tasks.ingest.jira import ingest_jira, link_confidence, parse_jira_date
@@ -35,7 +38,7 @@ from trialforge.tasks.ingest.repos import (
     split_extras,
     vet_patch,
 )
-from trialforge.tasks.ingest.swebench import ingest_swebench, task_from_swebench, task_to_swebench
+from trialforge.tasks.ingest.swebench import env_commit, ingest_swebench, task_from_swebench, task_to_swebench
 from trialforge.tasks.patches import apply_patch, touched_paths
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -183,7 +186,8 @@ def widgets(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     _git(repo, "checkout", "-q", "-b", "feature")
     sha["c5"] = _commit(
         repo,
-        "Guard mean() against empty input\n\nRefs PROJ-2.",
+        "Guard mean() against empty input\n\nmean([]) raised ZeroDivisionError; an empty list should average to 0.0."
+        "\n\nRefs PROJ-2.",
         {"widgets/calc.py": CALC_GUARDED, "tests/test_calc.py": TEST_EMPTY},
         _day(4),
     )
@@ -192,7 +196,8 @@ def widgets(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     sha["merge"] = _git(repo, "rev-parse", "HEAD")
     sha["c6"] = _commit(
         repo,
-        "PROJ-3 PROJ-4: add clamp() and scale()",
+        "PROJ-3 PROJ-4: add clamp() and scale()\n\nCallers had no way to bound a value to a range or to multiply"
+        " it by a factor.",
         {"widgets/calc.py": CALC_CLAMP, "tests/test_calc.py": TEST_CLAMP},
         _day(6),
     )
@@ -239,7 +244,10 @@ def evil(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         _day(2),
     )
     sha["e3"] = _commit(
-        repo, "Return 2 from f()", {"pkg/mod.py": mod.format(2), "tests/test_mod.py": test.format(2)}, _day(3)
+        repo,
+        "Return 2 from f()\n\nCallers of f() expect the second version's value, not the first one.",
+        {"pkg/mod.py": mod.format(2), "tests/test_mod.py": test.format(2)},
+        _day(3),
     )
     sha["e4"] = _commit(
         repo, b"Caf\xe9: return 3 from f()", {"pkg/mod.py": mod.format(3), "tests/test_mod.py": test.format(3)}, _day(4)
@@ -343,7 +351,8 @@ def test_vet_patch_names_the_reason_and_the_file():
         assert (caught.value.reason, named in str(caught.value)) == (reason, True)
     with pytest.raises(RepoError) as caught:
         vet_patch(huge, "p", max_bytes=1000)
-    assert caught.value.reason == "patch_too_large"
+    assert caught.value.reason == "oversize_patch"
+    assert f"p is {len(huge):,} bytes > 1,000 (sources.caps.max_patch_bytes)" in str(caught.value)
 
 
 def test_json_array_records_carry_their_line_and_a_broken_element_stops_only_the_rest(tmp_path):
@@ -357,6 +366,32 @@ def test_json_array_records_carry_their_line_and_a_broken_element_stops_only_the
         "export.json:4": "invalid_record",
         "export.json:6": "malformed_json",
     }
+
+
+def test_json_lines_over_the_record_cap_are_dropped_unparsed_with_their_line_and_size(tmp_path):
+    path = tmp_path / "big.jsonl"
+    cap = 1 << 20
+    exact = json.dumps({"n": 3, "pad": ""})
+    exact = exact.replace('""', '"' + "x" * (cap - len(exact)) + '"')  # exactly the cap: kept
+    giant = "{not json at all" + "y" * (3 * cap)  # 3 MiB, unparseable: must be refused by size, unread
+    path.write_text("\n".join(['{"n": 1}', giant, '{"n": 2}', exact, "z" * (cap + 1)]) + "\n")
+    funnel = IngestFunnel("t")
+    records = list(read_json_records(path, funnel, caps=IngestCaps(max_record_bytes=cap)))
+    assert [(r.where, r.data["n"]) for r in records] == [("big.jsonl:1", 1), ("big.jsonl:3", 2), ("big.jsonl:4", 3)]
+    assert _reasons(funnel) == {"big.jsonl:2": "oversize_record", "big.jsonl:5": "oversize_record"}
+    details = {d["ref"]: d["detail"] for d in funnel.details}
+    assert details["big.jsonl:2"] == f"line 2 is {len(giant):,} bytes > 1,048,576 (sources.caps.max_record_bytes)"
+    assert details["big.jsonl:5"] == "line 5 is 1,048,577 bytes > 1,048,576 (sources.caps.max_record_bytes)"
+
+
+def test_json_array_elements_over_the_record_cap_are_dropped_with_their_line(tmp_path):
+    path = tmp_path / "export.json"
+    path.write_text('[\n  {"a": 1},\n  {"b": "' + "\u00e9" * 60 + '"},\n  {"c": 3}\n]\n')
+    funnel = IngestFunnel("t")
+    records = list(read_json_records(path, funnel, caps=IngestCaps(max_record_bytes=100)))
+    assert [r.where for r in records] == ["export.json:2", "export.json:4"]
+    assert _reasons(funnel) == {"export.json:3": "oversize_record"}  # 69 characters, but 129 bytes
+    assert funnel.details[0]["detail"] == "array element is 129 bytes > 100 (sources.caps.max_record_bytes)"
 
 
 # --- SWE-bench ------------------------------------------------------------------------------------------
@@ -455,6 +490,80 @@ def test_swebench_export_reflects_edits_to_the_task():
     assert out["FAIL_TO_PASS"] == '["a", "c"]' and out["PASS_TO_PASS"] == '["b"]'
     assert out["hints_text"] == "new hint" and out["base_commit"] == "abc"
     assert split_extras(task.source.ref)[0] == "x__y-2"
+
+
+def test_swebench_oversize_and_empty_instances_are_dropped_by_line_and_the_rest_kept(
+    swebench_run, widgets, snapshots, tmp_path
+):
+    (filled, _, _), (repo, _) = swebench_run, widgets
+    good = json.loads(filled.read_text(errors="replace").splitlines()[0])
+    padded_patch = good["patch"].replace("+    return a + b\n", "+    return a + b  # " + "p" * 3000 + "\n")
+
+    def variant(number: int, **fields: Any) -> str:
+        instance = {**good, "instance_id": f"acme__widgets-{number}", **fields}
+        return json.dumps({k: v for k, v in instance.items() if v is not None})
+
+    lines = [
+        variant(101),  # kept
+        variant(102, problem_statement="s" * 1001),
+        variant(103, hints_text="h" * 1001),
+        variant(104, patch=padded_patch),
+        variant(105, PASS_TO_PASS=[f"tests/test_calc.py::test_{i}" for i in range(5)]),  # 1 + 5 tests
+        variant(106, FAIL_TO_PASS=[]),
+        variant(107, FAIL_TO_PASS="[]"),
+        variant(108, problem_statement="x" * 20_000),  # the line itself is over the record cap
+        json.dumps({k: v for k, v in good.items() if k != "FAIL_TO_PASS"} | {"instance_id": "acme__widgets-109"}),
+        variant(110, problem_statement="s" * 1000),  # exactly the cap: kept
+    ]
+    path = tmp_path / "caps.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    caps = IngestCaps(max_statement_chars=1000, max_patch_bytes=3000, max_tests=5, max_record_bytes=10_000)
+    tasks, funnel = ingest_swebench(path, {"acme/widgets": repo}, snapshots, caps=caps)
+    assert [t.task_id for t in tasks] == ["acme__widgets-101", "acme__widgets-109", "acme__widgets-110"]
+    assert tasks[1].fail_to_pass == []  # absent: validation finds the tests
+    assert _reasons(funnel) == {
+        "caps.jsonl:2": "oversize_statement",
+        "caps.jsonl:3": "oversize_hints",
+        "caps.jsonl:4": "oversize_patch",
+        "caps.jsonl:5": "too_many_tests",
+        "caps.jsonl:6": "empty_fail_to_pass",
+        "caps.jsonl:7": "empty_fail_to_pass",
+        "caps.jsonl:8": "oversize_record",
+    }
+    details = {d["ref"]: d["detail"] for d in funnel.details}
+    assert details["caps.jsonl:2"] == (
+        "acme__widgets-102: problem statement is 1,001 chars > 1,000 (sources.caps.max_statement_chars)"
+    )
+    assert (
+        details["caps.jsonl:3"] == "acme__widgets-103: hints is 1,001 chars > 1,000 (sources.caps.max_statement_chars)"
+    )
+    assert "gold patch is 3," in details["caps.jsonl:4"] and "(sources.caps.max_patch_bytes)" in details["caps.jsonl:4"]
+    assert (
+        details["caps.jsonl:5"]
+        == "acme__widgets-105: FAIL_TO_PASS + PASS_TO_PASS is 6 tests > 5 (sources.caps.max_tests)"
+    )
+    assert "no test shows the fix" in details["caps.jsonl:6"] and "'[]'" in details["caps.jsonl:7"]
+    assert (
+        details["caps.jsonl:8"].startswith("line 8 is 2")
+        and "> 10,000 (sources.caps.max_record_bytes)" in details["caps.jsonl:8"]
+    )
+
+
+def test_env_commit_is_the_environment_setup_commit_else_the_base_commit():
+    instance = {
+        "instance_id": "x__y-1",
+        "repo": "x/y",
+        "base_commit": "b" * 40,
+        "patch": "p",
+        "test_patch": "t",
+        "problem_statement": "s",
+    }
+    task = task_from_swebench(instance)
+    assert env_commit(task) == "b" * 40
+    assert env_commit(task_from_swebench(instance | {"environment_setup_commit": "e" * 40})) == "e" * 40
+    assert env_commit(task_from_swebench(instance | {"environment_setup_commit": ""})) == "b" * 40
+    bare = task.model_copy(update={"source": task.source.model_copy(update={"ref": "x__y-1"})})  # no extras
+    assert env_commit(bare) is None
 
 
 def test_swebench_repository_may_be_a_clone_url(widgets, snapshots, swebench_run, tmp_path):
@@ -562,6 +671,26 @@ def test_github_json_lines_export_keeps_good_records_among_bad_lines(widgets, sn
     }
 
 
+def test_github_rest_oversize_statement_and_record_are_dropped_and_the_rest_kept(widgets, snapshots, tmp_path):
+    repo, sha = widgets
+    path = _fill(FIXTURES / "github_export.jsonl", tmp_path / "github_export.jsonl", sha)
+    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
+    issue = json.loads(lines[0])
+    huge = dict(issue, number=90, html_url="https://github.com/acme/widgets/issues/90", body="b" * 40_000)
+    path.write_bytes(b"\n".join([*lines, json.dumps(huge).encode()]) + b"\n")
+    caps = IngestCaps(max_record_bytes=30_000)
+    tasks, funnel = ingest_github_rest(path, {"acme/widgets": repo}, snapshots, caps=caps)
+    assert [t.task_id for t in tasks] == ["acme__widgets-31"]
+    assert _reasons(funnel)[f"github_export.jsonl:{len(lines) + 1}"] == "oversize_record"
+
+    statement_cap = IngestCaps(max_statement_chars=len(tasks[0].problem_statement) - 1)
+    none, funnel = ingest_github_rest(path, {"acme/widgets": repo}, snapshots, caps=statement_cap)
+    assert none == []
+    dropped = {d["reason"]: d["detail"] for d in funnel.details}
+    assert "acme__widgets-31: problem statement is" in dropped["oversize_statement"]
+    assert dropped["fix_pr_dropped"].endswith("was dropped: oversize_statement")
+
+
 # --- Jira -----------------------------------------------------------------------------------------------
 
 
@@ -619,6 +748,48 @@ def test_jira_rows_that_cannot_become_tasks_are_reported_by_line(jira_run):
         "jira_export.csv:16": "no_linked_commit",  # PROJ-11: read after the bad rows
     }
     assert (funnel.kept, funnel.seen) == (4, 11)
+
+
+def _csv_with(rows: list[list[str]]) -> tuple[str, list[int]]:
+    """CSV text of ``rows`` and the line each row starts on."""
+    out, starts = io.StringIO(), []
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        starts.append(out.getvalue().count("\n") + 1)
+        writer.writerow(row)
+    return out.getvalue(), starts
+
+
+def test_jira_oversize_rows_and_statements_are_dropped_by_line_and_the_rest_kept(widgets, snapshots, tmp_path):
+    repo, _ = widgets
+    with (FIXTURES / "jira_export.csv").open(encoding="utf-8", errors="surrogateescape", newline="") as fh:
+        rows = list(csv.reader(fh))
+    header = rows[0]
+    by_key = {row[1]: row for row in rows[1:] if len(row) == len(header)}
+    description, comment = header.index("Description"), header.index("Comment")
+    long_statement = list(by_key["PROJ-1"])
+    long_statement[description] = "d" * 5_000
+    big_field = list(by_key["PROJ-2"])
+    big_field[description] = "f" * 30_000  # one field over the cap: the csv module stops there
+    big_row = list(by_key["PROJ-3"])
+    big_row[description], big_row[comment] = "r" * 15_000, "c" * 15_000  # each under, together over
+    text, starts = _csv_with([header, long_statement, big_field, big_row, by_key["PROJ-4"]])
+    path = tmp_path / "jira.csv"
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    limit = csv.field_size_limit()
+    caps = IngestCaps(max_statement_chars=4_000, max_record_bytes=20_000)
+    tasks, funnel = ingest_jira(path, repo, snapshots, repo_name="widgets", caps=caps)
+    assert csv.field_size_limit() == limit, "the csv module's process-wide limit is restored"
+    assert [t.task_id for t in tasks] == ["widgets-PROJ-4"]
+    assert _reasons(funnel) == {
+        f"jira.csv:{starts[1]}": "oversize_statement",
+        f"jira.csv:{starts[2]}": "oversize_record",
+        f"jira.csv:{starts[3]}": "oversize_record",
+    }
+    details = [funnel.details[i]["detail"] for i in (2, 0, 1)]  # the rows over the record cap go first, as read
+    assert details[0] == "PROJ-1: summary and description are 5,031 chars > 4,000 (sources.caps.max_statement_chars)"
+    assert details[1] == "a field of the row is over 20,000 (sources.caps.max_record_bytes)"
+    assert details[2].startswith("row is 30,") and details[2].endswith("> 20,000 (sources.caps.max_record_bytes)")
 
 
 def test_jira_dates_parse_in_the_export_zone():

@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from trialforge.store.objstore import open_store
+from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.patches import apply_patch, diff_trees
 from trialforge.tasks.snapshots import SnapshotStore
@@ -82,3 +83,27 @@ def test_invalid_utf8_is_replaced_not_fatal(snapshots, tmp_path):
     tasks, funnel = ingest_github_issues(export, REPOS, snapshots)
     assert len(tasks) == 1 and funnel.dropped["invalid_record"] == 1
     assert Path(export).exists()
+
+
+def test_oversize_lines_and_statements_are_dropped_by_line_and_the_rest_kept(snapshots, tmp_path):
+    good = [line for line in TICKETS.read_text().splitlines() if '"fix": {' in line][:2]
+    long_body = json.loads(good[1])
+    long_body["number"], long_body["body"] = 200, "x" * 3_000
+    huge = json.loads(good[1])
+    huge["number"], huge["body"] = 201, "y" * 50_000
+    export = tmp_path / "export.jsonl"
+    export.write_text("\n".join([good[0], json.dumps(long_body), json.dumps(huge), good[1]]) + "\n")
+    caps = IngestCaps(max_statement_chars=2_000, max_record_bytes=40_000)
+    tasks, funnel = ingest_github_issues(export, REPOS, snapshots, caps=caps)
+    kept = [json.loads(line)["number"] for line in good]
+    assert [t.task_id.rsplit("-", 1)[1] for t in tasks] == [str(n) for n in kept]
+    assert [(d["ref"].split(" ")[0], d["reason"]) for d in funnel.details] == [
+        ("export.jsonl:2", "oversize_statement"),
+        ("export.jsonl:3", "oversize_record"),
+    ]
+    statement = len(f"{long_body['title']}\n\n{long_body['body']}")
+    assert funnel.details[0]["detail"].endswith(
+        f"problem statement is {statement:,} chars > 2,000 (sources.caps.max_statement_chars)"
+    )
+    size = len(json.dumps(huge))
+    assert funnel.details[1]["detail"] == f"line 3 is {size:,} bytes > 40,000 (sources.caps.max_record_bytes)"

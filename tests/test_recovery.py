@@ -167,6 +167,7 @@ class BreaksOn:
 
     def __init__(self, inner: Any, marker: str) -> None:
         self.inner, self.marker, self.name = inner, marker, inner.name
+        self.image_for = inner.image_for
 
     def create(self, spec: Any) -> Any:
         return _Breaking(self.inner.create(spec), self.marker)

@@ -185,3 +185,19 @@ def test_the_report_shows_each_tasks_finding_and_the_evidence_escaped(r1):
 
 def test_a_run_without_stored_records_says_so(r1):
     assert "No quality records are stored" in _section(report_html(r1, HealthThresholds()))
+
+
+def test_the_report_shows_why_tasks_were_dropped_with_their_first_error_lines_escaped(r1):
+    funnel = {
+        "images": {"seen": 3, "kept": 3, "dropped": {}, "examples": {}},
+        "validate": {
+            "seen": 3, "kept": 1, "dropped": {"collection_error_after_fix": 2},
+            "examples": {"collection_error_after_fix": ["t-1: tests/test_x.py: ModuleNotFoundError: No module <pkg>"]},
+        },
+    }  # fmt: skip
+    html = report_html(r1, HealthThresholds(), funnel=funnel)
+    section = html.split('<section id="funnel">', 1)[1].split("</section>", 1)[0]
+    assert '<td>validate</td><td class="n">3</td><td class="n">1</td>' in section
+    assert "<td>collection_error_after_fix: 2</td>" in section
+    assert "ModuleNotFoundError: No module &lt;pkg&gt;" in section and "<pkg>" not in section
+    assert '<section id="funnel">' not in report_html(r1, HealthThresholds())  # a run stored no funnel: no section

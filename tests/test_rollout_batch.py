@@ -33,6 +33,7 @@ class Counting:
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.name = inner, inner.name
+        self.image_for = inner.image_for
         self.live = self.peak = 0
         self.lock = threading.Lock()
 

@@ -178,7 +178,7 @@ def test_kill_9_of_the_owner_mid_command_leaves_nothing_after_trialforge_reap(ba
         "from trialforge.sandbox.bwrap import BwrapBackend\n"
         "from trialforge.sandbox.images import base_image\n"
         "from trialforge.sandbox.base import SandboxSpec\n"
-        "sb = BwrapBackend(base_image(), state_dir=Path(sys.argv[1])).create(SandboxSpec(image='x'))\n"
+        "sb = BwrapBackend(base_image(), state_dir=Path(sys.argv[1])).create(SandboxSpec(image=''))\n"
         "print(sb.id, flush=True)\n"
         "sb.exec(sys.argv[2].split(), timeout=400)\n"
     )
@@ -258,7 +258,7 @@ def test_trialforge_runs_sandboxes_as_a_normal_user_too(base_image):
         "from trialforge.sandbox.base import SandboxSpec\n"
         "state = Path(tempfile.mkdtemp(prefix='tf-user-state-'))\n"
         "backend = BwrapBackend(base_image(build=False), state_dir=state / 's')\n"
-        "with backend.create(SandboxSpec(image='x')) as sb:\n"
+        "with backend.create(SandboxSpec(image='')) as sb:\n"
         "    r = sb.exec(['sh', '-c', 'id -u; grep Seccomp: /proc/self/status; touch /work/f'])\n"
         "    print(r.stdout, end='')\n"
         "    print('owner', os.stat(sb.workspace / 'f').st_uid)\n"

@@ -130,7 +130,7 @@ from trialforge.sandbox.images import base_image
 state = Path(tempfile.mkdtemp(prefix="tf-user-state-"))
 backend = BwrapBackend(base_image(build=False), state_dir=state / "s")
 try:
-    backend.create(SandboxSpec(image="x", limits=Limits(network=True)))
+    backend.create(SandboxSpec(image="", limits=Limits(network=True)))
 except SandboxError as exc:
     print(exc.cause, "needs trialforge to run as root" in str(exc))
 finally:
@@ -163,7 +163,7 @@ def test_kill_9_of_the_owner_leaves_no_slirp4netns_after_trialforge_reap(base_im
         "from trialforge.sandbox.images import base_image\n"
         "from trialforge.sandbox.base import Limits, SandboxSpec\n"
         "backend = BwrapBackend(base_image(), state_dir=Path(sys.argv[1]))\n"
-        "sb = backend.create(SandboxSpec(image='x', limits=Limits(network=True)))\n"
+        "sb = backend.create(SandboxSpec(image='', limits=Limits(network=True)))\n"
         "print(sb.id, flush=True)\n"
         "sb.exec(sys.argv[2].split(), timeout=400)\n"
     )

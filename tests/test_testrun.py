@@ -292,3 +292,41 @@ def test_a_plugin_from_package_code_counts_only_when_the_diff_left_it_alone(
     assert report.reported and report.outcome("tests/test_calc.py::test_add") == "passed"
     foreign = [e for e in report.evidence if e.startswith("foreign_hookimpl:pytest_collection_modifyitems")]
     assert bool(foreign) == diff_changed_it, report.evidence
+
+
+# --- deselection, files without reports, repeated observations, collection errors -------------------------------
+
+
+def test_a_canary_the_task_options_deselected_is_not_missing_but_a_deselected_test_that_ran_is_evidence():
+    deselected = {"e": "deselected", "ids": [PASS.node_id]}  # e.g. -k "not slow" and the canary's name has "slow"
+    assert _read(_stream(REAL, C_FAIL, C_COPY, deselected, end={})).evidence == ()
+    assert _read(_stream(REAL, C_FAIL, C_COPY, end={})).evidence == ("canary_missing:self_contained",)
+    ran_anyway = _read(_stream(*HONEST, deselected, end={}))
+    assert ran_anyway.evidence == (f"deselected_test_ran:{PASS.node_id}",)
+
+
+def test_canaries_of_a_file_that_reported_no_test_are_not_missing():
+    """A file the task's options leave out (--ignore, a directory unittest does not discover) runs nothing at all;
+    with its graded tests missing too, a tamper that drops a whole file earns nothing."""
+    other = _stream(_t("tests/other.py::test_x", "passed"), end={"exit": 0})
+    assert read_report(ExecResult(0, other, "", 0.1), MARKER, [FAIL, PASS, COPY], ()).evidence == ()
+
+
+def test_the_first_observation_of_a_phase_counts():
+    """A test method called again after it raised (a unittest method can be called by anyone) rewrites nothing."""
+    real = "tests/t.py::test_real"
+    events = [
+        {"e": "ran", "id": real, "w": "call", "x": "raised"},
+        {"e": "ran", "id": real, "w": "call", "x": "ok"},
+        {"e": "phase", "id": real, "w": "call", "o": "passed"},
+        {"e": "test", "id": real},
+    ]
+    report = _read(_stream(events, C_FAIL, C_PASS, C_COPY, end={}))
+    assert f"report_contradicts_run:{real}:call:raised" in report.evidence
+
+
+def test_a_collection_error_carries_its_first_error_line():
+    message = "ModuleNotFoundError: No module named 'pkg'"
+    report = _read(_stream({"e": "collect_error", "id": "tests/t.py", "m": message}, end={"exit": 2}), exit_code=2)
+    assert report.evidence == () and report.outcomes == {"<collection>:tests/t.py": "error"}
+    assert report.collection_errors == {"tests/t.py": message}

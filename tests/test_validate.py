@@ -193,3 +193,53 @@ def test_a_test_patch_whose_conftest_forces_outcomes_does_not_validate(tmp_path,
     checked = _validate(task, bwrap_backend, base_image, snapshots, runs=1)
     assert not checked.validation.valid
     assert checked.validation.reason.startswith("tampered: ") and "canary_passed" in checked.validation.reason
+
+
+# --- why a suite that cannot start is rejected, and when it is fine ------------------------------------------
+
+
+def _task_from(tmp_path: Path, snapshots: SnapshotStore, base: dict[str, str], fixed: dict[str, str]) -> Task:
+    trees = {}
+    for name, files in (("base", base), ("fixed", fixed)):
+        trees[name] = tmp_path / name
+        for rel, text in files.items():
+            (trees[name] / rel).parent.mkdir(parents=True, exist_ok=True)
+            (trees[name] / rel).write_text(text)
+    diff = diff_trees(trees["base"], trees["fixed"])
+    return Task(
+        task_id="calc-2",
+        source=Source(kind="synthetic", ref="test"),
+        repo="calc",
+        snapshot=snapshots.put(trees["base"]),
+        problem_statement="triple is missing",
+        gold_patch=filter_patch(diff, lambda p: not is_test_path(p))[0],
+        test_patch=filter_patch(diff, is_test_path)[0],
+    )
+
+
+TRIPLE_TESTS = "from calc import triple\n\n\ndef test_triple():\n    assert triple(2) == 6\n"
+
+
+def test_a_test_module_that_imports_what_the_fix_adds_validates(tmp_path, snapshots, bwrap_backend, base_image):
+    """Before the fix only the test patch's new module fails to import: a good task, not a broken suite."""
+    base = {"calc.py": FIXED, "tests/test_double.py": STEADY}
+    fixed = {**base, "calc.py": FIXED + "\n\ndef triple(x):\n    return 3 * x\n", "tests/test_triple.py": TRIPLE_TESTS}
+    checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    assert checked.validation.valid, checked.validation.reason
+    assert "tests/test_triple.py::test_triple" in checked.fail_to_pass
+
+
+def test_a_suite_that_cannot_import_before_the_fix_is_rejected_with_its_error(
+    tmp_path, snapshots, bwrap_backend, base_image
+):
+    """The code before the fix breaks every test module, not only the test patch's: nothing is tested before."""
+    broken = BUGGY + "\n\nnot_defined_yet\n"
+    other = "from calc import double\n\n\ndef test_zero():\n    assert double(0) == 0\n"
+    base = {"calc.py": broken, "tests/test_other.py": other}
+    fixed = {"calc.py": FIXED, "tests/test_other.py": other, "tests/test_double.py": STEADY}
+    checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    reason = checked.validation.reason
+    assert not checked.validation.valid
+    assert reason.startswith("collection_error_before_fix: ")
+    assert "tests/test_other.py: NameError: name 'not_defined_yet' is not defined" in reason
+    assert len(reason) <= len("collection_error_before_fix: ") + 500

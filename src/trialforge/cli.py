@@ -5,19 +5,24 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from trialforge.config import load_params
+from trialforge.config import Params, load_params
+from trialforge.ingest_cli import app as ingest_app
 from trialforge.observe import cli as observe_cli
 from trialforge.orchestrate.cli import app as orchestrate_app
 from trialforge.orchestrate.cli import key_values, run_flow
+
+if TYPE_CHECKING:
+    from trialforge.tasks.envimages import BuiltImage
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 image_app = typer.Typer(no_args_is_help=True, help="Sandbox images.")
 app.add_typer(image_app, name="image")
 app.add_typer(orchestrate_app)  # `serve` and `flow NAME` at the top level
+app.add_typer(ingest_app, name="ingest", help="Ingest one source (the kinds of sources.extra) into a task set.")
 app.command()(observe_cli.report)
 app.command()(observe_cli.compare)
 
@@ -80,12 +85,72 @@ def export(
 
 
 @image_app.command("build")
-def image_build() -> None:
-    """Build the base sandbox image from Debian packages (once per machine)."""
+def image_build(
+    tasks: Annotated[
+        Path | None, typer.Option("--tasks", help="a task set (Parquet): build every environment its tasks need")
+    ] = None,
+    repo: Annotated[
+        list[str], typer.Option("--repo", help="NAME=PATH: build the environment detected in a checkout")
+    ] = [],  # noqa: B006
+    out: Annotated[Path | None, typer.Option("--out", help="with --tasks: write the tasks, images recorded")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Build the base image (once per machine), and the environment images a task set or repository needs."""
     from trialforge.sandbox.images import base_image
+    from trialforge.tasks.envdetect import resolve_env
+    from trialforge.tasks.envimages import env_image
 
+    loaded = load_params(params)
     image = base_image()
     typer.echo(json.dumps({"name": image.name, "digest": image.digest, "rootfs": str(image.rootfs)}))
+    built: list[BuiltImage] = []
+    for name, path in key_values(repo, "--repo").items():
+        spec = resolve_env(Path(str(path)), name, loaded.env.repos)
+        built.append(env_image(spec, timeout_s=loaded.env.build_timeout_s))
+    if tasks is not None:
+        built += _task_images(tasks, out, loaded)
+    for one in built:
+        typer.echo(json.dumps(_image_line(one)))
+
+
+def _task_images(path: Path, out: Path | None, params: Params) -> list[BuiltImage]:
+    from trialforge.runtime import open_runtime
+    from trialforge.tasks.envimages import provide_images
+    from trialforge.tasks.taskset import read_tasks, write_tasks
+
+    with open_runtime(params) as rt:
+        ep = params.env
+        provided, funnel, built = provide_images(read_tasks(path), rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s)
+    for detail in funnel.details:
+        typer.echo(f"dropped {detail['ref']}: {detail['reason']}: {detail['detail'][:500]}", err=True)
+    if out is not None:
+        write_tasks(out, provided)
+    return built
+
+
+def _image_line(built: BuiltImage) -> dict[str, object]:
+    return {
+        "name": built.image.name,
+        "digest": built.image.digest,
+        "built": built.built,
+        "seconds": built.seconds,
+        "python": built.spec.python,
+        "requirements": list(built.spec.requirements),
+        "lock": built.lock.split(),
+    }
+
+
+@image_app.command("spec")
+def image_spec(
+    repo: Annotated[str, typer.Argument(help="NAME=PATH: a repository checkout")],
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Print the environment spec detected in a repository (with params.yaml's ``env.repos`` over it)."""
+    from trialforge.tasks.envdetect import resolve_env
+
+    ((name, path),) = key_values([repo], "repo").items()
+    spec = resolve_env(Path(str(path)), name, load_params(params).env.repos)
+    typer.echo(json.dumps(spec.model_dump(mode="json") | {"image_key": spec.digest()[:16]}, indent=2))
 
 
 @app.command()

@@ -8,15 +8,18 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trialforge.curate.sampler import SamplerConfig
 from trialforge.errors import ConfigError
 from trialforge.observe.health import HealthThresholds, LearningGate
 from trialforge.sandbox.base import Limits
+from trialforge.tasks.envspec import EnvSpec
+from trialforge.tasks.ingest.caps import IngestCaps
+from trialforge.tasks.ingest.sources import SourceEntry
 
 
 class _Section(BaseModel):
@@ -35,6 +38,8 @@ class SourceParams(_Section):
     repos: str = "tasks_src/repos"
     eval_set: str = "tasks_src/eval/heldout.jsonl"
     synthesize: int = Field(0, ge=0)  # bug-injection tasks to make per repository under `repos` (0: none)
+    extra: list[SourceEntry] = []  # more sources, by `kind` (tasks/ingest/sources.py), ingested after `tickets`
+    caps: IngestCaps = IngestCaps()  # size caps on an ingested record, every source
 
 
 class SandboxParams(_Section):
@@ -165,9 +170,28 @@ class ObserveParams(_Section):
         return HealthThresholds(self.max_env_error_rate, self.max_verifier_error_rate)
 
 
+class EnvParams(_Section):
+    """Task environments: detected from each repository, overridden here per repository name."""
+
+    repos: dict[str, dict[str, Any]] = {}  # repo name -> EnvSpec fields over the detected ones
+    build_timeout_s: float = Field(1800.0, gt=0)  # one environment image's build, network included
+
+    @field_validator("repos")
+    @classmethod
+    def _specs(cls, repos: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, fields in repos.items():
+            try:
+                EnvSpec.model_validate(fields)
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                raise ValueError(f"env.repos.{name}: {problems}") from exc
+        return repos
+
+
 class Params(_Section):
     run: RunParams = RunParams()
     sources: SourceParams = SourceParams()
+    env: EnvParams = EnvParams()
     sandbox: SandboxParams = SandboxParams()
     validate_: ValidateParams = Field(ValidateParams(), alias="validate")
     verify: VerifyParams = VerifyParams()
@@ -183,6 +207,13 @@ class Params(_Section):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _merged(old: Any, new: Any) -> Any:
+    """``new`` over ``old``: a mapping overrides key by key (``{"sources": {"extra": []}}`` keeps the other sources)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **{key: _merged(old.get(key), value) for key, value in new.items()}}
+    return new
+
+
 def load_params(path: Path | None = None, overrides: dict | None = None) -> Params:
     """Read params.yaml (defaults when absent) with optional nested overrides."""
     data: dict = {}
@@ -196,7 +227,7 @@ def load_params(path: Path | None = None, overrides: dict | None = None) -> Para
         *parents, leaf = dotted.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = value
+        node[leaf] = _merged(node.get(leaf), value)
     try:
         return Params.model_validate(data)
     except ValidationError as exc:

@@ -35,7 +35,10 @@ from trialforge.rollout.repair import RandomEditPolicy
 from trialforge.rollout.starts import Setup
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
+from trialforge.tasks.envdetect import resolve_env
+from trialforge.tasks.envimages import env_image, provide_images, task_image
 from trialforge.tasks.ingest.github import ingest_github_issues
+from trialforge.tasks.ingest.sources import drop_duplicates, ingest_source
 from trialforge.tasks.schema import Task
 from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.taskset import to_table, write_tasks
@@ -45,9 +48,20 @@ log = logging.getLogger(__name__)
 
 
 def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
-    """The ticket export's tasks, then ``sources.synthesize`` bug-injection tasks per bundled repository."""
+    """The ticket export's tasks, ``sources.synthesize`` bug-injection tasks per bundled repository, then every
+    source of ``sources.extra`` in order (each one's funnel absorbed; a task id an earlier source gave is dropped)."""
+    tasks, funnel = _ingest_bundled(rt)
+    first_seen = dict.fromkeys((t.task_id for t in tasks), "the bundled sources")
+    for entry in rt.params.sources.extra:
+        made, sub = ingest_source(entry, rt.snapshots, rt.params.sources.caps, rt.params.env.repos)
+        tasks += drop_duplicates(made, sub, first_seen, entry.label())
+        funnel.absorb(sub)
+    return tasks, funnel
+
+
+def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
     src = rt.params.sources
-    tasks, funnel = ingest_github_issues(Path(src.tickets), Path(src.repos), rt.snapshots)
+    tasks, funnel = ingest_github_issues(Path(src.tickets), Path(src.repos), rt.snapshots, caps=src.caps)
     if src.synthesize:
         cfg = SynthesisConfig(
             max_total=src.synthesize,
@@ -55,8 +69,12 @@ def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
             validate=_validate_config(rt),
             concurrency=rt.params.sandbox.concurrency,
         )
+        ep = rt.params.env
         for repo in sorted(p for p in Path(src.repos).iterdir() if p.is_dir()):
-            made, synthesis = synthesize(repo, repo.name, rt.backend, rt.image.name, rt.snapshots, cfg)
+            # Mutants are screened and validated in the repository's own environment, as its tickets will be.
+            env = resolve_env(repo, repo.name, ep.repos)
+            image = env_image(env, timeout_s=ep.build_timeout_s).image.name
+            made, synthesis = synthesize(repo, repo.name, rt.backend, image, rt.snapshots, cfg, env=env)
             funnel.absorb(synthesis)
             tasks += made
     return tasks, funnel
@@ -65,6 +83,21 @@ def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
 def _validate_config(rt: Runtime) -> ValidateConfig:
     vp = rt.params.validate_
     return ValidateConfig(runs=vp.runs, max_duration_s=vp.max_duration_s, test_timeout_s=vp.test_timeout_s)
+
+
+def environments(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
+    """Every task's environment spec and image: detected per repository, built once per spec (``env`` params).
+
+    The bundled repositories need nothing beyond the base image and get it; every task records its image.
+    """
+    ep = rt.params.env
+    provided, funnel, built = provide_images(tasks, rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s)
+    for image in built:
+        log.info(
+            "environment image",
+            extra={"image": image.image.name, "digest": image.image.digest, "built": image.built, "s": image.seconds},
+        )
+    return provided, funnel
 
 
 def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
@@ -77,9 +110,10 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     shared = SuiteRuns()
 
     def one(task: Task) -> Task:
-        if task.validation.valid and task.validation.runs >= cfg.runs and task.image_digest == rt.image_digest:
-            return task
-        return validate_task(task, rt.backend, rt.image.name, rt.snapshots, limits, cfg, shared)
+        image = task_image(task, rt.backend, rt.image.name)
+        if task.validation.valid and task.validation.runs >= cfg.runs and task.image_digest == image.digest:
+            return task  # synthesis validated it, in this image
+        return validate_task(task, rt.backend, image.name, rt.snapshots, limits, cfg, shared)
 
     with ThreadPoolExecutor(max_workers=rt.params.sandbox.concurrency) as pool:
         checked = list(pool.map(one, tasks))

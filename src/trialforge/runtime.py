@@ -98,7 +98,8 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
     reap_containers(client)  # containers of crashed runs (dead owner or deadline passed)
     backend = DockerBackend(client, image, allow_host_uids=params.sandbox.allow_host_uids)
     stack.callback(backend.close)
-    return backend, backend.ensure_image()
+    backend.ensure_image()  # imported now: a broken engine fails here, not in the first episode
+    return backend, image.digest  # the content digest, the same on every backend
 
 
 def code_version() -> str:

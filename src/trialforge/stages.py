@@ -18,13 +18,15 @@ from trialforge.orchestrate.iterations import train_in_process
 from trialforge.runtime import open_runtime
 from trialforge.tasks.taskset import read_tasks, write_tasks
 
-STAGES = ("ingest", "validate", "decontaminate", "quality", "tier", "train", "report")
+STAGES = ("ingest", "images", "validate", "decontaminate", "quality", "tier", "train", "report")
+FUNNELS = STAGES[:5]  # the stages that keep and drop tasks
 
 
 def _paths(params: Params) -> dict[str, Path]:
     out = Path(params.run.out_dir)
     return {
         "ingest": out / "tasks" / "ingested.parquet",
+        "images": out / "tasks" / "environments.parquet",
         "validate": out / "tasks" / "validated.parquet",
         "decontaminate": out / "tasks" / "decontaminated.parquet",
         "quality": out / "tasks" / "quality.parquet",
@@ -40,8 +42,11 @@ def run_stage(name: str, params: Params) -> None:
         if name == "ingest":
             tasks, funnel = pipeline.ingest(rt)
             _save(paths, "ingest", tasks, funnel)
+        elif name == "images":
+            tasks, funnel = pipeline.environments(rt, read_tasks(paths["ingest"]))
+            _save(paths, "images", tasks, funnel)
         elif name == "validate":
-            tasks, funnel = pipeline.validate(rt, read_tasks(paths["ingest"]))
+            tasks, funnel = pipeline.validate(rt, read_tasks(paths["images"]))
             _save(paths, "validate", tasks, funnel)
         elif name == "decontaminate":
             tasks, funnel = pipeline.decontaminate(rt, read_tasks(paths["validate"]))
@@ -57,7 +62,7 @@ def run_stage(name: str, params: Params) -> None:
             write_json(paths["train"], {"run_id": run_id, "updates": loop.updates, "loop": loop.summary()})
         elif name == "report":
             run = json.loads(paths["train"].read_text())
-            funnels = [json.loads((paths["funnels"] / f"{s}.json").read_text()) for s in STAGES[:4]]
+            funnels = [json.loads((paths["funnels"] / f"{s}.json").read_text()) for s in FUNNELS]
             finish_run(rt, run["run_id"], read_tasks(paths["tier"]), funnels, run["updates"], run["loop"])
         else:
             raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")

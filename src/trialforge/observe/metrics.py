@@ -111,9 +111,25 @@ def with_split(episodes: pd.DataFrame) -> pd.DataFrame:
     return episodes.assign(split="train")
 
 
+DROP_EXAMPLES = 3  # details kept per drop reason: what was wrong, e.g. a validation's first error line
+DROP_DETAIL_CAP = 300
+
+
 def task_metrics(funnels: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per task stage: seen, kept and dropped by reason (from Funnel.as_dict())."""
-    return {f["stage"]: {"seen": f["seen"], "kept": f["kept"], "dropped": f["dropped"]} for f in funnels}
+    """Per task stage: seen, kept, dropped by reason, and the first details of each reason (from Funnel.as_dict())."""
+    return {
+        f["stage"]: {"seen": f["seen"], "kept": f["kept"], "dropped": f["dropped"], "examples": _drop_examples(f)}
+        for f in funnels
+    }
+
+
+def _drop_examples(funnel: dict[str, Any]) -> dict[str, list[str]]:
+    examples: dict[str, list[str]] = {}
+    for detail in funnel.get("details", []):
+        shown = examples.setdefault(str(detail.get("reason", "")), [])
+        if detail.get("detail") and len(shown) < DROP_EXAMPLES:
+            shown.append(f"{detail.get('ref', '?')}: {str(detail['detail'])[:DROP_DETAIL_CAP]}")
+    return {reason: shown for reason, shown in examples.items() if shown}
 
 
 # --- process metrics ------------------------------------------------------------------------

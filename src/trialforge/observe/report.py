@@ -55,7 +55,8 @@ def render_report(
     data = load_run(store, run_id)
     quality = read_records(store, sorted(data.episodes["task_set_version"].unique()))
     training, families = read_training(store, run_id), _read_json(store, families_key(run_id))
-    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality, training, families)
+    funnel = _read_json(store, funnel_key(run_id))
+    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality, training, families, funnel)
     out_path = Path(out_path)
     write_text(out_path, html)
     return out_path
@@ -68,13 +69,15 @@ def report_html(
     quality: Sequence[QualityRecord] = (),
     training: Training | None = None,
     families: dict[str, dict[str, Any]] | None = None,
+    funnel: dict[str, dict[str, Any]] | None = None,
 ) -> str:
-    """``families`` is ``observe.families.family_metrics``' output."""
+    """``families`` is ``observe.families.family_metrics``' output; ``funnel`` ``observe.metrics.task_metrics``'."""
     metrics = process_metrics(data.episodes, data.steps)
     failures = attribute(data.episodes)
     training = training or Training([], {})
     sections = [
         _overview(data, metrics, thresholds),
+        _funnel(funnel or {}),
         _quality(quality),
         _curves(metrics),
         _learning_signal(metrics, training.updates, families or {}),
@@ -117,6 +120,10 @@ def loop_key(run_id: str) -> str:
 
 def families_key(run_id: str) -> str:
     return f"runs/{run_id}/families.json"
+
+
+def funnel_key(run_id: str) -> str:
+    return f"runs/{run_id}/funnel.json"
 
 
 # ``orchestrate.shards.train_record_key``: a serialised TrainResult per iteration (observe sits below orchestrate)
@@ -279,6 +286,19 @@ def _attribution(failures: pd.DataFrame) -> str:
     more = f"<p>showing {len(shown)} of {len(failures)} failed episodes</p>" if len(failures) > len(shown) else ""
     body = f"<p>{len(failures)} episodes did not end ok.</p>{summary}<h3>By cause</h3>{by_cause}<h3>Episodes</h3>"
     return _section("Failure attribution", "attribution", body + more + rows)
+
+
+def _funnel(stages: dict[str, dict[str, Any]]) -> str:
+    """What each task stage kept and dropped, each drop reason with its first examples (the rejection's own lines)."""
+    if not stages:
+        return ""
+    rows = []
+    for stage, f in stages.items():
+        rows.append([stage, f["seen"], f["kept"], "", ""])
+        for reason, count in f["dropped"].items():
+            examples = "".join(f"<div><code>{escape(e)}</code></div>" for e in f.get("examples", {}).get(reason, []))
+            rows.append(["", "", "", f"{reason}: {count}", examples])
+    return _section("Task funnel", "funnel", _table(["stage", "seen", "kept", "dropped", "why"], rows, raw_last=True))
 
 
 def _quality(records: Sequence[QualityRecord]) -> str:

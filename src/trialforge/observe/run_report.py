@@ -9,7 +9,7 @@ from typing import Any
 from trialforge.observe.families import family_metrics
 from trialforge.observe.metrics import episode_metrics, run_metrics, task_metrics, write_metrics
 from trialforge.observe.quality import gather_records, quality_metrics, write_records
-from trialforge.observe.report import families_key, loop_key, render_report
+from trialforge.observe.report import families_key, funnel_key, loop_key, render_report
 from trialforge.observe.summary import print_summary
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
@@ -57,6 +57,7 @@ def finish_run(
     # The report reads both back from the store: only this step knows the schedule and the task set.
     rt.store.put_bytes(loop_key(run_id), json.dumps(loop, sort_keys=True).encode())
     rt.store.put_bytes(families_key(run_id), json.dumps(families, sort_keys=True).encode())
+    rt.store.put_bytes(funnel_key(run_id), json.dumps(metrics["tasks"], sort_keys=True).encode())
     thresholds = rt.params.observe.thresholds()
     render_report(rt.store, run_id, out / "report.html", thresholds=thresholds)
     print_summary(metrics)

@@ -31,6 +31,11 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
         dropped = ", ".join(f"{k}: {v}" for k, v in row["dropped"].items()) or "-"
         tasks.add_row(stage, str(row["seen"]), str(row["kept"]), dropped)
     console.print(tasks)
+    for stage, row in metrics.get("tasks", {}).items():  # why, for the first few of each reason
+        for reason, shown in row.get("examples", {}).items():
+            console.print(Text(f"  {stage}/{reason}:", style="bold"))
+            for line in shown:
+                console.print(Text(f"    {line}"))
     eps = metrics.get("episodes", {})
     table = Table(title=f"Episodes: {eps.get('episodes', 0)}  (env error rate {eps.get('env_error_rate', 0):.1%})")
     table.add_column("policy")

@@ -56,6 +56,7 @@ from trialforge.sandbox.base import Backend, Limits, Sandbox
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 from trialforge.scratch import scratch_dir
 from trialforge.store.objstore import ObjectStore
+from trialforge.tasks.envimages import task_image
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
@@ -106,7 +107,7 @@ class Rollout:
     """Everything an episode needs besides the task and the policy."""
 
     backend: Backend
-    image: str
+    image: str  # for tasks that name no image of their own (the base)
     image_digest: str
     snapshots: SnapshotStore
     grader: Grader
@@ -239,7 +240,10 @@ class _Episode:
         self.stop = stop
         t0 = time.monotonic()
         ro = rollout
-        base = start_tree(job.task, ro.setup, ro.snapshots, ro.sandboxes, ro.image, ro.image_digest)
+        image = task_image(job.task, ro.backend, ro.image)  # the task's environment, else the base
+        self.image = image.name
+        record.image_digest = image.digest
+        base = start_tree(job.task, ro.setup, ro.snapshots, ro.sandboxes, self.image, image.digest)
         record.sandbox_s += time.monotonic() - t0
         prefix = episode_prefix(record.run_id, record.episode_id)
         self.checkpoints = Checkpoints(base, rollout.store, prefix, keep_all=rollout.allow_rollback)
@@ -475,7 +479,7 @@ class _Episode:
         """Replace the sandbox (if any: it failed) by a new one whose workspace is ``checkpoint``."""
         self._close(reusable=False)
         with self.checkpoints.tree(checkpoint) as tree:
-            self.sandbox = self.ro.sandboxes.acquire(self.ro.image, tree, labels={"episode": self.record.episode_id})
+            self.sandbox = self.ro.sandboxes.acquire(self.image, tree, labels={"episode": self.record.episode_id})
         self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits)
         self.env.started = self.start  # the episode's clock, not this sandbox's
 
@@ -499,7 +503,7 @@ class _Episode:
         if self.sandbox is not None:
             sandbox, self.sandbox = self.sandbox, None
             if reusable:
-                self.ro.sandboxes.release(sandbox, self.ro.image)
+                self.ro.sandboxes.release(sandbox, self.image)
             else:
                 self.ro.sandboxes.discard(sandbox)
 

@@ -11,7 +11,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from trialforge.sandbox.images import Image
 
 WORKDIR = "/work"
 # The whole environment of a sandboxed command (nothing is inherited from the host); callers may add keys.
@@ -115,6 +118,10 @@ class Sandbox(Protocol):
 
 class Backend(Protocol):
     name: str
+
+    def image_for(self, name: str) -> Image:
+        """The built image called ``name`` ("": the backend's default); a SandboxError when it is not built."""
+        ...
 
     def create(self, spec: SandboxSpec) -> Sandbox: ...
 

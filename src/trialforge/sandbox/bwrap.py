@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ from trialforge.errors import SandboxError
 from trialforge.sandbox import cgroups, confinement, seccomp, usernet
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.identity import SANDBOX_UID, sandbox_identity
-from trialforge.sandbox.images import Image
+from trialforge.sandbox.images import Image, find_image
 from trialforge.sandbox.proc import run_capped
 from trialforge.sandbox.reaper import SandboxRecord
 from trialforge.sandbox.sanitize import copy_out
@@ -39,7 +40,7 @@ class BwrapSnapshot:
 
 
 class BwrapBackend:
-    """Creates bubblewrap sandboxes over one image."""
+    """Creates bubblewrap sandboxes over ``image`` or any other built image a spec names."""
 
     name = "bwrap"
 
@@ -47,6 +48,8 @@ class BwrapBackend:
         if shutil.which("bwrap") is None:
             raise SandboxError("bubblewrap is not installed: apt-get install bubblewrap", cause="missing_bwrap")
         self.image = image
+        self._images: dict[str, Image] = {image.name: image}
+        self._images_lock = threading.Lock()
         self.identity = sandbox_identity()  # None when not root: nothing to drop
         self.state_dir = private_dir(state_dir or state_root())
         private_dir(self.state_dir / "sandboxes")
@@ -58,6 +61,14 @@ class BwrapBackend:
     def owner_ids(self) -> tuple[int, int] | None:
         """(uid, gid) of the host account that owns workspaces; None: whoever we are."""
         return (self.identity.uid, self.identity.gid) if self.identity else None
+
+    def image_for(self, name: str) -> Image:
+        """The image a sandbox spec names ("": the backend's own)."""
+        key = name or self.image.name
+        with self._images_lock:
+            if key not in self._images:
+                self._images[key] = find_image(key)
+            return self._images[key]
 
     def create(self, spec: SandboxSpec) -> BwrapSandbox:
         return BwrapSandbox(self, spec)
@@ -81,7 +92,8 @@ class BwrapSandbox:
         self.owner = owner
         self.limits: Limits = spec.limits
         self.id = f"tf-{uuid.uuid4().hex[:12]}"
-        self.image_digest = owner.image.digest
+        self.image = owner.image_for(spec.image)
+        self.image_digest = self.image.digest
         self.home = owner.state_dir / "sandboxes" / self.id
         self.workspace = self.home / "work"
         self.cgroup: cgroups.SandboxCgroup | None = None
@@ -216,9 +228,7 @@ class BwrapSandbox:
             *confinement.identity(self.owner.identity),
             "bwrap",
             *confinement.namespaces(uid=SANDBOX_UID),
-            *confinement.filesystem(
-                self.owner.image.rootfs, self.workspace, tmp_bytes=self.limits.disk_mb * 1024 * 1024
-            ),
+            *confinement.filesystem(self.image.rootfs, self.workspace, tmp_bytes=self.limits.disk_mb * 1024 * 1024),
             *(net.bwrap_args() if net else ()),  # after the root: it binds /etc/resolv.conf over the image's
             *confinement.seccomp(filter_fd),
             *confinement.environment({**SANDBOX_ENV, **env}, cwd=cwd),

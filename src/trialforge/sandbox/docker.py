@@ -61,7 +61,7 @@ from trialforge.sandbox import container_confinement as confine
 from trialforge.sandbox import docker_io
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.identity import SANDBOX_UID
-from trialforge.sandbox.images import Image
+from trialforge.sandbox.images import Image, find_image
 from trialforge.sandbox.proc import _Capture
 from trialforge.sandbox.reaper import SandboxRecord
 from trialforge.sandbox.seccomp import oci_profile
@@ -170,7 +170,7 @@ class _Run:
 
 
 class DockerBackend:
-    """Creates container sandboxes over one image, through the engine ``client`` talks to."""
+    """Creates container sandboxes, through the engine ``client`` talks to, of ``image`` or any image a spec names."""
 
     name = "docker"
 
@@ -189,7 +189,8 @@ class DockerBackend:
         self.state_dir = state_dir or state_root()
         self.snapshot_dir = self.state_dir / "snapshots" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.allow_host_uids = allow_host_uids
-        self._image_id: str | None = None
+        self._images: dict[str, Image] = {}
+        self._image_ids: dict[str, str] = {}  # image name -> the engine's id of it
         self._seccomp: str | None = None
         self._engine: confine.Engine | None = None
         self._lock = threading.Lock()
@@ -224,58 +225,66 @@ class DockerBackend:
                     self._seccomp = str(path)
             return self._seccomp
 
-    def ensure_image(self) -> str:
-        """The engine's id of our image, importing the tarball first when it is absent or stale.
+    def image_for(self, name: str) -> Image:
+        """The image a sandbox spec names: the backend's own, or any other built on this machine."""
+        if name in ("", self.image.name):
+            return self.image
+        with self._lock:
+            if name not in self._images:
+                self._images[name] = find_image(name)
+            return self._images[name]
+
+    def ensure_image(self, image: Image | None = None) -> str:
+        """The engine's id of ``image`` (default: the backend's), importing its tarball first when absent or stale.
 
         An image is stale when its ``trialforge.digest`` label is not the tarball's
         digest (the tarball was rebuilt, or someone imported it by hand): the
         engine's copy must be the content the digest names.
         """
+        image = image or self.image
         with self._lock:  # a pool creates from several threads: import once
-            if self._image_id is None:
-                self._image_id = self._current_image_id()
-            return self._image_id
+            if image.name not in self._image_ids:
+                self._image_ids[image.name] = self._current_image_id(image)
+            return self._image_ids[image.name]
 
-    def _current_image_id(self) -> str:
-        attrs = self._inspect_image()
+    def _current_image_id(self, image: Image) -> str:
+        attrs = self._inspect_image(image)
         labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
-        if attrs is not None and labels.get(LABEL_DIGEST) == self.image.digest:
+        if attrs is not None and labels.get(LABEL_DIGEST) == image.digest:
             return str(attrs["Id"])
-        log.info("importing image", extra={"image": self.image.name, "tarball": str(self.image.tarball)})
-        self._import_image()
-        fresh = self._inspect_image()
+        log.info("importing image", extra={"image": image.name, "tarball": str(image.tarball)})
+        self._import_image(image)
+        fresh = self._inspect_image(image)
         if fresh is None:
-            raise SandboxError(f"image {self.image.name} is missing right after its import", cause="image")
+            raise SandboxError(f"image {image.name} is missing right after its import", cause="image")
         if attrs is not None and attrs["Id"] != fresh["Id"]:
             with contextlib.suppress(*_ENGINE_DOWN):  # still used by a container: it stays, untagged
                 self.api.remove_image(attrs["Id"])
         return str(fresh["Id"])
 
-    def _inspect_image(self) -> dict[str, Any] | None:
+    def _inspect_image(self, image: Image) -> dict[str, Any] | None:
         try:
-            return self.api.inspect_image(self.image.name)
+            return self.api.inspect_image(image.name)
         except docker.errors.ImageNotFound:
             return None
         except _ENGINE_DOWN as exc:
-            raise SandboxError(f"cannot inspect image {self.image.name}: {exc}", cause="engine") from exc
+            raise SandboxError(f"cannot inspect image {image.name}: {exc}", cause="engine") from exc
 
-    def _import_image(self) -> None:
+    def _import_image(self, image: Image) -> None:
         """``docker import`` through the API (``images.load`` wants an image archive, not a rootfs)."""
-        if not self.image.tarball.is_file():
-            raise SandboxError(f"image tarball {self.image.tarball} is missing: rebuild the image", cause="image")
-        repo, tag = _split_ref(self.image.name)
+        if not image.tarball.is_file():
+            raise SandboxError(f"image tarball {image.tarball} is missing: rebuild the image", cause="image")
+        repo, tag = _split_ref(image.name)
         try:
             answer = self.api.import_image(
-                src=str(self.image.tarball),
-                repository=self.image.name,
-                changes=[f"LABEL {LABEL_DIGEST}={self.image.digest}"],
+                src=str(image.tarball),
+                repository=image.name,
+                changes=[f"LABEL {LABEL_DIGEST}={image.digest}"],
             )
             image_id = _imported_id(answer)
             self.api.tag(image_id, repo, tag)  # Podman ignores the tag in an import's name; Docker honours it
         except _ENGINE_DOWN as exc:
-            raise SandboxError(
-                f"cannot import {self.image.tarball} as {self.image.name}: {exc}", cause="image"
-            ) from exc
+            raise SandboxError(f"cannot import {image.tarball} as {image.name}: {exc}", cause="image") from exc
 
     # --- sandboxes and snapshots -----------------------------------------------------------
     def create(self, spec: SandboxSpec) -> DockerSandbox:
@@ -306,7 +315,7 @@ class DockerSandbox:
         self.api = owner.api
         self.limits: Limits = spec.limits
         self.id = f"tf-{uuid.uuid4().hex[:12]}"
-        self.image_digest = owner.ensure_image()
+        self.image_digest = owner.ensure_image(owner.image_for(spec.image))
         self.deadline = spec.deadline()
         self.labels = {
             **spec.labels,

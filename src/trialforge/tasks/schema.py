@@ -12,9 +12,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.quality_record import QualityRecord
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: ``env`` (the environment spec) replaced ``test_cmd``
 
 Split = Literal["train", "eval"]
 
@@ -63,7 +64,7 @@ class Task(BaseModel):
     test_patch: str
     fail_to_pass: list[str] = Field(default_factory=list)
     pass_to_pass: list[str] = Field(default_factory=list)
-    test_cmd: list[str] = Field(default_factory=lambda: ["python3", "-m", "pytest"])
+    env: EnvSpec | None = None  # what its code needs (None: not resolved yet); ``image``/``image_digest``: its build
     created_at: str = ""
     split: Split = "train"
     validation: Validation = Field(default_factory=Validation)
@@ -81,7 +82,7 @@ class Task(BaseModel):
 
     # --- Parquet rows -------------------------------------------------------------
     _NESTED: ClassVar[tuple[str, ...]] = (
-        "source", "validation", "decontamination", "difficulty", "quality", "fail_to_pass", "pass_to_pass", "test_cmd",
+        "source", "validation", "decontamination", "difficulty", "quality", "fail_to_pass", "pass_to_pass", "env",
     )  # fmt: skip
 
     def to_row(self) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from trialforge.errors import TaskError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import WORKDIR, Backend, ExecResult, Limits, Sandbox, SandboxSpec, Snapshot
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.mutations import FAMILIES, Mutant, compile_error, library_files, mutants_of_source, sample_mutants
 from trialforge.tasks.patches import IGNORED_DIRS, diff_trees, is_test_path
 from trialforge.tasks.schema import Source, Task
@@ -170,6 +171,7 @@ class TimedBackend:
         self.inner = inner
         self.timings = timings
         self.name = inner.name
+        self.image_for = inner.image_for
 
     def create(self, spec: SandboxSpec) -> TimedSandbox:
         with self.timings.measure("sandbox_s"):
@@ -277,8 +279,12 @@ def synthesize(
     cfg: SynthesisConfig | None = None,
     *,
     progress: Progress | None = None,
+    env: EnvSpec | None = None,
 ) -> tuple[list[Task], SynthesisFunnel]:
-    """Validated synthetic tasks from the working repository ``repo_dir``, and the funnel that made them."""
+    """Validated synthetic tasks from the working repository ``repo_dir``, and the funnel that made them.
+
+    ``env``: the repository's environment spec (its test command and variables), given to every task it
+    makes; None: plain pytest, and the tasks' ``env`` is left for the pipeline to resolve."""
     cfg = cfg or SynthesisConfig()
     tick = _Ticker(progress)
     funnel = SynthesisFunnel("synthesize")
@@ -291,8 +297,9 @@ def synthesize(
             sources = {rel: (original / rel).read_text(encoding="utf-8") for rel in library_files(original)}
             candidates = _candidates(sources, cfg, funnel)
             compiled = _compiled(candidates, sources, funnel)
-        screened, digest = screen(compiled, original, sources, timed, image, cfg, funnel, tick)
+        screened, digest = screen(compiled, original, sources, timed, image, cfg, funnel, tick, env)
         tasks = _tasks(screened, original, sources, repo_name, image, digest, snapshots, funnel)
+        tasks = [(m, t.model_copy(update={"env": env})) for m, t in tasks] if env is not None else tasks
         validated = _validate(tasks, timed, image, snapshots, cfg, funnel, tick)
     timings.add("wall_s", time.perf_counter() - start)
     log.info("synthesize %s: %d validated of %d candidates", repo_name, funnel.kept, funnel.seen,
@@ -351,7 +358,10 @@ def _compiled(candidates: list[Mutant], sources: dict[str, str], funnel: Synthes
 class Screener:
     """One sandbox seeded from the original tree, reused for many mutants: write, run, restore."""
 
-    def __init__(self, backend: Backend, image: str, original: Path, limits: Limits) -> None:
+    def __init__(
+        self, backend: Backend, image: str, original: Path, limits: Limits, env: EnvSpec | None = None
+    ) -> None:
+        self.env = env
         self.sandbox = backend.create(SandboxSpec(image=image, workspace=original, limits=limits,
                                                   labels={"purpose": "synthesize-screen"}))  # fmt: skip
         try:
@@ -366,7 +376,7 @@ class Screener:
         try:
             for rel, text in files.items():
                 self.sandbox.write_file(rel, text.encode("utf-8"))
-            return run_tests(self.sandbox, None, timeout=timeout)
+            return run_tests(self.sandbox, None, timeout=timeout, env=self.env)
         finally:
             self.sandbox.restore(self.clean)
 
@@ -386,6 +396,7 @@ def screen(
     cfg: SynthesisConfig,
     funnel: SynthesisFunnel,
     tick: Callable[[str, int], None] | None = None,
+    env: EnvSpec | None = None,
 ) -> tuple[list[Screened], str]:
     """The mutants that break a test that passes on the original, and the image digest they ran on."""
     workers = max(1, min(cfg.concurrency, len(mutants)))
@@ -395,12 +406,12 @@ def screen(
     screeners: list[Screener] = []
     try:
         with funnel.timings.measure("busy_s"):
-            screeners.append(Screener(backend, image, original, limits))
+            screeners.append(Screener(backend, image, original, limits, env))
             baseline = screeners[0].run({}, timeout=cfg.validate.test_timeout_s)
         passing = _baseline_passing(baseline, original)
         timeout = max(cfg.screen_timeout_s, 5 * baseline.duration_s)
         with funnel.timings.measure("busy_s"):
-            screeners += [Screener(backend, image, original, limits) for _ in range(workers - 1)]
+            screeners += [Screener(backend, image, original, limits, env) for _ in range(workers - 1)]
 
         def share(worker: int) -> list[tuple[str, Outcome]]:
             done = (lambda: tick("screen", len(mutants))) if tick else (lambda: None)
@@ -409,7 +420,7 @@ def screen(
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
             outcomes = dict(item for part in pool.map(share, range(workers)) for item in part)
-        digest = screeners[0].sandbox.image_digest
+        digest = backend.image_for(image).digest  # the content digest, the same on every backend
     finally:
         for screener in screeners:
             screener.close()

@@ -10,16 +10,24 @@ fixed tree, so that suite is run ``runs`` times once, not once per task.
 
 Every run carries canaries (``trialforge.testrun``) in the test files the test patch touches
 (else in two of the suite's test modules): a gold or test patch that tampers with the test
-run does not validate (``tampered: <evidence>``).
+run does not validate (``tampered: <evidence>``). Runs use the task's runner, test options and
+environment variables (``task.env``; plain pytest when the task has none).
+
+A rejection says why in its reason: a short key (what ``record_verdicts`` counts by), then the
+detail, e.g. ``collection_error_after_fix: tests/test_x.py: ModuleNotFoundError: No module named 'pkg'``.
+A suite that cannot even start before the fix is rejected too (``collection_error_before_fix``),
+unless what fails to import is only the test patch's own modules (a test importing what the fix adds).
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
+import re
 import secrets
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,15 +36,21 @@ from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
 from trialforge.testrun import Guard, TestReport, prepare, report_limits, run_tests
+from trialforge.testrun.report import COLLECTION, RAN
 
 # Canaries are drawn from this and the tree: the same for one tree within a process (its runs are shared),
 # unknowable from inside a sandbox.
 _SALT = secrets.token_bytes(16)
 CANARY_FILES = 2  # test modules that get canaries when the test patch names none
+REASON_LINES = 3  # distinct error lines a rejection quotes
+REASON_LINE_CAP = 160
+REASON_CAP = 500
+_ERROR_LINE = re.compile(r"^(?:E\s+)?([\w.]*(?:Error|Exception|Exit)\b.*)$")
 
 
 @dataclass(frozen=True)
@@ -83,9 +97,10 @@ def validate_task(
         except PatchError as exc:
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p)] if task.test_patch else []
-        runs_before = _runs(backend, image, before, limits, cfg, shared, touched)
-        runs_after = _runs(backend, image, after, limits, cfg, shared, touched)
-    return _judge(task, runs_before, runs_after, cfg, start)
+        env = task.env or EnvSpec()
+        runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env)
+        runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env)
+    return _judge(task, runs_before, runs_after, cfg, start, touched)
 
 
 def _runs(
@@ -96,30 +111,31 @@ def _runs(
     cfg: ValidateConfig,
     shared: SuiteRuns | None,
     touched: list[str],
+    env: EnvSpec,
 ) -> list[TestReport]:
     """The suite's runs on ``tree`` (``touched``: the test patch's test modules, where canaries go).
 
     Every file of the tree counts as the task's own for plugin provenance (the runs of one fixed tree
     are shared by every task fixed by it); the canaries and the other runtime checks judge the fix.
     """
-    key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}"
+    key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}|{env.model_dump_json()}"
     rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
     tests = test_files(tree)
     modules = touched or [p for p in tests if is_test_module(p)]
     plant_in = modules if touched else rng.sample(modules, min(CANARY_FILES, len(modules)))
-    guard = prepare(tree, [], tests, plant_in=plant_in, rng=rng)
+    guard = prepare(tree, [], tests, plant_in=plant_in, rng=rng, runner=env.runner)
     if shared is None:
-        return _run(backend, image, tree, limits, cfg, guard)
-    return shared.get(key, lambda: _run(backend, image, tree, limits, cfg, guard))
+        return _run(backend, image, tree, limits, cfg, guard, env)
+    return shared.get(key, lambda: _run(backend, image, tree, limits, cfg, guard, env))
 
 
 def _run(
-    backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig, guard: Guard
+    backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig, guard: Guard, env: EnvSpec
 ) -> list[TestReport]:
     spec = SandboxSpec(image=image, workspace=tree, limits=report_limits(limits), labels={"purpose": "validate"})
     sandbox = backend.create(spec)
     try:
-        return [run_tests(sandbox, None, timeout=cfg.test_timeout_s, guard=guard) for _ in range(cfg.runs)]
+        return [run_tests(sandbox, None, timeout=cfg.test_timeout_s, guard=guard, env=env) for _ in range(cfg.runs)]
     finally:
         sandbox.close()
 
@@ -135,14 +151,23 @@ def _stable(reports: list[TestReport]) -> tuple[dict[str, str], set[str]]:
     return outcomes, flaky
 
 
-def _judge(task: Task, before: list[TestReport], after: list[TestReport], cfg: ValidateConfig, start: float) -> Task:
+def _judge(
+    task: Task,
+    before: list[TestReport],
+    after: list[TestReport],
+    cfg: ValidateConfig,
+    start: float,
+    touched: Sequence[str] = (),
+) -> Task:
+    """The verdict on the runs before and after the fix; ``touched``: the test patch's test modules."""
     runs = len(before) + len(after)
     tampered = [e for r in before + after for e in r.evidence]
     if tampered:
         return _verdict(task, False, f"tampered: {', '.join(dict.fromkeys(tampered))}", runs, start)
     if not all(r.reported for r in before + after):
-        log = next(r.log_tail for r in before + after if not r.reported)
-        return _verdict(task, False, f"tests_did_not_run: {log[-300:]}", runs, start)
+        silent = [r for r in before + after if not r.reported]
+        timed_out = "timed out; " if any(r.timed_out for r in silent) else ""
+        return _verdict(task, False, f"tests_did_not_run: {timed_out}{_errors(silent)}", runs, start)
     was, flaky_before = _stable(before)
     now, flaky_after = _stable(after)
     flaky = sorted(flaky_before | flaky_after)
@@ -160,8 +185,10 @@ def _judge(task: Task, before: list[TestReport], after: list[TestReport], cfg: V
         slowest_run_s=round(max(r.duration_s for r in after), 3),
     )
     reason = ""
-    if any(t.startswith("<collection>") for t in now):
-        reason = "collection_error_after_fix"
+    if any(t.startswith(COLLECTION) for t in now):
+        reason = f"collection_error_after_fix: {_errors(after)}"
+    elif _cannot_start(before, touched):
+        reason = f"collection_error_before_fix: {_errors(before)}"
     elif broken:
         reason = f"fix_breaks_tests: {broken[:3]}"
     elif not f2p:
@@ -171,6 +198,32 @@ def _judge(task: Task, before: list[TestReport], after: list[TestReport], cfg: V
     validation.valid = not reason
     validation.reason = reason
     return validated.model_copy(update={"validation": validation})
+
+
+def _cannot_start(before: list[TestReport], touched: Sequence[str]) -> bool:
+    """Before the fix no test ran, and not only because the test patch's modules need the fix to import.
+
+    A test patch whose new tests import what the fix adds fails to collect before it: a good task. A suite
+    whose other modules cannot import either (or that could not start at all) tests nothing before the fix.
+    """
+    if any(o in RAN for r in before for t, o in r.outcomes.items() if not t.startswith(COLLECTION)):
+        return False
+    errors = {module for r in before for module in r.collection_errors}
+    if errors:
+        return not touched or not errors <= set(touched)
+    return any(r.exit_code not in (0, 1, 5) for r in before)  # the runner did not start (a conftest, a usage error)
+
+
+def _errors(reports: list[TestReport]) -> str:
+    """The first distinct error lines of ``reports``: their collection errors, else error lines of their logs."""
+    lines = [f"{module}: {message}" for r in reports for module, message in r.collection_errors.items()]
+    if not lines:
+        for report in reports:
+            log = report.log_tail.splitlines()
+            found = [m.group(1) for line in log if (m := _ERROR_LINE.match(line.strip()))]
+            lines += found or [line.strip() for line in log[-1:]]
+    distinct = [line[:REASON_LINE_CAP] for line in dict.fromkeys(lines) if line]
+    return "; ".join(distinct[:REASON_LINES])[:REASON_CAP] or "no error output"
 
 
 def _pass_rate(reports: list[TestReport], test: str) -> float:

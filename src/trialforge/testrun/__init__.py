@@ -1,9 +1,11 @@
 """Run tests in a sandbox and read per-test outcomes the code under test cannot forge unseen.
 
 ``prepare`` (on the host, before the sandbox exists) plants canary tests into the tree and hashes
-the pristine test files; ``run_tests`` runs pytest under the recorder (``recorder_program.py``)
-and ``report.read_report`` checks what came back. docs/verification.md has the threat model.
-Validation, synthesis and grading all run tests through here: one protection for every verdict.
+the pristine test files; ``run_tests`` runs the task's runner (pytest or unittest, from its
+``EnvSpec.test_cmd``, with the options ``command.py`` lets through and the ``EnvSpec.env`` it allows)
+under the recorder (``recorder_program.py``), and ``report.read_report`` checks what came back.
+docs/verification.md has the threat model. Validation, synthesis and grading all run tests through
+here: one protection for every verdict, whichever runner a repository uses.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trialforge.sandbox.base import Limits, Sandbox
+from trialforge.tasks.envspec import EnvSpec, Runner, runner_args
 from trialforge.testrun.canaries import Canary, plant
+from trialforge.testrun.command import log_dropped, pytest_args, run_env, unittest_plan
 from trialforge.testrun.report import TestReport, read_report
 
 __all__ = ["REPORT_CAP_BYTES", "Canary", "Guard", "TestReport", "prepare", "report_limits", "run_tests"]
@@ -38,6 +42,7 @@ class Guard:
     pristine: dict[str, str] | None = None
     test_files: tuple[str, ...] = ()  # the pristine test files: the audit hook lets their calls be
     extra_ids: tuple[str, ...] = field(default=())  # canary ids to add to an explicit test selection
+    runner: Runner = "pytest"  # the runner the canaries were written for
 
     @property
     def must_fail(self) -> int:
@@ -53,14 +58,17 @@ def prepare(
     plant_in: list[str] | None = None,
     copy_from: list[str] | None = None,
     rng: random.Random | None = None,
+    runner: Runner = "pytest",
 ) -> Guard:
     """Plant canaries in ``tree`` (the files of ``test_ids``, or ``plant_in``); hash what the diff left alone.
 
     ``test_files``: the tree's test files (relative paths; the diff's test-path edits were dropped).
     ``changed``: the files the diff under test changed (the agent's, or a gold patch being validated).
     ``copy_from``: the tests to make must-fail copies of (canaries.plant); a random one per file when None.
+    ``runner``: the runner the tree's tests will run under (its loader decides what a canary must look like).
     """
-    canaries = plant(tree, test_ids, rng or random.Random(secrets.randbits(64)), files=plant_in, copy_from=copy_from)
+    rng = rng or random.Random(secrets.randbits(64))
+    canaries = plant(tree, test_ids, rng, files=plant_in, copy_from=copy_from, runner=runner)
     skip = set(changed) - {c.file for c in canaries}
     hashes = {
         rel: hashlib.sha256(path.read_bytes()).hexdigest()
@@ -68,7 +76,7 @@ def prepare(
         if (rel := path.relative_to(tree).as_posix()) not in skip and path.is_file() and not path.is_symlink()
     }
     tests = tuple(sorted(rel for rel in {*test_files, *(c.file for c in canaries)} if rel in hashes))
-    return Guard(tuple(canaries), hashes, tests, tuple(c.node_id for c in canaries))
+    return Guard(tuple(canaries), hashes, tests, tuple(c.node_id for c in canaries), runner)
 
 
 def report_limits(limits: Limits) -> Limits:
@@ -83,22 +91,42 @@ def run_tests(
     timeout: float,
     guard: Guard | None = None,
     stop_early: bool = False,
+    env: EnvSpec | None = None,
 ) -> TestReport:
     """Run ``test_ids`` (all tests when None) at /work in ``sandbox``; per-test outcomes and tamper evidence.
 
+    ``env``: the task's environment spec: its ``test_cmd`` picks the runner and its options, its ``env``
+    the variables (both as ``command.py`` allows); plain pytest when None.
     ``stop_early`` suits grading, where one failing test decides the reward: the run stops after the
     must-fail canaries' failures plus one (the remaining tests report as missing, which is no evidence).
     """
     guard = guard or Guard()
+    env = env or EnvSpec()
+    runner = env.runner
+    if guard.canaries and guard.runner != runner:
+        raise ValueError(
+            f"canaries were planted for {guard.runner}, but the run uses {runner}: pass runner= to prepare"
+        )
     marker = secrets.token_hex(24)
     key_path = f"/work/.tf-key-{secrets.token_hex(8)}"
-    key = {"marker": marker, "pristine": guard.pristine, "tests": guard.test_files}
-    sandbox.write_file(key_path.removeprefix("/work/"), json.dumps(key).encode())
     whole_files = {t for t in test_ids or () if "::" not in t}  # their canaries run with them: never twice
     extra = [c for c in guard.extra_ids if c.split("::", 1)[0] not in whole_files]
     selection = [*test_ids, *extra] if test_ids else []
     max_failures = guard.must_fail + 1 if stop_early else None
-    stop = ["--maxfail", str(max_failures)] if max_failures else []
-    argv = ["python3", "-s", "-c", RECORDER, key_path, *PYTEST_ARGS, *stop, *selection]
-    result = sandbox.exec(argv, timeout=timeout)
+    key: dict[str, object] = {"marker": marker, "pristine": guard.pristine, "tests": guard.test_files, "runner": runner}
+    argv = ["python3", "-s", "-c", RECORDER, key_path]
+    if runner == "unittest":
+        plan = unittest_plan(runner_args(env.test_cmd), named_tests=bool(test_ids))
+        key["unittest"] = {**plan.for_recorder(), "select": selection, "maxfail": max_failures}
+        dropped = plan.dropped
+    else:
+        options = pytest_args(runner_args(env.test_cmd), named_tests=bool(test_ids))
+        stop = ["--maxfail", str(max_failures)] if max_failures else []
+        argv += [*options.args, *PYTEST_ARGS, *stop, *selection]  # ours after the task's: ours win
+        dropped = options.dropped
+    variables, refused = run_env(env.env)
+    log_dropped(f"test command {' '.join(env.test_cmd)!r}", dropped)
+    log_dropped("test environment", refused)
+    sandbox.write_file(key_path.removeprefix("/work/"), json.dumps(key).encode())
+    result = sandbox.exec(argv, timeout=timeout, env=variables or None)
     return read_report(result, marker, guard.canaries, test_ids or (), max_failures)

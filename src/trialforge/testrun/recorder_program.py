@@ -1,27 +1,38 @@
-"""The test run's recorder: the program the sandbox runs as ``python3 -s -c <this source> KEYFILE PYTEST_ARGS...``.
+"""The test run's recorder: the program the sandbox runs as ``python3 -s -c <this source> KEYFILE [PYTEST_ARGS...]``.
 
-Never imported by trialforge; it runs inside the sandbox with the standard library and pytest only.
-Everything it needs it takes before any code under test is imported, and it keeps no name in
-``__main__`` or ``sys.modules``:
+Never imported by trialforge; it runs inside the sandbox with the standard library and the runner
+only. KEYFILE says which runner: pytest (its arguments follow on the command line) or unittest (its
+plan is in KEYFILE). Everything it needs it takes before any code under test is imported, and it
+keeps no name in ``__main__`` or ``sys.modules``:
 
 - the run's secret report marker and the hashes of the pristine test files come from KEYFILE,
   which it reads and unlinks first (never the environment or argv: ``/proc/self/environ`` and
   ``/proc/self/cmdline`` stay readable all run);
 - the report channel is a private duplicate of the original stdout (close-on-exec, so no child
   inherits it); fd 1 then points at stderr, so whatever the code under test prints is only a log;
-- everything it imports is imported with the workspace off ``sys.path`` (no ``pytest.py`` or
-  ``json.py`` of the repository's can stand in), then the path is restored for the code under test;
-- a fingerprint of pytest's and pluggy's functions is taken right after importing them, and an
-  audit hook (PEP 578, never removable) is added, before collection runs any code under test.
+- everything it imports is imported with the workspace off ``sys.path`` (no ``pytest.py``,
+  ``unittest.py`` or ``json.py`` of the repository's can stand in), then the path is restored for
+  the code under test;
+- a fingerprint of the runner's functions (pytest's and pluggy's, or unittest's) is taken right
+  after importing them, and an audit hook (PEP 578, never removable) is added, before collection
+  runs any code under test.
 
 It writes numbered lines (``<marker><json>``): per test phase how it really ended (seen by its
-outermost wrappers) and what was reported of it, per finished test, per collection error or skip,
-per piece of tamper evidence (framework functions replaced, report-path hooks changed or foreign,
-test items or their modules swapped, a report changed after it was made, trace hooks), and at the
-end pytest's exit code; the audit hook writes unnumbered evidence lines of its own. Then it leaves
-with ``os._exit(code)``: no atexit handler, thread or finaliser of the code under test runs after the
-report. The host (``trialforge.testrun.report``) checks the stream, the process's real exit status
-and the canaries; docs/verification.md has the threat model.
+outermost wrappers) and what was reported of it, per finished test, per collection error (with its
+first error line) or skip, per deselection, per piece of tamper evidence (framework functions
+replaced, report-path hooks changed or foreign, test items or their modules swapped, a report
+changed after it was made, trace hooks), and at the end the runner's exit code (pytest's codes; the
+unittest driver reports the same ones); the audit hook writes unnumbered evidence lines of its own.
+Then it leaves with ``os._exit(code)``: no atexit handler, thread or finaliser of the code under
+test runs after the report. The host (``trialforge.testrun.report``) checks the stream, the
+process's real exit status and the canaries; docs/verification.md has the threat model.
+
+unittest runs are reported as pytest would report them: ids ``path/to/test_mod.py::Class::method``;
+an error or failure anywhere in a test (setUp, the method, tearDown, a subtest, an unexpected
+success) fails its call; a skip or an expected failure is a skip; a failing ``setUpClass`` or
+``setUpModule`` is an error (failed setup) of each test it kept from running, a failing
+``tearDownClass``/``tearDownModule`` an error (failed teardown) of the last test that ran under it;
+a module that cannot be imported is a collection error, and then, as under pytest, nothing runs.
 """
 
 import os  # os and sys: loaded by the interpreter itself, before any path is searched
@@ -43,9 +54,17 @@ REPORT_HOOKS = (
     "pytest_sessionfinish",
     "pytest_assertrepr_compare",
 )
+# What a unittest TestCase runs a test through: shadowed on a test instance, the test no longer runs as written.
+TESTCASE_PROTOCOL = (
+    "run", "__call__", "debug", "_callSetUp", "_callTestMethod", "_callTearDown", "_callCleanup", "doCleanups",
+    "_addExpectedFailure", "_addUnexpectedSuccess", "_feedErrorsToResult", "_callMaybeAsync", "_callAsync",
+)  # fmt: skip
+PARTS = ("setUp", "tearDown")  # a unittest test's parts wrapped on its instance, besides its method
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, read off the code object (inspect's helpers are patchable)
+MESSAGE_CAP = 300  # characters of a collection error's first line
 
 
-def _main():  # one closure on purpose: nothing of the recorder at module level
+def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the recorder at module level
     # Nothing in the workspace may stand in for what the recorder imports (a json.py, a pytest.py at the
     # repository root, or on a PYTHONPATH entry inside it): import with the workspace off the path.
     workspace = os.getcwd()
@@ -61,7 +80,6 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
     os.unlink(key_path)
     marker = key["marker"]
     pristine = key["pristine"]  # relative path -> sha256 of each file the diff left alone (None: all vouched for)
-    tests = key["tests"]  # which of them are test files
     channel = os.dup(1)
     os.dup2(2, 1)
     write, dumps, exit_now, sha256 = os.write, json.dumps, os._exit, hashlib.sha256
@@ -74,42 +92,6 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
         while data:
             data = data[write(channel, data) :]
 
-    import pluggy
-    import pytest
-    from _pytest.config import default_plugins
-
-    for name in default_plugins:
-        importlib.import_module("_pytest." + name)
-
-    framework_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (pytest, pluggy, sys.modules["_pytest"]))
-
-    def function_of(value):
-        """The function whose code runs when ``value`` is called (a method's, a property getter's), or None."""
-        value = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
-        return value if hasattr(value, "__code__") else None
-
-    def framework_functions():
-        """[where, the dict holding them, keys, their values] per module and class of pytest and pluggy.
-
-        Values are held, and compared by identity (one C-level pass per dict): a function replaced in
-        its module or class. A function's code swapped in place is the audit hook's to see.
-        """
-        groups = []
-        for modname, module in sorted(sys.modules.items()):
-            if not (modname in ("pytest", "pluggy") or modname.startswith(("_pytest.", "pluggy."))):
-                continue
-            mine = [a for a, v in vars(module).items() if callable(v) and getattr(v, "__module__", None) == modname]
-            groups.append([modname, vars(module), tuple(mine), tuple(vars(module)[a] for a in mine)])
-            for cls in [vars(module)[a] for a in mine if isinstance(vars(module)[a], type)]:
-                keys = tuple(name for name, member in vars(cls).items() if function_of(member) is not None)
-                groups.append([f"{modname}.{cls.__name__}", vars(cls), keys, tuple(vars(cls)[k] for k in keys)])
-        return groups
-
-    def from_framework(value):
-        function = function_of(value)
-        return function is not None and function.__code__.co_filename.startswith(framework_dirs)
-
-    watched = framework_functions()
     evidence_seen = set()
 
     def evidence(what):
@@ -117,29 +99,44 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
             evidence_seen.add(what)
             emit({"e": "tamper", "what": what})
 
-    def check_framework(settle=False):
-        """Evidence for each replaced function; ``settle``: accept replacements made by pytest's own code."""
-        for group in watched:
+    def function_of(value):
+        """The function whose code runs when ``value`` is called (a method's, a property getter's), or None."""
+        value = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+        return value if hasattr(value, "__code__") else None
+
+    def fingerprint(is_framework, classes=()):
+        """[where, the dict holding them, keys, their values] per framework module and class (and ``classes``).
+
+        Values are held, and compared by identity (one C-level pass per dict): a function replaced in
+        its module or class. A function's code swapped in place is the audit hook's to see.
+        """
+        groups = []
+        for modname, module in sorted(sys.modules.items()):
+            if not is_framework(modname):
+                continue
+            mine = [a for a, v in vars(module).items() if callable(v) and getattr(v, "__module__", None) == modname]
+            groups.append([modname, vars(module), tuple(mine), tuple(vars(module)[a] for a in mine)])
+            classes = (*classes, *[vars(module)[a] for a in mine if isinstance(vars(module)[a], type)])
+        for cls in classes:
+            keys = tuple(name for name, member in vars(cls).items() if function_of(member) is not None)
+            where = f"{cls.__module__}.{cls.__qualname__}".removeprefix("__main__.")
+            groups.append([where, vars(cls), keys, tuple(vars(cls)[k] for k in keys)])
+        return groups
+
+    def check_fingerprint(groups, accept=None):
+        """Evidence for each replaced function; ``accept``: replacements that are the framework's own doing."""
+        for group in groups:
             where, holder, keys, values = group
             now = tuple(map(holder.get, keys))
             if now == values:
                 continue
-            for key, before, after in zip(keys, values, now, strict=True):
-                if after is not before and not (settle and from_framework(after)):
+            for index, key in enumerate(keys):  # (no zip(strict=): the recorder runs on Python 3.9 too)
+                before, after = values[index], now[index]
+                if after is not before and not (accept is not None and accept(after)):
                     evidence(f"framework_patched:{where}.{key}")
             group[3] = now  # e.g. _pytest.legacypath patches Config at configure time; evidence is given once
         if sys.gettrace() is not None or sys.getprofile() is not None:
             evidence("trace_hook")
-
-    def hook_state(config):
-        """The report path's hook callers and implementations, held (equality is identity for functions;
-        code swapped inside one is the audit hook's to see)."""
-        state = [getattr(config.pluginmanager, "_inner_hookexec", None)]
-        for name in REPORT_HOOKS:
-            caller = getattr(config.hook, name, None)
-            impls = caller.get_hookimpls() if caller is not None else []
-            state.append((caller, getattr(caller, "_hookexec", None), tuple((i, i.function) for i in impls)))
-        return tuple(state)
 
     hashes = {}
 
@@ -166,13 +163,79 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
                 hashes[rel] = None
         return hashes[rel] is not None and pristine.get(rel) == hashes[rel]
 
+    def foreign(path):
+        """``path`` relative to the workspace when it is a workspace file other than a pristine one, else None."""
+        if not path or pristine is None or not in_workspace(path):
+            return None  # the runner's own, and installed libraries' (their files are the image's)
+        rel = os.path.relpath(os.path.abspath(path), workspace)
+        return None if rel in pristine else rel
+
+    def first_error_line(text):
+        """The line that names the error: pytest's last ``E`` line, else the last line (a traceback's)."""
+        lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+        errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+        found = errors[-1] if errors else lines[-1] if lines else ""
+        return found[:MESSAGE_CAP]
+
+    class Kit:
+        """What both drivers share; held by the drivers' closures, never by a module."""
+
+    kit = Kit()
+    kit.__dict__.update(
+        workspace=workspace, key=key, pristine=pristine, tests=key["tests"], channel=channel, marker=marker,
+        emit=emit, evidence=evidence, function_of=function_of, fingerprint=fingerprint,
+        check_fingerprint=check_fingerprint, in_workspace=in_workspace, pristine_code=pristine_code,
+        foreign=foreign, first_error_line=first_error_line, importlib=importlib, main_code=sys._getframe(0).f_code,
+    )  # fmt: skip
+
+    def restore_path():
+        sys.path[:] = search_path  # the code under test imports as under a plain ``python -c``
+
+    kit.restore_path = restore_path
+    driver = run_unittest if key.get("runner") == "unittest" else run_pytest
+    code, stopped = driver(kit)
+    emit({"e": "end", "exit": code, "stopped": stopped})
+    exit_now(code)
+
+
+def _run_pytest(kit):
+    """pytest in this process, with the recorder as a plugin: (exit code, whether the run stopped early)."""
+    import pluggy
+    import pytest
+    from _pytest.config import default_plugins
+
+    for name in default_plugins:
+        kit.importlib.import_module("_pytest." + name)
+
+    emit, evidence, function_of, pristine_code = kit.emit, kit.evidence, kit.function_of, kit.pristine_code
+    framework_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (pytest, pluggy, sys.modules["_pytest"]))
+
+    def from_framework(value):
+        function = function_of(value)
+        return function is not None and function.__code__.co_filename.startswith(framework_dirs)
+
+    watched = kit.fingerprint(
+        lambda modname: modname in ("pytest", "pluggy") or modname.startswith(("_pytest.", "pluggy."))
+    )
+
+    def check_framework(settle=False):
+        """``settle``: accept replacements made by pytest's own code (configure and unconfigure time)."""
+        kit.check_fingerprint(watched, from_framework if settle else None)
+
+    def hook_state(config):
+        """The report path's hook callers and implementations, held (equality is identity for functions;
+        code swapped inside one is the audit hook's to see)."""
+        state = [getattr(config.pluginmanager, "_inner_hookexec", None)]
+        for name in REPORT_HOOKS:
+            caller = getattr(config.hook, name, None)
+            impls = caller.get_hookimpls() if caller is not None else []
+            state.append((caller, getattr(caller, "_hookexec", None), tuple((i, i.function) for i in impls)))
+        return tuple(state)
+
     def foreign_skip(report):
         """Where a skip was raised, when that is a file of the workspace other than a pristine test file."""
         where = report.longrepr[0] if report.skipped and isinstance(report.longrepr, tuple) else None
-        if not where or pristine is None or not in_workspace(where):
-            return None  # pytest's own skips, and installed libraries' (their files are the image's)
-        rel = os.path.relpath(os.path.abspath(where), workspace)
-        return None if rel in pristine else rel
+        return kit.foreign(where)
 
     from importlib.machinery import SourceFileLoader
 
@@ -180,11 +243,11 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
     from _pytest.outcomes import Skipped, XFailed
 
     test_loaders = (AssertionRewritingHook, SourceFileLoader)  # the classes themselves: a namesake is no match
-    install_audit_hook(pristine is None, tests, framework_dirs, workspace, channel, marker, sys._getframe(0).f_code)
+    install_audit_hook(kit, framework_dirs, ("_pytest", "pytest", "pluggy"), ())
 
     # The recorder's state lives in this closure, not on the plugin object other plugins can list.
     config_of, hooks_at_start, hooks_after_collection, items = [], [()], [()], {}
-    seen_reports, stopped = {}, [False]
+    seen_reports, stopped, selecting = {}, [False], [False]
 
     def impls(name):
         caller = getattr(config_of[0].hook, name, None)
@@ -230,6 +293,21 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
         @pytest.hookimpl(trylast=True)
         def pytest_configure(self, config):
             check_framework(settle=True)
+
+        @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_collection_modifyitems(self, session, config, items):
+            """Deselection (-k, -m, --deselect, a conftest's) happens here and only here."""
+            selecting[0] = True
+            try:
+                yield
+            finally:
+                selecting[0] = False
+
+        def pytest_deselected(self, items):
+            if not selecting[0]:
+                evidence("deselected_outside_collection")
+                return
+            emit({"e": "deselected", "ids": [item.nodeid for item in items]})
 
         @pytest.hookimpl(trylast=True)
         def pytest_collection_finish(self, session):
@@ -288,7 +366,8 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
 
         def pytest_collectreport(self, report):
             if report.failed:
-                emit({"e": "collect_error", "id": report.nodeid or "."})
+                message = kit.first_error_line(getattr(report, "longreprtext", "") or "")
+                emit({"e": "collect_error", "id": report.nodeid or ".", "m": message})
             if report.skipped:  # a whole module skipped at collection (importorskip, a skip at import)
                 event = {"e": "collect_skip", "id": report.nodeid or "."}
                 origin = foreign_skip(report)
@@ -300,41 +379,422 @@ def _main():  # one closure on purpose: nothing of the recorder at module level
         def pytest_sessionfinish(self, session):
             stopped[0] = bool(session.shouldfail or session.shouldstop)
 
-    sys.path[:] = search_path  # the code under test imports as under a plain ``python -c``
+    kit.restore_path()
     emit({"e": "start", "pytest": pytest.__version__, "pluggy": getattr(pluggy, "__version__", "")})
     code = int(pytest.main(sys.argv[1:], plugins=[Recorder()]))
     check_framework(settle=True)  # pytest undoes its own configure-time patches at unconfigure
-    emit({"e": "end", "exit": code, "stopped": stopped[0]})
-    exit_now(code)
+    return code, stopped[0]
 
 
-def install_audit_hook(vouched, tests, framework_dirs, workspace, channel, marker, main_code):
+def _run_unittest(kit):
+    """unittest in this process, under the same protections: (exit code, whether the run stopped early).
+
+    Tests are loaded as ``python -m unittest`` would (discovery, names, -k patterns), or by the ids
+    the host names; each test's setUp, method and tearDown are wrapped on its instance before the
+    run, so how each really ended is on the channel before the result object says anything; the
+    result object is the recorder's own, and reports each test as pytest would (module docstring).
+    """
+    import re
+    import traceback
+    import unittest
+    from importlib.machinery import SourceFileLoader
+    from unittest import case, loader, result, suite, util
+
+    emit, evidence, function_of, workspace = kit.emit, kit.evidence, kit.function_of, kit.workspace
+    plan = kit.key["unittest"]
+
+    def write_log(text, _write=os.write):
+        data = text.encode("utf-8", "replace")
+        while data:
+            data = data[_write(2, data) :]
+
+    framework_dirs = (os.path.dirname(unittest.__file__) + os.sep,)
+    SkipTest, FailedTest = case.SkipTest, loader._FailedTest
+    ErrorHolder, TestSuite = suite._ErrorHolder, suite.TestSuite
+    fixture_error = re.compile(r"^(setUpClass|tearDownClass|setUpModule|tearDownModule) \((.+)\)$").match
+    strclass, isfile, join = util.strclass, os.path.isfile, os.path.join
+    relpath, abspath = os.path.relpath, os.path.abspath
+
+    loaded_from = {}  # id(test) -> the module it was loaded from (a test class may live in another module)
+    deselected = []  # node ids that -k patterns left out
+    modules_loading = []
+
+    def node_id(test, module):
+        cls = type(test)
+        path = getattr(module, "__file__", None) or getattr(sys.modules.get(cls.__module__), "__file__", None) or "?"
+        rel = relpath(abspath(path), workspace)
+        defined_in = getattr(sys.modules.get(cls.__module__), "__file__", None)
+        if defined_in and kit.in_workspace(defined_in):
+            return f"{rel}::{cls.__qualname__.replace('.', '::')}::{test._testMethodName}"
+        return f"{rel}::{test.id()}"  # a stdlib or library case (doctests, FunctionTestCase): its own id
+
+    class Loader(loader.TestLoader):
+        """unittest's loader, remembering which module each test came from and what -k left out."""
+
+        def loadTestsFromModule(self, module, *args, **kwargs):
+            modules_loading.append(module)
+            try:
+                found = super().loadTestsFromModule(module, *args, **kwargs)
+            finally:
+                modules_loading.pop()
+            for test in flatten(found):
+                loaded_from.setdefault(id(test), module)
+            return found
+
+        def getTestCaseNames(self, testCaseClass):
+            names = super().getTestCaseNames(testCaseClass)
+            if self.testNamePatterns and modules_loading:
+                patterns, self.testNamePatterns = self.testNamePatterns, None
+                try:
+                    every = super().getTestCaseNames(testCaseClass)
+                finally:
+                    self.testNamePatterns = patterns
+                module_file = getattr(modules_loading[-1], "__file__", None) or "?"
+                rel = relpath(abspath(module_file), workspace)
+                qual = testCaseClass.__qualname__.replace(".", "::")
+                deselected.extend(f"{rel}::{qual}::{name}" for name in every if name not in names)
+            return names
+
+    def flatten(tests):
+        if isinstance(tests, TestSuite):
+            return [t for inner in tests for t in flatten(inner)]
+        return [tests]
+
+    class Result(result.TestResult):
+        """The recorder's own result: every report a test gets is collected here, then mapped at its stop."""
+
+        def startTest(self, test):
+            self.testsRun += 1
+            started(test)
+
+        def stopTest(self, test):
+            finish(test)
+
+        def addSuccess(self, test):
+            note(test, "success")
+
+        def addFailure(self, test, err):
+            note(test, "failure", err)
+
+        def addError(self, test, err):
+            note(test, "error", err)
+
+        def addSkip(self, test, reason):
+            note(test, "skip")
+
+        def addExpectedFailure(self, test, err):
+            note(test, "xfail")
+
+        def addUnexpectedSuccess(self, test):
+            note(test, "xpass")
+
+        def addSubTest(self, test, subtest, err):
+            if err is not None:
+                note(test, "subskip" if issubclass(err[0], SkipTest) else "subfailure", err)
+
+        def addDuration(self, test, elapsed):
+            pass
+
+    result_methods = frozenset(name for name in vars(Result) if not name.startswith("__"))
+    watched = kit.fingerprint(
+        lambda modname: (modname == "unittest" or modname.startswith("unittest.")) and modname != "unittest.mock",
+        (Result, Loader),
+    )
+    install_audit_hook(kit, framework_dirs, ("unittest",), ("unittest.mock",), (Result, Loader))
+    # The recorder's state lives in this closure, not on the result object the tests can reach.
+    ids, planned, state, reports, origins, finished, order = {}, [], {}, {}, {}, set(), []
+    failures, stopped, the_result = [0], [False], []
+
+    def ran(test_id, when, error):
+        """Called by a test's wrappers: how this part of it ended, on the channel at once."""
+        ended = "ok" if error is None else "skip" if isinstance(error, SkipTest) else "raised"
+        if ended == "skip":
+            origin = skip_origin(error)
+            if origin:
+                origins[test_id] = origin
+        emit({"e": "ran", "id": test_id, "w": when, "x": ended})
+
+    def skip_origin(error):
+        """The workspace file (other than a pristine one) that raised or asked for a skip, or None."""
+        tb, where = error.__traceback__, None
+        while tb is not None:
+            path = tb.tb_frame.f_code.co_filename
+            if not path.startswith((*framework_dirs, "<")):
+                where = path
+            tb = tb.tb_next
+        return kit.foreign(where)
+
+    def observer(test_id, when, original, awaits):
+        """``original`` (a bound method) wrapped: how it ended goes to ``ran``. Everything it uses is a default
+        argument (replacing a function's defaults is audited; closure cells are not). ``awaits``: the test
+        case awaits a coroutine method (IsolatedAsyncioTestCase); any other case calls it, as unittest does."""
+        function = getattr(original, "__func__", original)
+        flags = getattr(getattr(function, "__code__", None), "co_flags", 0)
+        if flags & CO_COROUTINE and awaits:
+
+            async def observed(_original=original, _ran=ran, _id=test_id, _when=when):
+                try:
+                    value = await _original()
+                except BaseException as error:
+                    _ran(_id, _when, error)
+                    raise
+                _ran(_id, _when, None)
+                return value
+
+        else:
+
+            def observed(_original=original, _ran=ran, _id=test_id, _when=when):
+                try:
+                    value = _original()
+                except BaseException as error:
+                    _ran(_id, _when, error)
+                    raise
+                _ran(_id, _when, None)
+                return value
+
+        observed.__dict__.update(getattr(function, "__dict__", {}))  # __unittest_skip__, expecting failure
+        observed.__name__ = getattr(function, "__name__", when)
+        observed.__doc__ = getattr(function, "__doc__", None)
+        return observed
+
+    def item_state(test):
+        function = function_of(getattr(type(test), test._testMethodName, None))
+        shadowed = tuple(name for name in TESTCASE_PROTOCOL if name in vars(test))
+        return function, getattr(function, "__code__", None), shadowed, tuple(map(vars(test).get, PARTS))
+
+    def plan_test(test, module):
+        test_id = node_id(test, module)
+        if test_id in state:
+            return  # loaded twice (the same class in two suites of one module): run once, as pytest does
+        method, awaits = test._testMethodName, hasattr(type(test), "_callMaybeAsync")
+        wrappers = {
+            "setUp": observer(test_id, "setup", test.setUp, awaits),
+            "tearDown": observer(test_id, "teardown", test.tearDown, awaits),
+            method: observer(test_id, "call", getattr(test, method), awaits),
+        }
+        for name, wrapper in wrappers.items():
+            object.__setattr__(test, name, wrapper)
+        ids[id(test)] = test_id
+        planned.append(test)
+        state[test_id] = (*item_state(test), wrappers[method])
+        mod = module or sys.modules.get(type(test).__module__)
+        path = getattr(mod, "__file__", None)
+        if path and kit.in_workspace(path) and type(getattr(mod, "__loader__", None)) is not SourceFileLoader:
+            evidence(f"test_module_loader:{type(getattr(mod, '__loader__', None)).__name__}")
+
+    def check_test(test, test_id):
+        now = (*item_state(test), vars(test).get(test._testMethodName))
+        if now != state[test_id]:
+            evidence(f"test_item_patched:{test_id}")
+
+    def check_result():
+        kit.check_fingerprint(watched)
+        if the_result and any(name in result_methods for name in vars(the_result[0])):
+            evidence("result_patched")
+
+    def started(test):
+        test_id = ids.get(id(test))
+        if test_id is None:
+            return
+        check_result()
+        check_test(test, test_id)
+        reports.setdefault(test_id, [])
+
+    def note(test, kind, err=None):
+        if isinstance(test, ErrorHolder):
+            fixture(test, kind)
+            return
+        test = getattr(test, "test_case", test)  # a subtest's report belongs to its test
+        test_id = ids.get(id(test))
+        if test_id is None:
+            return
+        if test_id in finished:
+            evidence(f"test_reported_twice:{test_id}")
+            return
+        reports.setdefault(test_id, []).append(kind)
+        if err is not None and kind in ("failure", "error", "subfailure"):
+            log_failure(test_id, err)
+
+    def log_failure(test_id, err):
+        """The failure as ``pytest --tb=short`` shows it, to the log (what problem statements are written from)."""
+        frames = [f for f in traceback.extract_tb(err[2]) if not f.filename.startswith((*framework_dirs, "<"))]
+        lines = [f"{'_' * 20} {test_id.split('::', 1)[-1].replace('::', '.')} {'_' * 20}"]
+        for frame in frames:
+            lines += [f"{relpath(abspath(frame.filename), workspace)}:{frame.lineno}: in {frame.name}"]
+            lines += [f"    {frame.line}"] if frame.line else []
+        message = "".join(traceback.format_exception_only(err[0], err[1])).rstrip()
+        lines += [f"E   {line}" for line in message.splitlines()]
+        write_log("\n".join(lines) + "\n")
+
+    def phase(test_id, when, outcome, origin=None):
+        event = {"e": "phase", "id": test_id, "w": when, "o": outcome}
+        if origin:
+            event["k"] = origin
+        emit(event)
+        if outcome == "failed":
+            failures[0] += 1
+            if plan.get("maxfail") and failures[0] >= plan["maxfail"] and the_result:
+                the_result[0].shouldStop = True
+                stopped[0] = True
+
+    def finish(test):
+        test_id = ids.get(id(test))
+        if test_id is None:
+            return
+        if test_id in finished:
+            evidence(f"test_reported_twice:{test_id}")
+            return
+        kinds = reports.get(test_id, [])
+        if any(k in ("failure", "error", "xpass", "subfailure") for k in kinds):
+            phase(test_id, "call", "failed")
+        elif "success" in kinds:
+            for when in ("setup", "call", "teardown"):  # each must have been seen to end well
+                phase(test_id, when, "passed")
+        elif kinds:  # skipped, an expected failure, or skipped subtests only
+            phase(test_id, "call", "skipped", origins.get(test_id))
+        finished.add(test_id)
+        order.append(test)
+        emit({"e": "test", "id": test_id})
+        check_result()
+
+    def owner(test, level):
+        return strclass(type(test)) if level == "Class" else type(test).__module__
+
+    def fixture(holder, kind):
+        """A class or module fixture's error or skip: to the tests it kept from running, or the last that ran."""
+        found = fixture_error(str(getattr(holder, "description", "")))
+        if found is None:
+            return
+        method, parent = found.groups()
+        level = "Class" if method.endswith("Class") else "Module"
+        if method.startswith("setUp"):
+            for test in planned:
+                test_id = ids[id(test)]
+                if test_id not in finished and test_id not in reports and owner(test, level) == parent:
+                    phase(test_id, "setup", "skipped" if kind == "skip" else "failed")
+                    finished.add(test_id)
+                    emit({"e": "test", "id": test_id})
+        elif kind != "skip":
+            last = [t for t in order if owner(t, level) == parent]
+            if last:
+                phase(ids[id(last[-1])], "teardown", "failed")
+
+    def file_of(name, top):
+        base = join(top, *name.split("."))
+        for path in (base + ".py", join(base, "__init__.py")):
+            if isfile(path):
+                return relpath(path, workspace)
+        return name
+
+    def load(the_loader, top):
+        """The planned tests, or the collection errors that stop the run (as pytest stops)."""
+        errors, skipped = [], []
+
+        def take(found, label=None):
+            for test in flatten(found):
+                if isinstance(test, FailedTest):
+                    text = str(getattr(test, "_exception", ""))
+                    errors.append((label or file_of(test._testMethodName, top), kit.first_error_line(text)))
+                    write_log(f"ERROR collecting {errors[-1][0]}\n{text}\n")
+                elif type(test).__name__ == "ModuleSkipped" and type(test).__module__ == "unittest.loader":
+                    skipped.append(label or file_of(test._testMethodName, top))
+                else:
+                    plan_test(test, loaded_from.get(id(test)))
+
+        def attempt(label, call, per_module=False):
+            """``per_module``: a discovery, whose failed modules are named by the loader, not ``label``."""
+            try:
+                take(call(), None if per_module else label)
+            except SkipTest:
+                skipped.append(label)
+            except BaseException as error:  # SystemExit at import too, as under pytest
+                errors.append((label, kit.first_error_line(f"{type(error).__name__}: {error}")))
+                trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+                write_log(f"ERROR collecting {label}\n{trace}\n")
+
+        selection = plan.get("select") or []
+        if selection:
+            files = list(dict.fromkeys(t.split("::", 1)[0] for t in selection))
+            for rel in files:
+                name = relpath(join(workspace, rel), top)[: -len(".py")].replace(os.sep, ".").removesuffix(".__init__")
+                attempt(rel, lambda name=name: the_loader.loadTestsFromName(name))
+            chosen = set(selection)
+            keep = [t for t in planned if _selected(ids[id(t)], chosen)]
+            planned[:] = keep
+        elif plan.get("names"):
+            for name in plan["names"]:
+                if isfile(name) and name.lower().endswith(".py"):
+                    name = relpath(name)[: -len(".py")].replace(os.sep, ".")
+                attempt(file_of(name, top), lambda name=name: the_loader.loadTestsFromName(name))
+        else:
+            discover = the_loader.discover
+            attempt(plan["start"], lambda: discover(plan["start"], plan["pattern"], plan.get("top")), per_module=True)
+        return errors, skipped
+
+    def _selected(test_id, chosen):
+        parts = test_id.split("::")
+        return any("::".join(parts[:n]) in chosen for n in range(1, len(parts) + 1))
+
+    the_loader = Loader()
+    if plan.get("patterns"):
+        the_loader.testNamePatterns = [p if "*" in p else f"*{p}*" for p in plan["patterns"]]
+    top = abspath(plan.get("top") or (plan["start"] if not plan.get("select") and not plan.get("names") else "."))
+    kit.restore_path()
+    if plan.get("select") and top not in sys.path:
+        sys.path.insert(0, top)  # what discovery does for its top-level directory
+    emit({"e": "start", "unittest": sys.version.split()[0]})
+    errors, skipped = load(the_loader, top)
+    for rel in dict.fromkeys(skipped):
+        emit({"e": "collect_skip", "id": rel})
+    for rel, message in errors:
+        emit({"e": "collect_error", "id": rel, "m": message})
+    if deselected:
+        emit({"e": "deselected", "ids": deselected})
+    check_result()
+    if errors:
+        return 2, False  # pytest's "interrupted": a collection error runs nothing
+    if not planned:
+        return 5, False  # pytest's "no tests collected"
+    outcome = Result()
+    the_result.append(outcome)
+    TestSuite(planned).run(outcome)
+    check_result()
+    return (1 if failures[0] else 0), stopped[0]
+
+
+def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules, own_types=()):
     """An audit hook (PEP 578: once added, never removed) that reports tampering as it happens.
 
     It sees what the fingerprints between tests cannot: a patch made and undone within one test,
     a function's code swapped, the collector walked for the recorder's objects, memory read raw.
-    Only calls made by the code under test count: the nearest caller that is neither pytest, the
+    Only calls made by the code under test count: the nearest caller that is neither the runner, the
     standard library, generated code (``<...>``) nor a pristine test file, or a thread that holds
     none of those (started by whom, then?). Everything it uses is bound as a default argument:
     immutable values, and replacing a function's defaults or code is itself an audited event.
+    ``framework_packages``: the runner's packages, whose classes are watched (less ``excluded_modules``);
+    ``own_types``: the recorder's classes.
     """
     stdlib = os.path.dirname(os.__file__) + os.sep
-    allowed = frozenset(os.path.join(workspace, rel) for rel in tests)  # test code may monkeypatch anything
+    workspace = kit.workspace
+    allowed = frozenset(os.path.join(workspace, rel) for rel in kit.tests)  # test code may monkeypatch anything
 
     def audit(
         event,
         args,
         _events=AUDITED,
         _skip=(*framework_dirs, stdlib, "<"),
-        _guarded=(*framework_dirs, "<string>"),  # pytest's and the recorder's own code (stdlib's is its own)
+        _guarded=(*framework_dirs, "<string>"),  # the runner's and the recorder's own code (stdlib's is its own)
+        _packages=tuple(framework_packages),
+        _excluded=tuple(excluded_modules),
+        _own=tuple(own_types),
         _allowed=allowed,
         _workspace=workspace + os.sep,
-        _vouched=vouched,
-        _main=main_code,
+        _vouched=kit.pristine is None,
+        _main=kit.main_code,
         _frame=sys._getframe,
         _write=os.write,
-        _fd=channel,
-        _prefix=marker,
+        _fd=kit.channel,
+        _prefix=kit.marker,
     ):
         if event not in _events or _vouched:
             return
@@ -342,7 +802,9 @@ def install_audit_hook(vouched, tests, framework_dirs, workspace, channel, marke
             target, name = args[0], args[1]
             code = getattr(target, "__code__", None)
             origin = str(getattr(target, "__module__", None) or "")
-            framework_class = isinstance(target, type) and origin.split(".")[0] in ("_pytest", "pytest", "pluggy")
+            framework_class = isinstance(target, type) and (
+                any(target is own for own in _own) or (origin.split(".")[0] in _packages and origin not in _excluded)
+            )
             guarded_code = code is not None and (code.co_filename.startswith(_guarded) or code.co_filename in _allowed)
             if not (framework_class or guarded_code):
                 return
@@ -359,7 +821,7 @@ def install_audit_hook(vouched, tests, framework_dirs, workspace, channel, marke
         while frame is not None:
             path = frame.f_code.co_filename
             if frame.f_code is _main or path in _allowed:
-                return  # pytest's own doing, or a pristine test's
+                return  # the runner's own doing, or a pristine test's
             if not path.startswith(_skip):
                 if path.startswith(_workspace):
                     break  # the code under test
@@ -375,7 +837,7 @@ AUDITED = frozenset(
         "object.__setattr__",  # a framework class's attribute, or any guarded function's code, replaced
         "sys.settrace",
         "sys.setprofile",
-        "gc.get_objects",  # walking the collector: how in-process code finds the recorder and pytest's state
+        "gc.get_objects",  # walking the collector: how in-process code finds the recorder and the runner's state
         "gc.get_referrers",
         "gc.get_referents",
         "sys._current_frames",
@@ -387,4 +849,4 @@ AUDITED = frozenset(
 )
 
 
-globals().pop("_main")()
+globals().pop("_main")(globals().pop("_run_pytest"), globals().pop("_run_unittest"))

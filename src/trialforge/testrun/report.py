@@ -17,11 +17,17 @@ the code under test does not hold; the sandbox reports the process's real exit s
   it was made, trace hooks, live patches, collector walks, raw memory reads);
 - a graded test skipped by a ``pytest.skip`` raised in the code under test (not in a pristine
   test file, not by pytest);
+- deselection (``-k``, ``-m``, ``--deselect``, a conftest's) reported outside collection, or a
+  deselected test that ran anyway;
 - the canaries (``canaries.py``): a must-fail canary that passed; a canary skipped while real tests
-  of its file ran; a canary missing from a run that was not stopped early and whose file collected
-  (after a collection error pytest runs nothing, and a module skipped at collection has no tests);
-  a must-pass canary that failed in its call (not in setup: an honest but broken diff can break a
-  fixture, never a self-contained assertion).
+  of its file ran; a canary missing from a run that was not stopped early, whose file collected and
+  reported other tests, and that did not deselect it (after a collection error the runner runs
+  nothing, a module skipped at collection has no tests, a file the task's options leave out has none,
+  and the task's -k/-m may leave a canary out); a must-pass canary that failed in its call (not in
+  setup: an honest but broken diff can break a fixture, never a self-contained assertion).
+
+Each phase counts as it was first observed: a part of a test run again later (a unittest method
+called a second time) cannot rewrite how it ended.
 
 A run that crashes, times out or overflows the output cap is not tampered: it has no report
 (``reported=False``) and fails. Flooding the channel therefore earns nothing either.
@@ -31,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -53,6 +59,7 @@ class TestReport:
     log_tail: str = ""
     evidence: tuple[str, ...] = ()  # why the run cannot be trusted; empty when clean
     canaries: dict[str, str] = field(default_factory=dict)  # canary node id -> outcome, for the record
+    collection_errors: dict[str, str] = field(default_factory=dict)  # module -> its error's first line
 
     @property
     def tampered(self) -> bool:
@@ -82,6 +89,8 @@ class _Run:
     finished: set[str] = field(default_factory=set)
     ran: dict[tuple[str, str], str] = field(default_factory=dict)  # (test, phase) -> ok | skip | raised
     not_collected: set[str] = field(default_factory=set)  # modules that failed or were skipped at collection
+    collection_errors: dict[str, str] = field(default_factory=dict)  # module -> its error's first line
+    deselected: set[str] = field(default_factory=set)  # tests the run's selection options left out
     failures: int = 0  # phase reports that failed (what --maxfail counts)
 
 
@@ -123,13 +132,27 @@ def read_report(
         evidence.append(f"stopped_before_max_failures:{run.failures}<{max_failures}")
     by_canary = _canary_outcomes(run.outcomes, list(canaries))
     interrupted = any(t.startswith(COLLECTION) for t in run.outcomes)  # pytest runs no test after a collection error
+    evidence += [f"deselected_test_ran:{t}" for t in sorted(run.deselected) if t in run.outcomes]
     evidence += canary_evidence(
-        list(canaries), by_canary, run.outcomes, stopped=stopped or interrupted, not_collected=run.not_collected
+        list(canaries),
+        by_canary,
+        run.outcomes,
+        stopped=stopped or interrupted,
+        not_collected=run.not_collected,
+        deselected=run.deselected,
     )
     real = {t: o for t, o in run.outcomes.items() if _base(t) not in by_canary}
     seen = {cid: ",".join(found) for cid, found in by_canary.items()}
     return TestReport(
-        exit_code, real, result.duration_s, result.timed_out, True, log_tail, tuple(dict.fromkeys(evidence)), seen
+        exit_code,
+        real,
+        result.duration_s,
+        result.timed_out,
+        True,
+        log_tail,
+        tuple(dict.fromkeys(evidence)),
+        seen,
+        run.collection_errors,
     )
 
 
@@ -139,7 +162,7 @@ def _fold(events: list[dict], graded: set[str], evidence: list[str]) -> _Run:
     for event in events:
         kind, test_id = event.get("e"), str(event.get("id"))
         if kind == "ran":
-            run.ran[(test_id, str(event.get("w")))] = str(event.get("x"))
+            run.ran.setdefault((test_id, str(event.get("w"))), str(event.get("x")))  # the first observation counts
         elif kind == "phase":
             when, outcome = str(event.get("w")), str(event.get("o"))
             run.failures += outcome == "failed"
@@ -162,7 +185,10 @@ def _fold(events: list[dict], graded: set[str], evidence: list[str]) -> _Run:
         elif kind == "collect_error":
             run.outcomes[COLLECTION + test_id] = "error"
             run.not_collected.add(test_id.split("::", 1)[0])
+            run.collection_errors[test_id] = str(event.get("m") or "")
             run.failures += 1
+        elif kind == "deselected":
+            run.deselected.update(str(t) for t in event.get("ids") or ())
         elif kind == "tamper":
             evidence.append(str(event.get("what")))
     return run
@@ -220,15 +246,21 @@ def canary_evidence(
     *,
     stopped: bool,
     not_collected: set[str],
+    deselected: Collection[str] = (),
 ) -> list[str]:
     """What the canaries say about the run (see the module docstring); empty for an honest run.
 
     ``by_canary`` holds every outcome of each canary (a parametrized module makes several ids of one).
     """
     ran_in_file: dict[str, bool] = defaultdict(bool)
+    reported_in_file: set[str] = set()
     for test_id, outcome in outcomes.items():
-        if outcome in RAN and _base(test_id) not in by_canary:
+        if _base(test_id) in by_canary or test_id.startswith(COLLECTION):
+            continue
+        reported_in_file.add(test_id.split("::", 1)[0])
+        if outcome in RAN:
             ran_in_file[test_id.split("::", 1)[0]] = True
+    left_out = {_base(t) for t in deselected}
     found: list[str] = []
     for canary in canaries:
         got = by_canary.get(canary.node_id, [])
@@ -240,7 +272,14 @@ def canary_evidence(
             found.append(f"canary_skipped:{canary.kind}")
         elif canary.must == "pass" and "failed" in got:
             found.append(f"canary_failed:{canary.kind}")
-        elif not got and not stopped and canary.file not in not_collected and (source or not canary.source):
+        elif (
+            not got
+            and not stopped
+            and canary.file not in not_collected
+            and canary.file in reported_in_file
+            and canary.node_id not in left_out
+            and (source or not canary.source)
+        ):
             found.append(f"canary_missing:{canary.kind}")
     return found
 

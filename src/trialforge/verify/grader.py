@@ -23,7 +23,10 @@ from pathlib import Path
 from trialforge.errors import PatchError, SandboxError
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
+from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.envimages import task_image
+from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
@@ -50,7 +53,7 @@ class Verdict:
 @dataclass(frozen=True)
 class Grader:
     backend: Backend
-    image: str
+    image: str  # for tasks that name none (the base image); a task's own image otherwise
     image_digest: str
     snapshots: SnapshotStore
     limits: Limits
@@ -73,7 +76,7 @@ class Grader:
         code_diff, dropped = filter_patch(diff, lambda p: not is_test_path(p))
         provenance = {
             "verifier_version": VERIFIER_VERSION,
-            "image_digest": self.image_digest,
+            "image_digest": task.image_digest if task.image.startswith(ENV_REPO + ":") else self.image_digest,
             "base_snapshot": task.snapshot,
             "diff_sha256": hashlib.sha256(code_diff.encode()).hexdigest(),
             "dropped_paths": ",".join(dropped),
@@ -119,15 +122,17 @@ class Grader:
         tests = task.fail_to_pass + task.pass_to_pass
         if not task.fail_to_pass:
             return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
-        guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass)
+        env = task.env or EnvSpec()
+        guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass, runner=env.runner)
         limits = report_limits(self.limits)
-        spec = SandboxSpec(image=self.image, workspace=tree, limits=limits, labels={"purpose": "verify"})
         try:
+            image = task_image(task, self.backend, self.image)
+            spec = SandboxSpec(image=image.name, workspace=tree, limits=limits, labels={"purpose": "verify"})
             sandbox = self.backend.create(spec)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         try:
-            report = run_tests(sandbox, tests, timeout=self.timeout_for(task), guard=guard, stop_early=True)
+            report = run_tests(sandbox, tests, timeout=self.timeout_for(task), guard=guard, stop_early=True, env=env)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         finally:

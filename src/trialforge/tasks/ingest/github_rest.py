@@ -15,6 +15,9 @@ fix, resolve and their -s/-d forms, any case) followed by ``#N``, ``owner/repo#N
 the title or body. "see #5" is a mention, not a link. Hints are the comments on those issues written
 before work on the fix began (the earlier of the pull request's creation and its first commit), so
 they never describe the solution. The base state is the repository at the pull request's ``base.sha``.
+
+Bad input: a line over ``caps.max_record_bytes`` is dropped unread; a task whose statement, hints or
+patches are over ``caps`` is dropped with the cap named (``repos.check_caps``), never truncated.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ValidationError
 
+from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.repos import (
+    DEFAULT_CAPS,
     IngestFunnel,
     Mirrors,
     Record,
     RepoError,
     RepoSource,
+    check_caps,
     read_json_records,
     require_code_and_tests,
     resolve_commit,
@@ -43,6 +49,7 @@ from trialforge.tasks.ingest.repos import (
     vet_patch,
     with_extras,
 )
+from trialforge.tasks.patches import touched_paths
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -161,6 +168,7 @@ def ingest_github_rest(
     snapshots: SnapshotStore,
     *,
     clone_dir: Path | None = None,
+    caps: IngestCaps = DEFAULT_CAPS,
 ) -> tuple[list[Task], IngestFunnel]:
     """One task per merged pull request that closes issues of the export and changes code and tests.
 
@@ -170,12 +178,12 @@ def ingest_github_rest(
     lists every issue -> pull request link found.
     """
     funnel = IngestFunnel("ingest.github_rest")
-    export = _read_export(path, funnel)
+    export = _read_export(path, funnel, caps)
     tasks: list[Task] = []
     fate: dict[IssueKey, tuple[str, str]] = {}  # issue -> (drop reason, detail) until a task uses it
     with Mirrors(repos, clone_dir) as mirrors:
         for where, pull in export.pulls.values():
-            task = _pull_task(where, pull, export, mirrors, snapshots, funnel, fate)
+            task = _pull_task(where, pull, export, mirrors, snapshots, funnel, fate, caps)
             if task is not None:
                 tasks.append(task)
                 funnel.keep()
@@ -198,9 +206,9 @@ def closing_refs(text: str, default_repo: str) -> list[IssueKey]:
     return list(dict.fromkeys(refs))
 
 
-def _read_export(path: Path, funnel: IngestFunnel) -> _Export:
+def _read_export(path: Path, funnel: IngestFunnel, caps: IngestCaps) -> _Export:
     export = _Export()
-    for record in read_json_records(path, funnel):
+    for record in read_json_records(path, funnel, caps=caps):
         _file_record(record, export, funnel)
     return export
 
@@ -237,6 +245,7 @@ def _pull_task(
     snapshots: SnapshotStore,
     funnel: IngestFunnel,
     fate: dict[IssueKey, tuple[str, str]],
+    caps: IngestCaps,
 ) -> Task | None:
     ref = f"{where} ({pull.html_url})"
     refs = closing_refs(f"{pull.title}\n{pull.body or ''}", pull.repo)
@@ -250,7 +259,7 @@ def _pull_task(
         funnel.drop(ref, "no_linked_issue", f"#{pull.number} closes {named}; the export holds none of them")
         return None
     try:
-        task = _build_task(pull, [export.issues[key][1] for key in linked], mirrors, snapshots)
+        task = _build_task(pull, [export.issues[key][1] for key in linked], mirrors, snapshots, caps)
     except RepoError as exc:
         _mark(fate, linked, "fix_pr_dropped", f"its fix {pull.html_url} was dropped: {exc.reason}")
         funnel.drop(ref, exc.reason, str(exc))
@@ -261,27 +270,27 @@ def _pull_task(
     return task
 
 
-def _build_task(pull: Pull, issues: list[Issue], mirrors: Mirrors, snapshots: SnapshotStore) -> Task:
+def _build_task(pull: Pull, issues: list[Issue], mirrors: Mirrors, snapshots: SnapshotStore, caps: IngestCaps) -> Task:
     what = f"pull request {pull.repo}#{pull.number}"
     patch = _pull_patch(pull, what)
-    vet_patch(patch, what)
+    vet_patch(patch, what, max_bytes=caps.max_patch_bytes)
+    require_code_and_tests(touched_paths(patch), what)
     code, tests = split_patch(patch)
-    require_code_and_tests(code, tests, what)
     repo = mirrors.get(pull.repo)
     base = resolve_commit(repo, pull.base.sha)
-    digest = snapshot_at(repo, base, [tests, code], snapshots)
     extras = {"base_commit": base, "merge_commit": pull.merge_commit_sha, "issues": [i.html_url for i in issues]}
-    return Task(
+    task = Task(
         task_id=f"{pull.repo.replace('/', '__')}-{pull.number}",
         source=Source(kind="github", ref=with_extras(pull.html_url, extras), link_confidence=1.0),
         repo=pull.repo,
-        snapshot=digest,
         problem_statement="\n\n".join(f"{i.title}\n{i.body or ''}".strip() for i in issues),
         hints=_hints(issues, pull.work_started),
         gold_patch=code,
         test_patch=tests,
         created_at=pull.created_at.isoformat().replace("+00:00", "Z"),
     )
+    check_caps(task, caps)
+    return task.model_copy(update={"snapshot": snapshot_at(repo, base, [tests, code], snapshots)})
 
 
 def _hints(issues: list[Issue], cutoff: datetime) -> str:

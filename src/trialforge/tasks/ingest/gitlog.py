@@ -1,21 +1,65 @@
-"""Git history mining: commits that change code and tests together -> tasks.
+"""Git history mining: commits that change code and tests together -> tasks a person would accept.
 
-No ticket says what was wrong, so the problem statement is the commit message (subject and body).
-That text was written after the fix and often describes the solution rather than the problem, so
-these tasks carry a low link confidence (``GITLOG_CONFIDENCE``) for curation to weigh or filter.
+Selected: single-parent commits whose diff against the parent is all text, changes at most
+``max_changed_lines`` lines, and changes both code and tests (``repos.require_code_and_tests``):
 
-Selected: single-parent commits whose diff against the parent touches at least one test path and
-one code path (``is_test_path``), is all text, and changes at most ``max_changed_lines`` lines.
-Merges, root commits, binary changes, huge diffs, undecodable diffs or messages and diffs that do
-not re-apply are reported with the commit's sha. The base state is the parent commit.
+* ``no_test_changes``: no test file changed, or on the test side only runner configuration
+  (``setup.cfg``, ``tox.ini``, ``pytest.ini``, ``pyproject.toml``, ``.coveragerc``, ``noxfile.py``);
+* ``no_code_changes``: only tests, or besides them only docs, CI and packaging files (``*.md``,
+  ``docs/``, ``.github/``, ``setup.py``, ``MANIFEST.in``, ``CHANGELOG``...).
+
+The problem statement, best source first:
+
+1. an issue the commit message links, when ``issues`` (a JSON-lines or JSON-array export of the
+   repository's issues and pull requests as the GitHub REST API returns them) holds it: its title and
+   body. Links: a closing keyword (``fixes #12``, ``closes GH-12``, an issue URL) or a squash-merge
+   suffix ``(#12)`` on the subject, link confidence ``ISSUE_CONFIDENCE``; any other mention (``#12``,
+   ``GH-12``, a URL), ``MENTION_CONFIDENCE``. A linked pull request is followed to the issue it closes;
+   a pull request that closes none gives its own description, at ``MENTION_CONFIDENCE``.
+2. otherwise the commit message: ``subject\\n\\nbody`` (trailers such as ``Signed-off-by:`` removed),
+   written after the fix, so it gets ``GITLOG_CONFIDENCE``.
+
+The quality gate then drops, each with its reason and the commit's sha:
+
+* ``statement_too_short``: a message statement without a body (a subject names a change, not the
+  problem: "Minor cleanups.", "Prepare v4.1.1"), or any statement under ``min_statement_words`` words;
+* ``statement_leaks_fix``: the statement names an identifier that the fix adds to the code, that
+  exists nowhere in the parent's tree and that the test patch does not use (a name the tests call is
+  the interface asked for; a brand-new private name is the answer). This is the narrow,
+  history-only form of ``quality.leaks``' ``new_identifier`` check, done here because ``tasks`` is
+  below ``quality``; the quality step runs the full check on every task later;
+* ``oversize_statement``, ``oversize_patch``: over ``caps`` (``repos.check_caps``);
+* ``no_python_for_era``: the parent's ``requires-python``/``python_requires`` (``pyproject.toml``,
+  ``setup.cfg``, ``setup.py``) allows none of the Pythons images exist for (``envspec.SUITES``), as
+  ``envdetect.resolve_env`` judges it, overrides (``trialforge-env.yaml``, ``env_overrides``) included;
+  ``env_error`` for another environment error. Only those files are read; the full environment is
+  the env step's.
+
+Also reported: merges, root commits, binary changes, huge diffs, undecodable diffs or messages,
+unsafe paths and diffs that do not re-apply. The base state is the parent commit. Bad lines of the
+issues file are reported as ``issues/<reason>`` in the same funnel.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from trialforge.scratch import scratch_dir
+from trialforge.tasks.envdetect import OVERRIDE_FILE, EnvError, resolve_env
+from trialforge.tasks.ingest.caps import IngestCaps
+from trialforge.tasks.ingest.github_rest import closing_refs
 from trialforge.tasks.ingest.repos import (
+    DEFAULT_CAPS,
+    GIT_TIMEOUT_S,
     MAX_CHANGED_LINES,
     Commit,
     IngestFunnel,
@@ -23,7 +67,11 @@ from trialforge.tasks.ingest.repos import (
     ObjectReader,
     RepoError,
     RepoSource,
+    check_caps,
     commit_fix,
+    git_argv,
+    git_env,
+    read_json_records,
     repo_name_of,
     rev_list,
     snapshot_at,
@@ -34,7 +82,268 @@ from trialforge.tasks.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
 
-GITLOG_CONFIDENCE = 0.3
+GITLOG_CONFIDENCE = 0.3  # statement from the commit message, written after the fix
+ISSUE_CONFIDENCE = 0.8  # statement from an issue the message closes or squash-merges
+MENTION_CONFIDENCE = 0.6  # from an issue only mentioned, or from a pull request's own description
+MIN_STATEMENT_WORDS = 8
+ENV_FILES = ("pyproject.toml", "setup.cfg", "setup.py", OVERRIDE_FILE)  # where the Python a tree needs is declared
+MIN_LEAK_CHARS = 4
+
+_SQUASH = re.compile(r"\(#(\d+)\)\s*$")
+_CLOSING_GH = re.compile(r"(?<![\w-])(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?):?\s+GH-(\d+)\b", re.IGNORECASE)
+_MENTION = re.compile(r"(?<![\w/&#-])(?:#|GH-)(\d+)\b")
+_URL_REF = re.compile(r"https?://[^\s/]+/(?P<repo>[\w.-]+/[\w.-]+)/(?:issues|pull)/(?P<number>\d+)\b")
+_REPO_IN_URL = re.compile(r"^https?://[^/]+/(?P<repo>[\w.-]+/[\w.-]+)/(?:issues|pull)/\d+")
+_TRAILER = re.compile(
+    r"^(?:[A-Z][a-z]*(?:-[A-Za-z]+)+|Fixes|Closes|Resolves|Refs|Bug|Issue|See): .+$|^\(cherry picked from commit \w+\)$"
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+# --- the issues file ------------------------------------------------------------------------------------
+
+
+class IssueRecord(BaseModel):
+    """An issue or pull request as the GitHub REST API returns it; only what a statement needs."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    number: int
+    title: str
+    body: str | None = ""
+    html_url: str = ""
+    pull_request: dict[str, Any] | None = None  # the issues API marks a pull request with this key
+    base: dict[str, Any] | None = None  # a pulls API object
+
+    @property
+    def is_pull(self) -> bool:
+        return self.pull_request is not None or self.base is not None or "/pull/" in self.html_url
+
+    @property
+    def repo(self) -> str:
+        match = _REPO_IN_URL.match(self.html_url)
+        return match.group("repo").lower() if match else ""
+
+    @property
+    def ref(self) -> str:
+        return self.html_url or f"#{self.number}"
+
+    @property
+    def text(self) -> str:
+        return f"{self.title}\n\n{self.body or ''}".strip()
+
+
+def read_issues(path: Path, funnel: IngestFunnel, caps: IngestCaps = DEFAULT_CAPS) -> dict[int, IssueRecord]:
+    """Issues and pull requests of ``path`` by number; unreadable, invalid and repeated records go to ``funnel``."""
+    issues: dict[int, IssueRecord] = {}
+    where_of: dict[int, str] = {}
+    for record in read_json_records(path, funnel, caps=caps):
+        try:
+            issue = IssueRecord.model_validate(record.data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            funnel.drop(record.where, "invalid_record", f"{'.'.join(map(str, err['loc']))}: {err['msg']}")
+            continue
+        if issue.number in issues:
+            funnel.drop(record.where, "duplicate", f"#{issue.number} already read at {where_of[issue.number]}")
+            continue
+        issues[issue.number] = issue
+        where_of[issue.number] = record.where
+    return issues
+
+
+# --- links from a commit message ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IssueRef:
+    number: int
+    repo: str  # lower-case owner/name when the reference names one (an URL), else ""
+    rule: str
+    confidence: float
+
+
+def issue_refs(message: str) -> list[IssueRef]:
+    """The issue numbers a commit message names, most confident first, each once."""
+    subject = message.split("\n", 1)[0]
+    refs = [IssueRef(n, repo, "closing keyword", ISSUE_CONFIDENCE) for repo, n in closing_refs(message, "")]
+    refs += [IssueRef(int(m.group(1)), "", "closing keyword", ISSUE_CONFIDENCE) for m in _CLOSING_GH.finditer(message)]
+    if squash := _SQUASH.search(subject):
+        refs.append(IssueRef(int(squash.group(1)), "", "squash-merge suffix", ISSUE_CONFIDENCE))
+    refs += [IssueRef(int(m.group(1)), "", "mention", MENTION_CONFIDENCE) for m in _MENTION.finditer(message)]
+    refs += [
+        IssueRef(int(m.group("number")), m.group("repo").lower(), "mention", MENTION_CONFIDENCE)
+        for m in _URL_REF.finditer(message)
+    ]
+    seen: set[int] = set()
+    unique = []
+    for ref in refs:
+        if ref.number not in seen:
+            seen.add(ref.number)
+            unique.append(ref)
+    return unique
+
+
+@dataclass(frozen=True)
+class Statement:
+    text: str
+    confidence: float
+    rule: str
+    ticket: str = ""  # the issue's URL (or #N) when the statement came from one
+    from_message: bool = True
+
+
+def statement_for(commit: Commit, issues: Mapping[int, IssueRecord]) -> tuple[Statement, list[IssueRef]]:
+    """The best statement for ``commit`` and the references it made that ``issues`` does not hold."""
+    refs = issue_refs(commit.message)
+    found = [(ref, issues[ref.number]) for ref in refs if _matches(ref, issues.get(ref.number))]
+    for ref, item in found:
+        issue, via = (item, "") if not item.is_pull else _closed_by(item, issues)
+        if issue is not None:
+            rule = f"{ref.rule} #{ref.number}" + (f" -> pull request closes #{issue.number}" if via else "")
+            return Statement(issue.text, ref.confidence, rule, issue.ref, from_message=False), []
+    if found:  # only pull requests that close no issue of the file: their own description
+        ref, pull = found[0]
+        rule = f"{ref.rule} #{ref.number}: pull request description"
+        return Statement(pull.text, min(ref.confidence, MENTION_CONFIDENCE), rule, pull.ref, from_message=False), []
+    body = message_body(commit)
+    text = f"{commit.subject}\n\n{body}" if body else commit.subject
+    missing = [ref for ref in refs if ref.number not in issues]
+    return Statement(text, GITLOG_CONFIDENCE, "commit message as problem statement"), missing
+
+
+def message_body(commit: Commit) -> str:
+    """The message body without its trailer paragraphs (``Signed-off-by:``, ``Co-authored-by:``, cherry-pick notes)."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", commit.body) if p.strip()]
+    while paragraphs and all(_TRAILER.match(line.strip()) for line in paragraphs[-1].splitlines()):
+        paragraphs.pop()
+    return "\n\n".join(paragraphs)
+
+
+def _matches(ref: IssueRef, item: IssueRecord | None) -> bool:
+    """An item of the file, and of the repository the reference names (when it names one)."""
+    return item is not None and (not ref.repo or not item.repo or ref.repo == item.repo)
+
+
+def _closed_by(pull: IssueRecord, issues: Mapping[int, IssueRecord]) -> tuple[IssueRecord | None, str]:
+    for repo, number in closing_refs(pull.text, ""):
+        item = issues.get(number)
+        if item is not None and not item.is_pull and (not repo or not item.repo or repo.lower() == item.repo):
+            return item, pull.ref
+    return None, ""
+
+
+# --- the quality gate --------------------------------------------------------------------------------------
+
+
+def check_statement(statement: Statement, commit: Commit, missing: list[IssueRef], min_words: int) -> None:
+    """``statement_too_short`` for a message without a body or a statement under ``min_words`` words."""
+    unlinked = ""
+    if missing:
+        named = ", ".join(f"#{ref.number}" for ref in missing)
+        unlinked = f"; it names {named}, which the issues file does not hold"
+    if statement.from_message and not message_body(commit):
+        raise RepoError(
+            f"commit {commit.sha}: the message has no body, only the subject {commit.subject!r}: it names a "
+            f"change, not the problem{unlinked}",
+            reason="statement_too_short",
+        )
+    words = len(statement.text.split())
+    if words < min_words:
+        raise RepoError(
+            f"commit {commit.sha}: the statement ({statement.rule}) is {words} words, fewer than "
+            f"{min_words}: {statement.text[:200]!r}{unlinked}",
+            reason="statement_too_short",
+        )
+
+
+def fix_leaks(statement: str, code: str, tests: str, repo: Path, parent: str) -> list[str]:
+    """Identifiers the statement names that the fix adds, that the parent's tree lacks and the tests do not use."""
+    named = {n for n in _IDENTIFIER.findall(statement) if len(n) >= MIN_LEAK_CHARS and _code_shaped(n)}
+    if not named:
+        return []
+    added, kept = set(), set()
+    for line in code.splitlines():
+        if line.startswith(("+++", "---", "diff ", "@@", "index ")):
+            continue
+        (added if line.startswith("+") else kept).update(_IDENTIFIER.findall(line[1:]))
+    candidates = (named & added) - kept - set(_IDENTIFIER.findall(tests))
+    if not candidates:
+        return []
+    return sorted(candidates - _names_in_tree(repo, parent, candidates))
+
+
+def _code_shaped(name: str) -> bool:
+    """``snake_case``, ``_private``, ``camelCase``, names with digits: no one writes these in prose."""
+    core = name.strip("_")
+    return name.startswith("_") or "_" in core or any(c.isdigit() for c in core) or any(c.isupper() for c in core[1:])
+
+
+def _names_in_tree(repo: Path, commit: str, names: set[str]) -> set[str]:
+    """Which of ``names`` occur as whole words in the text files of ``commit``'s tree (one ``git grep``)."""
+    argv = git_argv(repo, "grep", "-I", "-h", "-o", "-w", "-F", "-f", "-", commit, "--")
+    done = subprocess.run(
+        argv, input="\n".join(sorted(names)).encode(), capture_output=True, check=False, env=git_env(),
+        timeout=GIT_TIMEOUT_S,
+    )  # fmt: skip
+    if done.returncode not in (0, 1):  # 1: nothing found
+        err = done.stderr.decode(errors="replace").strip()
+        raise RepoError(f"git grep in {repo} at {commit} failed: {err}", reason="git_error")
+    return set(done.stdout.decode("utf-8", "replace").split()) & names
+
+
+@dataclass
+class EraCheck:
+    """Whether a tree's declared Python is one images exist for, judged once per set of env files."""
+
+    repo_name: str
+    overrides: Mapping[str, Mapping[str, Any]] | None = None
+    _done: dict[tuple[tuple[str, str], ...], RepoError | None] = field(default_factory=dict)
+
+    def check(self, objects: ObjectReader, commit: str) -> None:
+        files = {}
+        for name in ENV_FILES:
+            try:
+                kind, data = objects.read(f"{commit}:{name}")
+            except RepoError:
+                continue  # the tree has no such file
+            if kind == "blob":
+                files[name] = data
+        key = tuple(sorted((name, hashlib.sha256(data).hexdigest()) for name, data in files.items()))
+        if key not in self._done:
+            self._done[key] = self._judge(files)
+        failure = self._done[key]
+        if failure is not None:
+            raise RepoError(f"base {commit[:12]}: {failure}", reason=failure.reason)
+
+    def _judge(self, files: dict[str, bytes]) -> RepoError | None:
+        with scratch_dir("gitlog-env") as tmp:
+            for name, data in files.items():
+                (Path(tmp) / name).write_bytes(data)
+            try:
+                resolve_env(Path(tmp), self.repo_name, self.overrides)
+            except EnvError as exc:
+                # envdetect's Python errors open with "requires-python": a range no image meets, or one
+                # that is not PEP 440; anything else (an invalid override) is another environment error.
+                reason = "no_python_for_era" if str(exc).startswith("requires-python") else "env_error"
+                return RepoError(str(exc), reason=reason)
+        return None
+
+
+# --- the adapter -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    repo: Path
+    name: str
+    snapshots: SnapshotStore
+    objects: ObjectReader
+    issues: Mapping[int, IssueRecord]
+    era: EraCheck
+    caps: IngestCaps
+    max_changed_lines: int
+    min_statement_words: int
 
 
 def ingest_git_history(
@@ -45,44 +354,70 @@ def ingest_git_history(
     rev: str = "HEAD",
     max_changed_lines: int = MAX_CHANGED_LINES,
     clone_dir: Path | None = None,
+    issues: Path | None = None,
+    caps: IngestCaps = DEFAULT_CAPS,
+    min_statement_words: int = MIN_STATEMENT_WORDS,
+    env_overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Task], IngestFunnel]:
-    """One task per selected commit reachable from ``rev``, oldest first; the funnel counts every commit."""
+    """One task per selected commit reachable from ``rev``, oldest first; the funnel counts every commit.
+
+    ``issues``: the repository's issues and pull requests (GitHub REST objects) that commit messages
+    may link; ``env_overrides``: params.yaml ``env.repos`` (a ``python`` there admits an older tree).
+    """
     funnel = IngestFunnel("ingest.gitlog")
     name = repo_name or repo_name_of(repo)
+    issue_funnel = IngestFunnel("issues")  # bad lines of the issues file, reported as ``issues/<reason>``
+    linked = read_issues(issues, issue_funnel, caps) if issues is not None else {}
     tasks: list[Task] = []
     with Mirrors({name: repo}, clone_dir) as mirrors:
         local = mirrors.get(name)
         with ObjectReader(local) as objects:
+            run = _Run(local, name, snapshots, objects, linked, EraCheck(name, env_overrides), caps,
+                       max_changed_lines, min_statement_words)  # fmt: skip
             for sha, _ in rev_list(local, rev):
                 ref = f"{name}@{sha}"
                 try:
-                    task = _commit_task(local, objects.commit(sha), name, snapshots, max_changed_lines)
+                    task, statement = _commit_task(run, objects.commit(sha))
                 except RepoError as exc:
                     funnel.drop(ref, exc.reason, str(exc))
                     continue
                 tasks.append(task)
                 funnel.keep()
-                funnel.link(task.task_id, ref, sha, GITLOG_CONFIDENCE, "commit message as problem statement")
+                funnel.link(task.task_id, statement.ticket or ref, sha, statement.confidence, statement.rule)
+    funnel.absorb(issue_funnel)
     log.info("ingest.gitlog %s: kept %d of %d", name, funnel.kept, funnel.seen, extra={"funnel": funnel.as_dict()})
     return tasks, funnel
 
 
-def _commit_task(repo: Path, commit: Commit, name: str, snapshots: SnapshotStore, max_changed_lines: int) -> Task:
-    statement = commit.message.strip()
-    if not statement:
+def _commit_task(run: _Run, commit: Commit) -> tuple[Task, Statement]:
+    if not commit.message.strip():
         raise RepoError(f"commit {commit.sha} has an empty message", reason="no_problem_statement")
-    code, tests = commit_fix(repo, commit, max_changed_lines=max_changed_lines)
+    code, tests = commit_fix(
+        run.repo, commit, max_changed_lines=run.max_changed_lines, max_patch_bytes=run.caps.max_patch_bytes
+    )
+    statement, missing = statement_for(commit, run.issues)
+    check_statement(statement, commit, missing, run.min_statement_words)
     parent = commit.parents[0]
-    digest = snapshot_at(repo, parent, [tests, code], snapshots)
-    return Task(
-        task_id=f"{name}-{commit.sha[:12]}",
-        source=Source(
-            kind="git", ref=with_extras(commit.sha, {"base_commit": parent}), link_confidence=GITLOG_CONFIDENCE
-        ),
-        repo=name,
-        snapshot=digest,
-        problem_statement=statement,
+    extras: dict[str, Any] = {"base_commit": parent}
+    if statement.ticket:
+        extras |= {"issue": statement.ticket, "link_rule": statement.rule}
+    task = Task(
+        task_id=f"{run.name}-{commit.sha[:12]}",
+        source=Source(kind="git", ref=with_extras(commit.sha, extras), link_confidence=statement.confidence),
+        repo=run.name,
+        problem_statement=statement.text,
         gold_patch=code,
         test_patch=tests,
         created_at=commit.author_date.isoformat(),
     )
+    check_caps(task, run.caps)
+    leaked = fix_leaks(statement.text, code, tests, run.repo, parent)
+    if leaked:
+        raise RepoError(
+            f"commit {commit.sha}: the statement ({statement.rule}) names {', '.join(map(repr, leaked))}, "
+            "which the fix adds (new to the repository, not used by the tests): it describes the answer",
+            reason="statement_leaks_fix",
+        )
+    run.era.check(run.objects, parent)
+    digest = snapshot_at(run.repo, parent, [tests, code], run.snapshots)
+    return task.model_copy(update={"snapshot": digest}), statement

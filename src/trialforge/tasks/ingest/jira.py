@@ -17,6 +17,10 @@ A ticket's task comes from its most confident usable link (ties: the later commi
 commit changing both code and tests. The fix is that commit's diff against its parent, split by path
 into gold and test patches; the base state is the parent. Hints are the ticket's comments written
 before the fix commit.
+
+Bad input: a row over ``caps.max_record_bytes`` (a field over it stops the csv module at the cap) is
+dropped as ``oversize_record``; a ticket whose statement (summary and description) or hints are over
+``caps.max_statement_chars``, or whose fix is over ``caps.max_patch_bytes``, is dropped, never truncated.
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
+from typing import TextIO
 
+from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.repos import (
+    DEFAULT_CAPS,
     MAX_CHANGED_LINES,
     Commit,
     IngestFunnel,
@@ -38,6 +46,7 @@ from trialforge.tasks.ingest.repos import (
     ObjectReader,
     RepoError,
     RepoSource,
+    check_caps,
     commit_fix,
     find_undecodable,
     repo_name_of,
@@ -68,6 +77,7 @@ NOT_FIXED = frozenset(
 POSITION_SCORES = {"at start of subject": 1.0, "in subject": 0.8, "only in body": 0.5}
 AMBIGUITY_FACTOR = 0.75
 REQUIRED_COLUMNS = ("Issue key", "Summary")
+_FIELD_LIMIT_ERROR = "field larger than field limit"  # the csv module's words for a field over its limit
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,7 @@ def ingest_jira(
     tz: tzinfo = UTC,
     max_changed_lines: int = MAX_CHANGED_LINES,
     clone_dir: Path | None = None,
+    caps: IngestCaps = DEFAULT_CAPS,
 ) -> tuple[list[Task], IngestFunnel]:
     """One task per fixed ticket of ``path`` with a usable linked commit in ``repo`` (reachable from ``rev``).
 
@@ -109,7 +120,7 @@ def ingest_jira(
     """
     funnel = IngestFunnel("ingest.jira")
     name = repo_name or repo_name_of(repo)
-    tickets = read_jira_csv(path, funnel, tz=tz)
+    tickets = read_jira_csv(path, funnel, tz=tz, caps=caps)
     tasks: list[Task] = []
     with Mirrors({name: repo}, clone_dir) as mirrors:
         try:
@@ -119,7 +130,7 @@ def ingest_jira(
                 funnel.drop(ticket.where, exc.reason, str(exc))
             return tasks, funnel
         links = link_tickets(local, rev, {t.key for t in tickets})
-        fixes = _FixCache(local, max_changed_lines)
+        fixes = _FixCache(local, max_changed_lines, caps)
         for ticket in tickets:
             task = _ticket_task(ticket, links.get(ticket.key, []), name, fixes, snapshots, funnel)
             if task is not None:
@@ -132,12 +143,18 @@ def ingest_jira(
 # --- the CSV ---------------------------------------------------------------------------------------------
 
 
-def read_jira_csv(path: Path, funnel: IngestFunnel, *, tz: tzinfo = UTC) -> list[Ticket]:
-    """Tickets of a Jira CSV export; malformed rows, undecodable text and duplicates go to ``funnel``."""
+def read_jira_csv(
+    path: Path, funnel: IngestFunnel, *, tz: tzinfo = UTC, caps: IngestCaps = DEFAULT_CAPS
+) -> list[Ticket]:
+    """Tickets of a Jira CSV export; malformed or oversize rows, undecodable text and duplicates go to ``funnel``."""
     tickets: list[Ticket] = []
     keys: set[str] = set()
-    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
-        rows = _rows(path.name, csv.reader(fh, strict=True), funnel)
+    with (
+        path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as fh,
+        _field_limit(caps.max_record_bytes),
+    ):
+        lines = _MeasuredLines(fh)
+        rows = _rows(path.name, csv.reader(lines, strict=True), funnel, lines, caps.max_record_bytes)
         header = next(rows, None)
         if header is None:
             funnel.drop(f"{path.name}:1", "malformed_row", "no header row")
@@ -157,20 +174,57 @@ def read_jira_csv(path: Path, funnel: IngestFunnel, *, tz: tzinfo = UTC) -> list
     return tickets
 
 
-def _rows(name: str, reader: Iterator[list[str]], funnel: IngestFunnel) -> Iterator[tuple[str, list[str]]]:
-    """(``file:line``, fields) for each non-blank row; a row the csv module cannot parse is dropped."""
+class _MeasuredLines:
+    """The file's lines, counting the bytes handed out so far (a row's size is the difference)."""
+
+    def __init__(self, fh: TextIO) -> None:
+        self._fh = fh
+        self.bytes = 0
+
+    def __iter__(self) -> _MeasuredLines:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._fh)
+        self.bytes += len(line.encode("utf-8", "surrogateescape"))
+        return line
+
+
+@contextmanager
+def _field_limit(limit: int) -> Iterator[None]:
+    """The csv module's field-size limit (process-wide, 128 KiB by default) set to ``limit`` meanwhile."""
+    before = csv.field_size_limit(limit)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
+
+
+def _rows(
+    name: str, reader: Iterator[list[str]], funnel: IngestFunnel, lines: _MeasuredLines, max_bytes: int
+) -> Iterator[tuple[str, list[str]]]:
+    """(``file:line``, fields) for each non-blank row; a row the csv module cannot parse, or one over
+    ``max_bytes``, is dropped."""
     line_num = getattr(reader, "line_num", 0)
+    cap = f"{max_bytes:,} (sources.caps.max_record_bytes)"
     while True:
-        start = line_num + 1
+        start, consumed = line_num + 1, lines.bytes
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
-            funnel.drop(f"{name}:{start}", "malformed_row", f"unparseable CSV: {exc}")
+            if _FIELD_LIMIT_ERROR in str(exc):
+                funnel.drop(f"{name}:{start}", "oversize_record", f"a field of the row is over {cap}")
+            else:
+                funnel.drop(f"{name}:{start}", "malformed_row", f"unparseable CSV: {exc}")
             line_num = getattr(reader, "line_num", line_num + 1)
             continue
         line_num = getattr(reader, "line_num", line_num + 1)
+        size = lines.bytes - consumed
+        if size > max_bytes:
+            funnel.drop(f"{name}:{start}", "oversize_record", f"row is {size:,} bytes > {cap}")
+            continue
         if any(cell.strip() for cell in row):
             yield f"{name}:{start}", row
 
@@ -292,15 +346,21 @@ def _link(key: str, commit: Commit, keys_in_commit: int, commits_for_key: int) -
 class _FixCache:
     """Each commit's (code, test) patches or the reason it is unusable, computed once."""
 
-    def __init__(self, repo: Path, max_changed_lines: int) -> None:
+    def __init__(self, repo: Path, max_changed_lines: int, caps: IngestCaps) -> None:
         self.repo = repo
         self.max_changed_lines = max_changed_lines
+        self.caps = caps
         self._done: dict[str, tuple[str, str] | RepoError] = {}
 
     def get(self, commit: Commit) -> tuple[str, str]:
         if commit.sha not in self._done:
             try:
-                self._done[commit.sha] = commit_fix(self.repo, commit, max_changed_lines=self.max_changed_lines)
+                self._done[commit.sha] = commit_fix(
+                    self.repo,
+                    commit,
+                    max_changed_lines=self.max_changed_lines,
+                    max_patch_bytes=self.caps.max_patch_bytes,
+                )
             except RepoError as exc:
                 self._done[commit.sha] = exc
         result = self._done[commit.sha]
@@ -321,6 +381,13 @@ def _ticket_task(
         return None
     if not links:
         funnel.drop(ticket.where, "no_linked_commit", f"no commit message names {ticket.key}")
+        return None
+    statement = len(ticket.summary) + 2 + len(ticket.description)
+    if statement > fixes.caps.max_statement_chars:
+        cap = f"{fixes.caps.max_statement_chars:,} (sources.caps.max_statement_chars)"
+        funnel.drop(
+            ticket.where, "oversize_statement", f"{ticket.key}: summary and description are {statement:,} chars > {cap}"
+        )
         return None
     failures: list[RepoError] = []
     for link in links:
@@ -348,18 +415,18 @@ def _note_unused(funnel: IngestFunnel, task_id: str, key: str, links: list[Link]
 def _task(ticket: Ticket, link: Link, repo_name: str, fixes: _FixCache, snapshots: SnapshotStore) -> Task:
     code, tests = fixes.get(link.commit)
     parent = link.commit.parents[0]
-    digest = snapshot_at(fixes.repo, parent, [tests, code], snapshots)
     extras = {"base_commit": parent, "fix_commit": link.commit.sha, "link_rule": link.rule}
     cutoff = link.commit.author_date
     hints = [body for when, body in ticket.comments if when is not None and when < cutoff]
-    return Task(
+    task = Task(
         task_id=f"{repo_name}-{ticket.key}",
         source=Source(kind="jira", ref=with_extras(ticket.key, extras), link_confidence=link.confidence),
         repo=repo_name,
-        snapshot=digest,
         problem_statement=f"{ticket.summary}\n\n{ticket.description}".strip(),
         hints="\n".join(hints),
         gold_patch=code,
         test_patch=tests,
         created_at=ticket.created,
     )
+    check_caps(task, fixes.caps)
+    return task.model_copy(update={"snapshot": snapshot_at(fixes.repo, parent, [tests, code], snapshots)})

@@ -9,6 +9,11 @@ ourselves, which also lets us refuse a path or symlink that leaves the tree befo
 
 Every failure here is a :class:`RepoError` carrying a short ``reason`` (the funnel's key) and a
 message that names the commit, file or field, so an adapter drops one record and keeps the rest.
+
+Bad input never stops a run and is never truncated: a line over ``IngestCaps.max_record_bytes`` is
+dropped before it is decoded or parsed (``oversize_record``), and a record whose statement, hints,
+patches or test lists are over their caps is dropped whole (``oversize_*``, ``too_many_tests``,
+:func:`check_caps`), each with its line and the cap's name in ``params.yaml``.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from trialforge.errors import PatchError, TaskError
 from trialforge.funnel import Funnel
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.patches import (
     MAX_PATCH_BYTES,
+    TEST_CONFIG_NAMES,
     apply_patch,
     check_paths,
     filter_patch,
@@ -39,6 +46,9 @@ from trialforge.tasks.patches import (
     touched_paths,
 )
 from trialforge.tasks.snapshots import SnapshotStore
+
+if TYPE_CHECKING:
+    from trialforge.tasks.schema import Task
 
 RepoSource = str | Path  # a local git repository (bare mirror or work tree) or a clone URL
 
@@ -50,6 +60,28 @@ _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
 _BLOCK = re.compile(r"(?=^diff --git )", re.MULTILINE)
 _BINARY = re.compile(r"^(?:GIT binary patch|Binary files .* differ)$", re.MULTILINE)
 _SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode) 120000$", re.MULTILINE)
+DEFAULT_CAPS = IngestCaps()
+_CAPS = "sources.caps"  # where the caps are set in params.yaml, named in every oversize message
+_SKIP_CHUNK = 1 << 20  # the rest of an oversize line is read and discarded in pieces this big
+
+# Test-side files that configure the runner (``is_test_path`` counts them so they are restored before
+# grading) but are not tests: a commit whose test side is only these brings nothing to grade with.
+# ``conftest.py`` is not among them: it is test code (fixtures, hooks).
+RUNNER_CONFIG_NAMES = (TEST_CONFIG_NAMES - {"conftest.py"}) | {".coveragerc", "noxfile.py"}
+# Code-side files that are not code: documentation, CI, packaging and repository housekeeping.
+SUPPORT_DIRS = frozenset({"docs", "doc", ".github", ".circleci", ".gitlab", ".azure-pipelines", ".devcontainer"})
+SUPPORT_SUFFIXES = frozenset({".md", ".rst", ".txt", ".adoc"})
+SUPPORT_NAMES = frozenset(
+    {
+        "setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "Pipfile", "Pipfile.lock", "poetry.lock",
+        "environment.yml", "tox.ini", "noxfile.py", "Makefile", ".coveragerc", ".gitignore", ".gitattributes",
+        ".mailmap", ".editorconfig", ".flake8", ".pylintrc", "mypy.ini", ".bumpversion.cfg",
+        ".pre-commit-config.yaml", ".readthedocs.yml", ".readthedocs.yaml", ".travis.yml", ".gitlab-ci.yml",
+        "appveyor.yml", "azure-pipelines.yml", "Jenkinsfile", "codecov.yml", ".codecov.yml",
+    }
+)  # fmt: skip
+SUPPORT_STEMS = frozenset({"README", "CHANGELOG", "CHANGES", "HISTORY", "NEWS", "AUTHORS", "CONTRIBUTORS", "LICENSE",
+                           "COPYING", "CONTRIBUTING", "CODE_OF_CONDUCT", "SECURITY"})  # fmt: skip
 
 
 class RepoError(TaskError):
@@ -434,14 +466,14 @@ def patch_blocks(patch: str) -> list[str]:
 def vet_patch(patch: str, what: str, *, max_bytes: int = MAX_PATCH_BYTES) -> None:
     """Refuse a patch we must not use, with the reason an adapter reports.
 
-    ``empty_patch``, ``binary_change`` (a binary file: a task's patches are text), ``patch_too_large``,
-    ``unsafe_patch`` (paths leaving the tree or naming ``.git``, a symlink pointing outside).
+    ``empty_patch``, ``binary_change`` (a binary file: a task's patches are text), ``oversize_patch``
+    (over ``max_bytes``: ``sources.caps.max_patch_bytes``), ``unsafe_patch`` (paths leaving the tree or
+    naming ``.git``, a symlink pointing outside).
     """
     if not patch.strip():
         raise RepoError(f"{what} is empty", reason="empty_patch")
     size = len(patch.encode("utf-8", "surrogatepass"))
-    if size > max_bytes:
-        raise RepoError(f"{what} is {size} bytes, over the {max_bytes}-byte limit", reason="patch_too_large")
+    _check_cap(what, size, max_bytes, "bytes", "max_patch_bytes", "oversize_patch")
     for block in patch_blocks(patch):
         paths = touched_paths(block)
         name = paths[-1] if paths else "?"
@@ -469,19 +501,91 @@ def split_patch(patch: str) -> tuple[str, str]:
     return code, tests
 
 
-def require_code_and_tests(code: str, tests: str, what: str) -> None:
-    """A task needs a fix to grade against and tests to grade with."""
-    if not tests.strip():
+def is_runner_config(path: str) -> bool:
+    """A test-side file that configures the runner (``setup.cfg``, ``tox.ini``, ``*.pth``...), not a test."""
+    name = PurePosixPath(path).name
+    return name in RUNNER_CONFIG_NAMES or name.endswith(".pth")
+
+
+def is_support_file(path: str) -> bool:
+    """Documentation, CI, packaging or repository housekeeping: a change that is not a code fix.
+
+    Judged by the top-level directory (``docs/``, ``.github/``...), the name (``setup.py``, ``MANIFEST.in``,
+    ``requirements*.txt``...), a text suffix (``.md``, ``.rst``, ``.txt``) or a suffix-less conventional
+    name (``CHANGES``, ``LICENSE``); ``pkg/history.py`` or ``pkg/docs/render.py`` stay code.
+    """
+    pure = PurePosixPath(path)
+    return (
+        (len(pure.parts) > 1 and pure.parts[0] in SUPPORT_DIRS)
+        or pure.name in SUPPORT_NAMES
+        or pure.suffix.lower() in SUPPORT_SUFFIXES
+        or (not pure.suffix and pure.name.upper() in SUPPORT_STEMS)
+        or (pure.name.startswith("requirements") and pure.suffix in (".txt", ".in"))
+    )
+
+
+def require_code_and_tests(paths: Sequence[str], what: str) -> None:
+    """A task needs a fix to grade against and tests to grade with, judged by the paths a change touches.
+
+    ``no_test_changes``: no test file changed, or only runner configuration (``setup.cfg``, ``tox.ini``...)
+    on the test side. ``no_code_changes``: only tests changed, or only docs, CI and packaging files
+    (``README.md``, ``.github/``, ``setup.py``...) besides them. Both say which files they saw.
+    """
+    tests = [p for p in paths if is_test_path(p)]
+    code = [p for p in paths if not is_test_path(p)]
+    if not tests:
         raise RepoError(f"{what} changes no test file", reason="no_test_changes")
-    if not code.strip():
+    if all(map(is_runner_config, tests)):
+        raise RepoError(
+            f"{what} changes only test-runner configuration on the test side ({_few(tests)}), no test",
+            reason="no_test_changes",
+        )
+    if not code:
         raise RepoError(f"{what} changes only tests", reason="no_code_changes")
+    if all(map(is_support_file, code)):
+        raise RepoError(f"{what}: only docs/CI/packaging files changed ({_few(code)})", reason="no_code_changes")
 
 
-def commit_fix(repo: Path, commit: Commit, *, max_changed_lines: int = MAX_CHANGED_LINES) -> tuple[str, str]:
+def _few(paths: Sequence[str], n: int = 4) -> str:
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def check_caps(task: Task, caps: IngestCaps) -> None:
+    """Refuse a task whose text, patches or test lists are over ``caps`` (never truncated: the record is dropped).
+
+    Reasons: ``oversize_statement``, ``oversize_hints`` (characters, ``max_statement_chars``),
+    ``oversize_patch`` (bytes of the gold or test patch, ``max_patch_bytes``), ``too_many_tests``
+    (fail-to-pass plus pass-to-pass, ``max_tests``).
+    """
+    what = task.task_id
+    limit = caps.max_statement_chars
+    statement = len(task.problem_statement)
+    _check_cap(f"{what}: problem statement", statement, limit, "chars", "max_statement_chars", "oversize_statement")
+    _check_cap(f"{what}: hints", len(task.hints), limit, "chars", "max_statement_chars", "oversize_hints")
+    for name, patch in (("gold patch", task.gold_patch), ("test patch", task.test_patch)):
+        size = len(patch.encode("utf-8", "surrogatepass"))
+        _check_cap(f"{what}: {name}", size, caps.max_patch_bytes, "bytes", "max_patch_bytes", "oversize_patch")
+    count = len(task.fail_to_pass) + len(task.pass_to_pass)
+    _check_cap(f"{what}: FAIL_TO_PASS + PASS_TO_PASS", count, caps.max_tests, "tests", "max_tests", "too_many_tests")
+
+
+def _check_cap(what: str, size: int, limit: int, unit: str, cap: str, reason: str) -> None:
+    if size > limit:
+        raise RepoError(f"{what} is {size:,} {unit} > {limit:,} ({_CAPS}.{cap})", reason=reason)
+
+
+def commit_fix(
+    repo: Path,
+    commit: Commit,
+    *,
+    max_changed_lines: int = MAX_CHANGED_LINES,
+    max_patch_bytes: int = MAX_PATCH_BYTES,
+) -> tuple[str, str]:
     """(code patch, test patch) of a non-merge commit against its parent, refused when unusable.
 
     Cheap checks first (``git diff-tree --numstat``): merges, root commits, binary changes, huge
-    diffs and commits without both code and test changes never have their full diff read.
+    diffs and commits without both code and test changes (:func:`require_code_and_tests`) never
+    have their full diff read.
     """
     if len(commit.parents) != 1:
         kind = "merge_commit" if commit.parents else "root_commit"
@@ -494,13 +598,9 @@ def commit_fix(repo: Path, commit: Commit, *, max_changed_lines: int = MAX_CHANG
     changed = sum(int(added) + int(deleted) for added, deleted, _ in stats)
     if changed > max_changed_lines:
         raise RepoError(f"commit {commit.sha} changes {changed} lines (limit {max_changed_lines})", reason="huge_diff")
-    paths = [path for _, _, path in stats]
-    require_code_and_tests(
-        "x" if any(not is_test_path(p) for p in paths) else "", "x" if any(map(is_test_path, paths)) else "",
-        f"commit {commit.sha}",
-    )  # fmt: skip
+    require_code_and_tests([path for _, _, path in stats], f"commit {commit.sha}")
     patch = _decode_diff(commit.sha, _diff(repo, parent, commit.sha))
-    vet_patch(patch, f"diff of commit {commit.sha}")
+    vet_patch(patch, f"diff of commit {commit.sha}", max_bytes=max_patch_bytes)
     return split_patch(patch)
 
 
@@ -542,18 +642,51 @@ class Record:
     data: dict[str, Any]
 
 
-def read_json_records(path: Path, funnel: Funnel) -> Iterator[Record]:
+def read_lines(path: Path, funnel: Funnel, max_record_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the line end) of each non-blank line; longer ones are dropped unread.
+
+    A line over ``max_record_bytes`` is never held whole: ``readline`` stops at the cap and the rest is
+    read and discarded in pieces, so a 50 MB line costs one pass and a megabyte of memory. It goes to
+    ``funnel`` as ``oversize_record`` with its line number and size.
+    """
+    with path.open("rb") as fh:
+        for lineno, line in enumerate(_bounded_lines(fh, max_record_bytes), start=1):
+            if isinstance(line, int):
+                funnel.drop(
+                    f"{path.name}:{lineno}",
+                    "oversize_record",
+                    f"line {lineno} is {line:,} bytes > {max_record_bytes:,} ({_CAPS}.max_record_bytes)",
+                )
+            elif line.strip():
+                yield lineno, line.removeprefix(b"\xef\xbb\xbf") if lineno == 1 else line
+
+
+def _bounded_lines(fh: BinaryIO, limit: int) -> Iterator[bytes | int]:
+    """Each line without its end, or the size of a line over ``limit`` bytes in its place."""
+    while chunk := fh.readline(limit + 2):  # room for the line end: a line of exactly ``limit`` bytes fits
+        line = chunk.removesuffix(b"\n").removesuffix(b"\r") if chunk.endswith(b"\n") else chunk
+        if len(line) <= limit:
+            yield line
+            continue
+        size = len(line)
+        while not chunk.endswith(b"\n") and (chunk := fh.readline(_SKIP_CHUNK)):
+            size += len(chunk.removesuffix(b"\n"))
+        yield size
+
+
+def read_json_records(path: Path, funnel: Funnel, *, caps: IngestCaps = DEFAULT_CAPS) -> Iterator[Record]:
     """Records of a JSON-lines file or of one JSON array; unreadable ones go to ``funnel`` with their line.
 
     Bytes that are not UTF-8 are kept as lone surrogates while parsing, so one bad record is reported
-    (``bad_encoding``, naming its field) and its neighbours survive.
+    (``bad_encoding``, naming its field) and its neighbours survive. A JSON-lines record over
+    ``caps.max_record_bytes`` is dropped before it is decoded (:func:`read_lines`); a JSON array is one
+    document, read whole, so its elements are measured as they are parsed (give big exports as JSON lines).
     """
-    text = path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
-    parsed = (
-        _array_records(path.name, text, funnel)
-        if text.lstrip().startswith("[")
-        else _line_records(path.name, text, funnel)
-    )
+    if _first_char(path) == b"[":
+        text = path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
+        parsed = _array_records(path.name, text, funnel, caps.max_record_bytes)
+    else:
+        parsed = _line_records(path, funnel, caps.max_record_bytes)
     for where, value in parsed:
         if not isinstance(value, dict):
             funnel.drop(where, "invalid_record", f"expected a JSON object, got {type(value).__name__}")
@@ -565,19 +698,25 @@ def read_json_records(path: Path, funnel: Funnel) -> Iterator[Record]:
         yield Record(where, value)
 
 
-def _line_records(name: str, text: str, funnel: Funnel) -> Iterator[tuple[str, Any]]:
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{name}:{lineno}"
+def _first_char(path: Path) -> bytes:
+    """The first byte that is not whitespace or a byte-order mark (``[`` for a JSON array)."""
+    with path.open("rb") as fh:
+        while (byte := fh.read(1)) and (byte.isspace() or byte in b"\xef\xbb\xbf"):
+            pass
+    return byte
+
+
+def _line_records(path: Path, funnel: Funnel, max_record_bytes: int) -> Iterator[tuple[str, Any]]:
+    for lineno, line in read_lines(path, funnel, max_record_bytes):
+        where = f"{path.name}:{lineno}"
         try:
-            yield where, json.loads(line)
+            yield where, json.loads(line.decode("utf-8", errors="surrogateescape"))
         except json.JSONDecodeError as exc:
             funnel.drop(where, "malformed_json", f"line {lineno}: {exc}")
 
 
-def _array_records(name: str, text: str, funnel: Funnel) -> Iterator[tuple[str, Any]]:
-    """Elements of a top-level JSON array one at a time, so each has a line number."""
+def _array_records(name: str, text: str, funnel: Funnel, max_record_bytes: int) -> Iterator[tuple[str, Any]]:
+    """Elements of a top-level JSON array one at a time, so each has a line number and a size."""
     decoder = json.JSONDecoder()
     pos = text.index("[") + 1
     while True:
@@ -585,11 +724,20 @@ def _array_records(name: str, text: str, funnel: Funnel) -> Iterator[tuple[str, 
         if pos >= len(text) or text[pos] == "]":
             return
         where = f"{name}:{text.count(chr(10), 0, pos) + 1}"
+        start = pos
         try:
             value, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             funnel.drop(where, "malformed_json", f"{exc}; the rest of the array cannot be read")
             return
+        # characters <= bytes <= 4 * characters: encode only when the count is in doubt
+        size = pos - start
+        if size * 4 > max_record_bytes:
+            size = len(text[start:pos].encode("utf-8", "surrogateescape"))
+        if size > max_record_bytes:
+            cap = f"{max_record_bytes:,} ({_CAPS}.max_record_bytes)"
+            funnel.drop(where, "oversize_record", f"array element is {size:,} bytes > {cap}")
+            continue
         yield where, value
 
 

@@ -11,6 +11,15 @@ of mapped fields (absent, ``null``, lists given as JSON text as in the published
 JSON in ``Task.source.ref`` after an ``extras=`` marker (see ``repos.with_extras``): Task has no
 free-form field yet. ``task_to_swebench`` restores the original form only while it still decodes to
 the task's current value, so a task edited after ingestion exports its new value.
+
+Bad input. A line over ``caps.max_record_bytes`` is dropped before it is parsed; an instance whose
+statement, hints, patches or test lists are over ``caps`` is dropped (``oversize_*``,
+``too_many_tests``), never truncated. An instance that gives ``FAIL_TO_PASS`` as an empty list (or
+``"[]"``) says that no test shows the fix: ``empty_fail_to_pass``. One *without* the field (absent or
+``null``) is kept: validation runs the tests and finds its fail-to-pass tests.
+
+Environment. ``version`` and ``environment_setup_commit`` stay in the extras; :func:`env_commit` names
+the commit whose files define an instance's environment.
 """
 
 from __future__ import annotations
@@ -25,11 +34,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from trialforge.errors import TaskError
+from trialforge.tasks.envdetect import EnvCache, EnvError
+from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.repos import (
+    DEFAULT_CAPS,
     IngestFunnel,
     Mirrors,
     RepoError,
     RepoSource,
+    check_caps,
     read_json_records,
     resolve_commit,
     snapshot_at,
@@ -105,6 +118,16 @@ def task_to_swebench(task: Task) -> dict[str, Any]:
     return out
 
 
+def env_commit(task: Task) -> str | None:
+    """The commit whose files define ``task``'s environment: ``environment_setup_commit``, else ``base_commit``.
+
+    None when the task's extras name neither (a task that did not come from a repository at a commit).
+    """
+    _, extras = split_extras(task.source.ref)
+    commit = extras.get("environment_setup_commit") or extras.get("base_commit")
+    return str(commit) if commit else None
+
+
 def _text(raw: Any) -> str:
     return "" if raw is None else raw
 
@@ -144,19 +167,28 @@ def ingest_swebench(
     snapshots: SnapshotStore,
     *,
     clone_dir: Path | None = None,
+    caps: IngestCaps = DEFAULT_CAPS,
+    env_overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Task], IngestFunnel]:
     """Every usable instance of ``path`` as a task with its base-state snapshot.
 
     ``repos`` maps an instance's ``repo`` (``owner/name``) to a local git mirror or a clone URL.
     A bad instance is dropped with its ``file:line`` and the reason; every other one is kept.
+    An instance whose ``environment_setup_commit`` is not its base commit gets the environment spec
+    read at that commit (once per commit: the instances of one ``version`` share it); the others
+    get theirs from their base tree in the images step.
     """
     funnel = IngestFunnel("ingest.swebench")
     tasks: list[Task] = []
     seen: set[str] = set()
+    envs = EnvCache(env_overrides)
     with Mirrors(repos, clone_dir) as mirrors:
-        for record in read_json_records(path, funnel):
+        for record in read_json_records(path, funnel, caps=caps):
             try:
-                task = _instance_task(record.data, mirrors, snapshots)
+                task = _with_env(_instance_task(record.data, mirrors, snapshots, caps), record.data, mirrors, envs)
+            except EnvError as exc:
+                funnel.drop(record.where, "no_environment", str(exc))
+                continue
             except RepoError as exc:
                 funnel.drop(record.where, exc.reason, str(exc))
                 continue
@@ -176,10 +208,26 @@ def ingest_swebench(
     return tasks, funnel
 
 
-def _instance_task(instance: dict[str, Any], mirrors: Mirrors, snapshots: SnapshotStore) -> Task:
+def _with_env(task: Task, instance: Mapping[str, Any], mirrors: Mirrors, envs: EnvCache) -> Task:
+    setup, base = instance.get("environment_setup_commit"), instance.get("base_commit")
+    if not setup or setup == base:
+        return task
+    spec = envs.get(mirrors.get(task.repo), str(setup), task.repo)
+    where = f"environment_setup_commit {str(setup)[:12]} (version {instance.get('version') or '?'})"
+    return task.model_copy(update={"env": spec.model_copy(update={"detected_from": (*spec.detected_from, where)})})
+
+
+def _instance_task(instance: dict[str, Any], mirrors: Mirrors, snapshots: SnapshotStore, caps: IngestCaps) -> Task:
     task = task_from_swebench(instance)
-    vet_patch(task.gold_patch, f"{task.task_id} patch")
-    vet_patch(task.test_patch, f"{task.task_id} test_patch")
+    if instance.get("FAIL_TO_PASS") is not None and not task.fail_to_pass:
+        raise RepoError(
+            f"{task.task_id}: FAIL_TO_PASS is given as {instance['FAIL_TO_PASS']!r}: no test shows the fix "
+            "(leave the field out to have validation find the tests)",
+            reason="empty_fail_to_pass",
+        )
+    check_caps(task, caps)
+    vet_patch(task.gold_patch, f"{task.task_id} patch", max_bytes=caps.max_patch_bytes)
+    vet_patch(task.test_patch, f"{task.task_id} test_patch", max_bytes=caps.max_patch_bytes)
     repo = mirrors.get(task.repo)
     commit = resolve_commit(repo, str(instance["base_commit"]))
     digest = snapshot_at(repo, commit, [task.test_patch, task.gold_patch], snapshots)

@@ -1,0 +1,204 @@
+"""The ingestion sources params.yaml can name (``sources.extra``), and one function that ingests any of them.
+
+Each entry is a typed record whose ``kind`` picks the adapter:
+
+* ``github``: a GitHub issue export with linked fixes (JSON lines) over a directory of fixed repositories;
+* ``github-api``: issues and pull requests as the GitHub REST API returns them, saved to a file;
+* ``jira``: a Jira CSV export linked to the commits of one git repository;
+* ``swebench``: SWE-bench instances (JSON lines or a JSON array);
+* ``gitlog``: the history of one git repository (commits that change code and tests together).
+
+A repository is a local path (a work tree or a bare mirror) or a clone URL. Relative paths resolve against
+the working directory. The CLI (``trialforge ingest KIND``) and the pipeline (``pipeline.ingest``) both build
+an entry and call :func:`ingest_source`, so the two doors cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trialforge.errors import ConfigError
+from trialforge.funnel import Funnel
+from trialforge.tasks.ingest.caps import IngestCaps
+from trialforge.tasks.ingest.github import ingest_github_issues
+from trialforge.tasks.ingest.github_rest import ingest_github_rest
+from trialforge.tasks.ingest.gitlog import MIN_STATEMENT_WORDS, ingest_git_history
+from trialforge.tasks.ingest.jira import ingest_jira
+from trialforge.tasks.ingest.repos import MAX_CHANGED_LINES, repo_name_of
+from trialforge.tasks.ingest.swebench import ingest_swebench
+from trialforge.tasks.schema import Task
+from trialforge.tasks.snapshots import SnapshotStore
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GithubExport(_Entry):
+    """The bundled format: issues with their merged fix, over ``repos/NAME`` holding the fixed code."""
+
+    kind: Literal["github"]
+    tickets: str  # JSON lines
+    repos: str  # a directory with one fixed repository per issue's ``repository``
+
+    def label(self) -> str:
+        return f"github {self.tickets}"
+
+
+class GithubApiExport(_Entry):
+    """Issues and pull requests saved from the GitHub REST API (JSON lines or one JSON array)."""
+
+    kind: Literal["github-api"]
+    path: str
+    repos: dict[str, str]  # owner/name -> local path or clone URL
+
+    def label(self) -> str:
+        return f"github-api {self.path}"
+
+
+class JiraExport(_Entry):
+    """A Jira CSV export; each ticket is linked to the commits of ``repo`` that name its key."""
+
+    kind: Literal["jira"]
+    path: str
+    repo: str  # local path or clone URL
+    repo_name: str = ""  # the tasks' repository name ("": the last component of ``repo``)
+    rev: str = "HEAD"
+    tz: str = "UTC"  # the zone the export's dates were written in (the exporting user's)
+    max_changed_lines: int = Field(MAX_CHANGED_LINES, ge=1)
+
+    @field_validator("tz")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        _zone(value)
+        return value
+
+    def label(self) -> str:
+        return f"jira {self.path}"
+
+
+class SwebenchFile(_Entry):
+    """SWE-bench-style instances; each names its ``repo`` (owner/name) and ``base_commit``."""
+
+    kind: Literal["swebench"]
+    path: str
+    repos: dict[str, str]  # owner/name -> local path or clone URL
+
+    def label(self) -> str:
+        return f"swebench {self.path}"
+
+
+class GitHistory(_Entry):
+    """Commits of one repository reachable from ``rev`` that change code and tests together."""
+
+    kind: Literal["gitlog"]
+    repo: str  # local path or clone URL
+    repo_name: str = ""  # the tasks' repository name ("": the last component of ``repo``)
+    rev: str = "HEAD"
+    max_changed_lines: int = Field(MAX_CHANGED_LINES, ge=1)
+    issues: str = ""  # the repository's issues and pull requests (GitHub REST objects) commit messages may link
+    min_statement_words: int = Field(MIN_STATEMENT_WORDS, ge=0)  # a shorter statement is dropped
+
+    def label(self) -> str:
+        return f"gitlog {self.repo_name or repo_name_of(self.repo)}@{self.rev}"
+
+
+SourceEntry = Annotated[
+    GithubExport | GithubApiExport | JiraExport | SwebenchFile | GitHistory, Field(discriminator="kind")
+]
+KINDS = ("github", "github-api", "jira", "swebench", "gitlog")
+
+
+def ingest_source(
+    entry: SourceEntry,
+    snapshots: SnapshotStore,
+    caps: IngestCaps,
+    env_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[list[Task], Funnel]:
+    """The tasks of one source and its funnel (stage ``ingest.KIND``); a missing input file is a ``ConfigError``.
+
+    ``env_overrides``: params.yaml's ``env.repos``, for the adapters that read a task's environment at ingest
+    (a SWE-bench ``environment_setup_commit``; the Python a git-history commit's era needs).
+    """
+    match entry:
+        case GithubExport():
+            tasks, funnel = ingest_github_issues(
+                _input_file(entry.tickets, entry), Path(entry.repos), snapshots, caps=caps
+            )
+            funnel.stage = "ingest.github"  # the bundled adapter names its funnel plain "ingest"
+            return tasks, funnel
+        case GithubApiExport():
+            return ingest_github_rest(_input_file(entry.path, entry), entry.repos, snapshots, caps=caps)
+        case JiraExport():
+            return ingest_jira(
+                _input_file(entry.path, entry),
+                entry.repo,
+                snapshots,
+                repo_name=entry.repo_name or None,
+                rev=entry.rev,
+                tz=_zone(entry.tz),
+                max_changed_lines=entry.max_changed_lines,
+                caps=caps,
+            )
+        case SwebenchFile():
+            path = _input_file(entry.path, entry)
+            return ingest_swebench(path, entry.repos, snapshots, caps=caps, env_overrides=env_overrides)
+        case GitHistory():
+            return ingest_git_history(
+                entry.repo,
+                snapshots,
+                repo_name=entry.repo_name or None,
+                rev=entry.rev,
+                max_changed_lines=entry.max_changed_lines,
+                issues=_input_file(entry.issues, entry) if entry.issues else None,
+                caps=caps,
+                min_statement_words=entry.min_statement_words,
+                env_overrides=env_overrides,
+            )
+    raise ConfigError(f"unknown source kind {getattr(entry, 'kind', entry)!r}; kinds: {', '.join(KINDS)}")
+
+
+def drop_duplicates(tasks: list[Task], funnel: Funnel, first_seen: dict[str, str], label: str) -> list[Task]:
+    """``tasks`` less those whose id an earlier source already gave (``first_seen``: id -> that source's label).
+
+    Each one dropped turns from kept into ``duplicate_task_id`` in ``funnel`` (its own source's), so the
+    counts still add up once the funnel is absorbed; the survivors are added to ``first_seen``.
+    """
+    fresh: list[Task] = []
+    for task in tasks:
+        earlier = first_seen.get(task.task_id)
+        if earlier is None:
+            first_seen[task.task_id] = label
+            fresh.append(task)
+            continue
+        funnel.kept -= 1
+        funnel.seen -= 1  # drop() counts it again
+        funnel.drop(task.task_id, "duplicate_task_id", f"{label}: task {task.task_id} already came from {earlier}")
+    return fresh
+
+
+def _input_file(path: str, entry: _Entry) -> Path:
+    """``path`` when it is a readable file; otherwise a ``ConfigError`` naming the source and what to do."""
+    file = Path(path)
+    try:
+        with file.open("rb"):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        where = "" if file.is_absolute() else f", relative to {Path.cwd()}"
+        raise ConfigError(
+            f"{entry.kind} source: cannot read {file} ({why}{where}): give the path of an existing export file"
+        ) from None
+    return file
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r} (an IANA name such as UTC or Europe/Paris)") from None

@@ -1,0 +1,414 @@
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from trialforge.tasks import envdetect
+from trialforge.tasks.envdetect import RELEASED_PYTHON, EnvCache, EnvError, detect, resolve_env, spec_at_commit
+from trialforge.tasks.envspec import PYTEST_CMD, SUITES, UNITTEST_CMD
+
+BUNDLED = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
+
+
+def make(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip())
+    return root
+
+
+PYTEST_TEST = "def test_one():\n    assert 1\n"
+UNITTEST_TEST = "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_one(self):\n        pass\n"
+
+
+def test_every_image_python_has_its_debian_release_version() -> None:
+    assert set(RELEASED_PYTHON) == set(SUITES)
+    assert all(full.startswith(f"{short}.") for short, full in RELEASED_PYTHON.items())
+
+
+@pytest.mark.parametrize("name", ["ledgerlite", "schedwise", "textkit"])
+def test_bundled_repositories_need_only_the_base_image(name: str) -> None:
+    spec = detect(BUNDLED / name)
+    assert spec.is_base()
+    assert spec.env == {}
+    assert spec.test_cmd == PYTEST_CMD
+    assert spec.detected_from == ("pyproject.toml",)
+
+
+def test_bundled_repositories_are_the_three_tested() -> None:
+    assert sorted(p.name for p in BUNDLED.iterdir() if p.is_dir()) == ["ledgerlite", "schedwise", "textkit"]
+
+
+def test_src_layout_puts_src_on_the_path(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {"pyproject.toml": '[project]\nname = "pkg"\n', "src/pkg/__init__.py": "", "tests/test_a.py": PYTEST_TEST},
+    )
+    spec = detect(repo)
+    assert spec.env == {"PYTHONPATH": "/work/src"}
+    assert spec.is_base()
+    assert spec.detected_from == ("src/", "tests/test_a.py")
+
+
+def test_src_dir_shadowed_by_a_top_level_package_is_not_a_src_layout(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"src/pkg/__init__.py": "", "pkg/__init__.py": ""})
+    assert detect(repo).env == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("pyproject.toml", '[tool.setuptools]\npackage-dir = {"" = "lib"}\n'),
+        ("pyproject.toml", '[tool.setuptools.packages.find]\nwhere = ["lib"]\n'),
+        ("pyproject.toml", '[tool.hatch.build.targets.wheel]\npackages = ["lib/pkg"]\n'),
+        ("pyproject.toml", '[tool.poetry]\npackages = [{include = "pkg", from = "lib"}]\n'),
+        ("setup.cfg", "[options]\npackage_dir =\n    =lib\n"),
+        ("setup.cfg", "[options.packages.find]\nwhere = lib\n"),
+    ],
+)
+def test_configured_package_dir_is_put_on_the_path(tmp_path: Path, name: str, config: str) -> None:
+    spec = detect(make(tmp_path, {name: config}))
+    assert spec.env == {"PYTHONPATH": "/work/lib"}
+    assert spec.detected_from == (name,)
+
+
+def test_pytest_config_outweighs_unittest_style_tests(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"setup.cfg": "[tool:pytest]\naddopts = -q\n", "tests/test_a.py": UNITTEST_TEST})
+    assert detect(repo).test_cmd == PYTEST_CMD
+
+
+FLAT_CFG = {
+    "setup.cfg": """
+        [metadata]
+        name = flat
+        [options]
+        install_requires =
+            attrs>=21
+            importlib-metadata; python_version < "3.10"
+        [options.extras_require]
+        testing = hypothesis
+        docs = sphinx
+    """,
+    "requirements.txt": """
+        # runtime
+        requests>=2.0  # http
+        colorama; sys_platform == "win32"
+        -e .
+        attrs>=21
+    """,
+    "flat/__init__.py": "",
+}
+
+
+def test_flat_layout_with_setup_cfg_and_requirements_txt(tmp_path: Path) -> None:
+    spec = detect(make(tmp_path, FLAT_CFG))
+    assert spec.python == "3.11"
+    assert spec.requirements == ("attrs>=21", "hypothesis", "requests>=2.0")
+    assert spec.env == {}
+    assert spec.detected_from == ("setup.cfg", "requirements.txt")
+
+
+def test_markers_are_judged_for_the_chosen_python(tmp_path: Path) -> None:
+    setup_cfg = textwrap.dedent(FLAT_CFG["setup.cfg"]).replace("[options]\n", "[options]\npython_requires = <3.10\n")
+    files = FLAT_CFG | {"setup.cfg": setup_cfg}
+    spec = detect(make(tmp_path, files))
+    assert spec.python == "3.9"
+    assert 'importlib-metadata; python_version < "3.10"' in spec.requirements
+
+
+def test_setup_py_is_read_for_literals_only_and_never_run(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "setup.py": """
+                from setuptools import setup
+                open("ran", "w").close()
+                setup(
+                    name="legacy",
+                    python_requires=">=3.12",
+                    install_requires=["six>=1.10", "numpy"],
+                    tests_require=["mock"],
+                    extras_require=compute_extras(),
+                    package_dir={"": "src"},
+                )
+            """,
+        },
+    )
+    spec = detect(repo)
+    assert not (repo / "ran").exists()
+    assert spec.python == "3.13"
+    assert spec.requirements == ("six>=1.10", "numpy", "mock")
+    assert spec.env == {"PYTHONPATH": "/work/src"}
+    assert spec.detected_from == ("setup.py (extras_require not literal: ignored)", "setup.py")
+
+
+def test_tox_unittest_command_decides_the_runner(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "tox.ini": """
+                [testenv]
+                deps = -r{toxinidir}/test-requirements.txt
+                commands =
+                    python -m unittest discover -s tests {posargs}
+            """,
+            "test-requirements.txt": "freezegun\n",
+            "tests/test_a.py": PYTEST_TEST,
+        },
+    )
+    spec = detect(repo)
+    assert spec.test_cmd == (*UNITTEST_CMD, "discover", "-s", "tests")
+    assert spec.requirements == ("freezegun",)
+    assert spec.detected_from == ("test-requirements.txt", "tox.ini")
+
+
+def test_tox_pytest_command_keeps_options_and_drops_the_test_dir(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "tox.ini": """
+                [testenv]
+                deps =
+                    pytest
+                    pytest-cov
+                    py38: mock
+                commands =
+                    pip list
+                    - coverage run -m pytest -x --tb=short --cov tests {posargs:tests} tests
+            """,
+            "tests/test_a.py": PYTEST_TEST,
+        },
+    )
+    spec = detect(repo)
+    assert spec.test_cmd == (*PYTEST_CMD, "-x", "--tb=short", "--cov", "tests")
+    assert spec.requirements == ("pytest-cov",)
+
+
+def test_unittest_only_tests_run_under_unittest(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"pkg/__init__.py": "", "tests/test_a.py": UNITTEST_TEST, "tests/test_b.py": UNITTEST_TEST})
+    spec = detect(repo)
+    assert spec.test_cmd == UNITTEST_CMD
+    assert spec.detected_from == ("test files (unittest.TestCase only)",)
+
+
+def test_one_plain_test_function_makes_it_pytest(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"tests/test_a.py": UNITTEST_TEST, "tests/test_b.py": PYTEST_TEST})
+    spec = detect(repo)
+    assert spec.test_cmd == PYTEST_CMD
+    assert spec.detected_from == ("tests/test_b.py",)
+
+
+def test_pytest_in_test_dependencies_outweighs_unittest_style_tests(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"requirements-dev.txt": "pytest-mock\n", "tests/test_a.py": UNITTEST_TEST})
+    assert detect(repo).test_cmd == PYTEST_CMD
+
+
+def test_makefile_unittest_command_decides_the_runner(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"Makefile": "test:\n\t@$(PYTHON) -m unittest -v $(TESTS)\n", "tests/test_a.py": PYTEST_TEST})
+    spec = detect(repo)
+    assert spec.test_cmd == (*UNITTEST_CMD, "-v")
+    assert spec.detected_from == ("Makefile",)
+
+
+def test_pytest_kept_only_when_versioned_plugins_always(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "pyproject.toml": """
+                [project]
+                name = "pkg"
+                dependencies = ["click"]
+                [project.optional-dependencies]
+                test = ["pytest", "pytest-xdist"]
+                dev = ["pkg[test,lint]", "black"]
+                lint = ["ruff"]
+                docs = ["sphinx"]
+                [dependency-groups]
+                testing = ["pytest>=8", {include-group = "extra"}]
+                extra = ["responses"]
+            """,
+        },
+    )
+    spec = detect(repo)
+    assert spec.requirements == ("click", "pytest-xdist", "black", "ruff", "pytest>=8", "responses")
+    assert not spec.is_base()
+
+
+def test_requirements_files_follow_includes_inside_the_repository(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path / "repo",
+        {
+            "requirements.txt": "-r requirements/base.txt\n",
+            "requirements/base.txt": "idna==3.4 \\\n    --hash=sha256:abc\n",
+            "requirements/test.txt": """
+                -r base.txt
+                -r ../../outside.txt
+                -c constraints.txt
+                --index-url https://pypi.example/simple
+                -e git+https://example.org/x.git#egg=x
+                ==bad==
+                ./vendored
+                responses
+            """,
+        },
+    )
+    (tmp_path / "outside.txt").write_text("evil\n")
+    spec = detect(repo)
+    assert spec.requirements == ("idna==3.4", "git+https://example.org/x.git#egg=x", "responses")
+    assert spec.pip_args == ("--index-url", "https://pypi.example/simple")
+    assert spec.detected_from == (
+        "requirements/base.txt",
+        "outside.txt (outside the repository or missing: ignored)",
+        "requirements/test.txt (constraints constraints.txt ignored)",
+        "requirements/test.txt",
+        "requirements/test.txt ('==bad==' is not a requirement: ignored)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("requires", "python"), [(">=3.12", "3.13"), ("<3.10", "3.9"), (">=3.8", "3.11"), (">=3.9.1,<3.10", "3.9")]
+)
+def test_python_is_3_11_when_allowed_else_the_newest_allowed(tmp_path: Path, requires: str, python: str) -> None:
+    repo = make(tmp_path, {"pyproject.toml": f'[project]\nname = "p"\nrequires-python = "{requires}"\n'})
+    assert detect(repo).python == python
+
+
+def test_python_no_image_has_is_an_error_naming_requirement_file_and_choices(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"pyproject.toml": '[project]\nname = "p"\nrequires-python = ">=3.14"\n'})
+    with pytest.raises(EnvError) as caught:
+        detect(repo)
+    message = str(caught.value)
+    assert "'>=3.14' in pyproject.toml" in message
+    assert all(f"{version} (Debian {suite}" in message for version, suite in SUITES.items())
+    assert "trialforge-env.yaml" in message
+
+
+def test_override_file_then_params_win_per_key(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "requirements.txt": "attrs\n",
+            "trialforge-env.yaml": "requirements: [attrs, lxml]\nsystem_packages: [libxml2-dev]\nenv: {TZ: UTC}\n",
+        },
+    )
+    spec = resolve_env(
+        repo, "acme/widgets", {"acme/widgets": {"requirements": ["attrs==23.1"]}, "other": {"python": "3.9"}}
+    )
+    assert spec.requirements == ("attrs==23.1",)
+    assert spec.system_packages == ("libxml2-dev",)
+    assert spec.env == {"TZ": "UTC"}
+    assert spec.python == "3.11"
+    assert spec.detected_from == ("requirements.txt", "trialforge-env.yaml", "params env.repos")
+
+
+def test_python_override_lifts_requires_python_and_judges_markers(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "pyproject.toml": """
+                [project]
+                name = "p"
+                requires-python = ">=3.14"
+                dependencies = ['tomli; python_version < "3.11"', 'typing-extensions; python_version < "3.13"']
+            """,
+            "trialforge-env.yaml": 'python: "3.9"\n',
+        },
+    )
+    spec = resolve_env(repo, "p", {"p": {"python": "3.13"}})
+    assert spec.python == "3.13"
+    assert spec.requirements == ()
+    assert resolve_env(repo, "p").requirements == (
+        'tomli; python_version < "3.11"',
+        'typing-extensions; python_version < "3.13"',
+    )
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("pyhton: '3.13'\n", "trialforge-env.yaml for r: unknown key 'pyhton'"),
+        ("detected_from: [x]\n", "unknown key 'detected_from'"),
+        ("python: '2.7'\n", "trialforge-env.yaml for r: python: Value error, no image for Python 2.7"),
+        ("python: 3.10\n", "quote it"),
+        ("- python\n", "expected a mapping"),
+        ("python: [\n", "not valid YAML"),
+    ],
+)
+def test_invalid_override_file_is_an_error_naming_it(tmp_path: Path, yaml_text: str, expected: str) -> None:
+    repo = make(tmp_path, {"trialforge-env.yaml": yaml_text})
+    with pytest.raises(EnvError, match=r"trialforge-env\.yaml") as caught:
+        resolve_env(repo, "r")
+    assert expected in str(caught.value)
+
+
+def test_invalid_params_override_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(EnvError, match=r"params env\.repos for r: env\.X: Input should be a valid string"):
+        resolve_env(tmp_path, "r", {"r": {"env": {"X": 1}}})
+
+
+def git(repo: Path, *args: str) -> str:
+    argv = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo), *args]
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit_pyproject(repo: Path, text: str) -> str:
+    (repo / "pyproject.toml").write_text(textwrap.dedent(text))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "env")
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def two_commits(tmp_path: Path) -> tuple[Path, str, str]:
+    repo = tmp_path / "mirror"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    make(repo, {"pkg/__init__.py": "", "tests/test_a.py": PYTEST_TEST})
+    first = commit_pyproject(repo, '[project]\nname = "pkg"\ndependencies = ["attrs"]\n')
+    second = commit_pyproject(
+        repo, '[project]\nname = "pkg"\nrequires-python = ">=3.12"\ndependencies = ["attrs", "requests>=2"]\n'
+    )
+    return repo, first, second
+
+
+def test_spec_at_commit_reads_that_commits_files(two_commits: tuple[Path, str, str]) -> None:
+    repo, first, second = two_commits
+    old, new = spec_at_commit(repo, first, "pkg"), spec_at_commit(repo, second, "pkg")
+    assert (old.python, old.requirements) == ("3.11", ("attrs",))
+    assert (new.python, new.requirements) == ("3.13", ("attrs", "requests>=2"))
+
+
+def test_env_cache_resolves_each_commit_once(
+    two_commits: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo, first, second = two_commits
+    calls: list[str] = []
+
+    def counting(mirror: Path, commit: str, repo_name: str, overrides: object = None):
+        calls.append(commit)
+        return spec_at_commit(mirror, commit, repo_name, overrides)
+
+    monkeypatch.setattr(envdetect, "spec_at_commit", counting)
+    cache = EnvCache(overrides={"pkg": {"python": "3.9"}})
+    specs = [cache.get(repo, commit, "pkg") for commit in (first, second, first, second)]
+    assert calls == [first, second]
+    assert specs[0] is specs[2]
+    assert [s.python for s in specs] == ["3.9"] * 4
+
+
+def test_env_cache_remembers_failures(two_commits: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, _, second = two_commits
+    calls: list[str] = []
+
+    def failing(mirror: Path, commit: str, repo_name: str, overrides: object = None):
+        calls.append(commit)
+        raise EnvError("no python")
+
+    monkeypatch.setattr(envdetect, "spec_at_commit", failing)
+    cache = EnvCache()
+    for _ in range(2):
+        with pytest.raises(EnvError, match="no python"):
+            cache.get(repo, second, "pkg")
+    assert calls == [second]

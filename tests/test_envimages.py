@@ -1,0 +1,262 @@
+"""Environment images: a real repository's shape (src/ layout, a dependency from a package index, a compiled
+dependency from a wheel) gets its own image, built once per spec with the network, and its task validates and
+grades in that image on both backends; a build that fails drops only its tasks; the sandbox has no network."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.sandbox.images import BASE_NAME, ENV_REPO
+from trialforge.store.objstore import open_store
+from trialforge.tasks.envimages import env_image, provide_images, task_image
+from trialforge.tasks.envspec import EnvSpec
+from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
+from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.validate import ValidateConfig, validate_task
+from trialforge.verify.grader import Grader
+
+PURE = {"tfpure/__init__.py": "def scale(x, k):\n    return x * k\n"}
+CEXT = """#include <Python.h>
+static PyObject *twice(PyObject *self, PyObject *args) {
+    long x; if (!PyArg_ParseTuple(args, "l", &x)) return NULL; return PyLong_FromLong(2 * x);
+}
+static PyMethodDef methods[] = {{"twice", twice, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "tfcext", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_tfcext(void) { return PyModule_Create(&module); }
+"""
+BUGGY = "import tfcext\nfrom tfpure import scale\n\n\ndef quad(x):\n    return scale(tfcext.twice(x), 3)\n"
+FIXED = "import tfcext\nfrom tfpure import scale\n\n\ndef quad(x):\n    return scale(tfcext.twice(x), 2)\n"
+TESTS = (
+    "from calc import quad\n\n\ndef test_quad():\n    assert quad(3) == 12\n\n\n"
+    "def test_zero():\n    assert quad(1) == 4\n"
+)
+PYPROJECT = """[project]
+name = "calc"
+version = "0.1"
+requires-python = ">=3.9"
+dependencies = ["tfpure==1.0", "tfcext==1.0"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+"""
+
+
+def _pure_wheel(dest: Path) -> None:
+    """A pure-Python wheel written directly (the format is a zip with three metadata files)."""
+    name = "tfpure-1.0.dist-info"
+    files = {
+        **PURE,
+        f"{name}/METADATA": "Metadata-Version: 2.1\nName: tfpure\nVersion: 1.0\n",
+        f"{name}/WHEEL": "Wheel-Version: 1.0\nGenerator: trialforge-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+        f"{len(text.encode())}"
+        for path, text in files.items()
+    ]
+    with zipfile.ZipFile(dest / "tfpure-1.0-py3-none-any.whl", "w") as whl:
+        for path, text in files.items():
+            whl.writestr(path, text)
+        whl.writestr(f"{name}/RECORD", "\n".join([*record, f"{name}/RECORD,,"]) + "\n")
+
+
+def _compiled_wheel(dest: Path, work: Path) -> None:
+    """A wheel with a C extension, compiled here as a real binary dependency would be on an index."""
+    src = work / "tfcext"
+    src.mkdir()
+    (src / "tfcext.c").write_text(CEXT)
+    (src / "setup.py").write_text(
+        "from setuptools import Extension, setup\n"
+        "setup(name='tfcext', version='1.0', ext_modules=[Extension('tfcext', ['tfcext.c'])])\n"
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         "-w", str(dest), str(src)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> Iterator[str]:
+    """A package index on 127.0.0.1 (a flat wheel directory served over HTTP, as ``--find-links`` reads it)."""
+    root = tmp_path_factory.mktemp("index")
+    wheels = root / "wheels"
+    wheels.mkdir()
+    _pure_wheel(wheels)
+    _compiled_wheel(wheels, root)
+    handler = partial(_QuietHandler, directory=str(wheels))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def built_images() -> Iterator[list[Path]]:
+    """Environment image directories the tests made: removed afterwards (the specs name a port of this run)."""
+    homes: list[Path] = []
+    yield homes
+    for home in homes:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def snapshots(tmp_path):
+    return SnapshotStore(open_store(f"file://{tmp_path / 'store'}"), tmp_path / "cache")
+
+
+def _calc_task(tmp_path: Path, snapshots: SnapshotStore, task_id: str = "calc-1", deps: str = PYPROJECT) -> Task:
+    trees = {}
+    for state, code in (("base", BUGGY), ("fixed", FIXED)):
+        tree = tmp_path / task_id / state
+        (tree / "src" / "calc").mkdir(parents=True)
+        (tree / "src" / "calc" / "__init__.py").write_text(code)
+        (tree / "pyproject.toml").write_text(deps)
+        trees[state] = tree
+    (trees["fixed"] / "tests").mkdir()
+    (trees["fixed"] / "tests" / "test_calc.py").write_text(TESTS)
+    diff = diff_trees(trees["base"], trees["fixed"])
+    return Task(
+        task_id=task_id,
+        source=Source(kind="git", ref=f"calc@{task_id}"),
+        repo="calc",
+        snapshot=snapshots.put(trees["base"]),
+        problem_statement="quad(3) returns 18 instead of 12",
+        gold_patch=filter_patch(diff, lambda p: not is_test_path(p))[0],
+        test_patch=filter_patch(diff, is_test_path)[0],
+    )
+
+
+def _provide(tasks: list[Task], snapshots: SnapshotStore, index: str, built_images: list[Path]):
+    overrides = {"calc": {"pip_args": ["--no-index", "--find-links", index]}}
+    provided, funnel, built = provide_images(tasks, snapshots, overrides)
+    built_images += [b.image.rootfs.parent for b in built if b.image.name.startswith(ENV_REPO)]
+    return provided, funnel, built
+
+
+@pytest.fixture
+def provided(tmp_path, snapshots, index, built_images) -> Task:
+    (task,), funnel, _ = _provide([_calc_task(tmp_path, snapshots)], snapshots, index, built_images)
+    assert funnel.kept == 1, funnel.details
+    return task
+
+
+def test_the_task_gets_an_image_with_its_detected_dependencies_pinned_and_its_src_on_the_path(provided, base_image):
+    env = provided.env
+    assert env is not None and env.env.get("PYTHONPATH") == "/work/src"
+    assert set(env.requirements) == {"tfpure==1.0", "tfcext==1.0"}
+    assert provided.image.startswith(ENV_REPO + ":") and provided.image_digest.startswith("sha256:")
+    assert provided.image_digest != base_image.digest
+    home = Path(env_image(env).image.rootfs).parent
+    lock = (home / "lock.txt").read_text().split()
+    assert {"tfpure==1.0", "tfcext==1.0"} <= set(lock)  # what pip resolved is recorded with the image
+
+
+def test_the_same_spec_is_built_once(provided):
+    again = env_image(provided.env)
+    assert not again.built and again.image.name == provided.image and again.image.digest == provided.image_digest
+
+
+@pytest.mark.parametrize("backend_name", ["bwrap", "docker"])
+def test_the_task_validates_and_grades_gold_1_and_empty_0_in_its_image(provided, snapshots, backend_name, request):
+    backend = request.getfixturevalue(f"{backend_name}_backend")
+    image = task_image(provided, backend, BASE_NAME).name
+    checked = validate_task(provided, backend, image, snapshots, Limits(), ValidateConfig(runs=2))
+    assert checked.validation.valid, checked.validation.reason
+    assert checked.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]
+    grader = Grader(backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=60)
+    gold, empty = grader.grade(checked, checked.gold_patch), grader.grade(checked, "")
+    assert (gold.reward, empty.reward) == (1.0, 0.0), (gold.reason, empty.reason)
+    assert gold.provenance["image_digest"] == provided.image_digest
+
+
+def test_the_same_task_in_the_base_image_is_rejected_for_its_missing_dependency(provided, snapshots, bwrap_backend):
+    bare = provided.model_copy(update={"image": "", "image_digest": ""})
+    checked = validate_task(bare, bwrap_backend, BASE_NAME, snapshots, Limits(), ValidateConfig(runs=1))
+    assert not checked.validation.valid
+    assert "ModuleNotFoundError" in checked.validation.reason or "No module named" in checked.validation.reason
+
+
+def test_the_sandbox_of_an_environment_image_has_no_network(provided, bwrap_backend, index):
+    probe = f"import urllib.request; urllib.request.urlopen({index!r}, timeout=5); print('reached')"
+    spec = SandboxSpec(image=provided.image, limits=Limits())
+    with bwrap_backend.create(spec) as sandbox:
+        result = sandbox.exec(["python3", "-c", probe], timeout=30)
+        deps = sandbox.exec(["python3", "-c", "import tfcext, tfpure; print(tfcext.twice(21))"], timeout=30)
+    assert "reached" not in result.stdout and result.exit_code != 0
+    assert deps.stdout.strip() == "42"  # what the build installed is there; only the network is gone
+
+
+def test_a_failed_build_drops_only_its_tasks_with_the_pip_error(tmp_path, snapshots, index, built_images):
+    good = _calc_task(tmp_path, snapshots)
+    broken = _calc_task(tmp_path, snapshots, "calc-2", PYPROJECT.replace("tfpure==1.0", "tfmissing==1.0"))
+    provided, funnel, _ = _provide([good, broken], snapshots, index, built_images)
+    assert [t.task_id for t in provided] == ["calc-1"]
+    assert funnel.dropped == {"image_build_failed": 1}
+    (detail,) = funnel.details
+    assert detail["ref"] == "calc-2" and "tfmissing" in detail["detail"]
+
+
+def test_a_task_validated_in_another_build_of_its_image_is_refused(provided, bwrap_backend):
+    stale = provided.model_copy(update={"image_digest": "sha256:" + "0" * 64})
+    with pytest.raises(SandboxError, match="validate the task set again"):
+        task_image(stale, bwrap_backend, BASE_NAME)
+
+
+def test_a_bundled_repository_runs_in_the_base_image(snapshots, base_image):
+    repo = Path(__file__).resolve().parents[1] / "tasks_src" / "repos" / "textkit"
+    task = Task(
+        task_id="textkit-1", source=Source(kind="git", ref="x"), repo="textkit", snapshot=snapshots.put(repo),
+        problem_statement="p", gold_patch="", test_patch="",
+    )  # fmt: skip
+    (provided,), _, _ = provide_images([task], snapshots)
+    assert (provided.image, provided.image_digest) == (BASE_NAME, base_image.digest)
+
+
+def test_a_python_no_image_exists_for_is_refused_with_the_versions_there_are():
+    with pytest.raises(ValidationError, match=r"no image for Python 2\.7: images exist for 3\.9 \(bullseye\)"):
+        EnvSpec(python="2.7")
+
+
+def test_the_image_commands_show_and_build_a_checkouts_environment(tmp_path, snapshots, index, built_images):
+    from cli_runner import invoke
+
+    _calc_task(tmp_path, snapshots)
+    checkout = tmp_path / "calc-1" / "fixed"
+    params = tmp_path / "params.yaml"
+    params.write_text(f"env:\n  repos:\n    calc:\n      pip_args: [--no-index, --find-links, '{index}']\n")
+    shown = invoke("image", "spec", f"calc={checkout}", "--params", str(params))
+    assert shown.exit_code == 0, shown.output
+    spec = json.loads(shown.output)
+    assert spec["env"] == {"PYTHONPATH": "/work/src"} and spec["python"] == "3.11"
+    built = invoke("image", "build", "--repo", f"calc={checkout}", "--params", str(params))
+    assert built.exit_code == 0, built.output
+    base, env = (json.loads(line) for line in built.output.strip().splitlines())
+    assert base["name"] == BASE_NAME and env["name"] == f"{ENV_REPO}:{spec['image_key']}"
+    assert "tfcext==1.0" in env["lock"]
+    del spec["image_key"]
+    built_images.append(env_image(EnvSpec.model_validate(spec)).image.rootfs.parent)
