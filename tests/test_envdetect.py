@@ -186,11 +186,14 @@ def test_tox_pytest_command_keeps_options_and_drops_the_test_dir(tmp_path: Path)
     assert spec.requirements == ("pytest-cov",)
 
 
-def test_unittest_only_tests_run_under_unittest(tmp_path: Path) -> None:
+def test_unittest_only_tests_run_under_unittest_discovering_from_their_plain_directory(tmp_path: Path) -> None:
     repo = make(tmp_path, {"pkg/__init__.py": "", "tests/test_a.py": UNITTEST_TEST, "tests/test_b.py": UNITTEST_TEST})
     spec = detect(repo)
-    assert spec.test_cmd == UNITTEST_CMD
+    # plain `python -m unittest` descends only into packages: it would find none of these
+    assert spec.test_cmd == (*UNITTEST_CMD, "discover", "-s", "tests")
     assert spec.detected_from == ("test files (unittest.TestCase only)",)
+    (repo / "tests" / "__init__.py").write_text("")
+    assert detect(repo).test_cmd == UNITTEST_CMD  # a test package: plain discovery finds it
 
 
 def test_one_plain_test_function_makes_it_pytest(tmp_path: Path) -> None:

@@ -338,3 +338,29 @@ def test_ingest_flow_takes_extra_sources_from_its_overrides(prefect_api, mylib, 
     version, published = read_taskset(open_store(store), INGESTED, result.version)
     assert version == result.version and len(published) == 4
     assert f"mylib-{shas['fix'][:12]}" in {t.task_id for t in published}
+
+
+def test_a_swebench_instance_gets_the_environment_of_its_environment_setup_commit(tmp_path):
+    repo = tmp_path / "envlib"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    shas = {
+        "root": _commit(repo, "Add stats", {"mylib/__init__.py": "", "mylib/stats.py": STATS_BUGGY}),
+        "fix": _commit(repo, "Fix mean", {"mylib/stats.py": STATS_FIXED, "tests/test_stats.py": TEST_MEAN}),
+    }
+    pyproject = '[project]\nname = "mylib"\nrequires-python = ">=3.12"\ndependencies = ["attrs==23.1.0"]\n'
+    setup = _commit(repo, "Pin the environment", {"pyproject.toml": pyproject})
+    rows = [
+        _instance(repo, shas, "acme__mylib-1") | {"environment_setup_commit": setup, "version": "1.0"},
+        _instance(repo, shas, "acme__mylib-2"),  # no setup commit: its base tree decides, in the images step
+    ]
+    path = tmp_path / "instances.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    snapshots = SnapshotStore(open_store(f"file://{tmp_path / 'store'}"), tmp_path / "cache")
+
+    tasks, _ = ingest_source(SwebenchFile(kind="swebench", path=str(path), repos={"acme/mylib": str(repo)}), snapshots,
+                             load_params(None).sources.caps)  # fmt: skip
+    with_env, without = tasks
+    assert with_env.env is not None and (with_env.env.python, with_env.env.requirements) == ("3.13", ("attrs==23.1.0",))
+    assert with_env.env.detected_from[-1] == f"environment_setup_commit {setup[:12]} (version 1.0)"
+    assert without.env is None

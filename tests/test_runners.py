@@ -126,6 +126,13 @@ def test_a_unittest_only_repository_validates_with_pytest_style_ids(tmp_path, sn
     assert checked.validation.runs == 4
 
 
+def test_a_test_command_that_finds_no_test_is_rejected_saying_so(tmp_path, snapshots, bwrap_backend, base_image):
+    bare = EnvSpec(test_cmd=("python3", "-m", "unittest", "discover", "-s", "tests", "-p", "check_*.py"))
+    checked = _validate(_task(tmp_path, snapshots, UT_BASE, UT_FIXED, env=bare), bwrap_backend, base_image, snapshots)
+    expected = "no_tests_ran: `python3 -m unittest discover -s tests -p check_*.py` found no test"
+    assert checked.validation.reason.startswith(expected)
+
+
 # Every kind of result unittest knows; the same file run by pytest and by the unittest driver must agree.
 KINDS = """import unittest
 

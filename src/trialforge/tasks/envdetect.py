@@ -466,16 +466,28 @@ def _test_cmd(repo: Path, found: _Findings) -> tuple[str, ...]:
         return found.test_cmd
     if found.pytest_config or any(_is_pytest(text) for text in found.requirements):
         return PYTEST_CMD
-    unittest = False
+    unittest_files = []
     for path, style in _test_styles(repo):
         if style == "pytest":
             found.source(path)
             return PYTEST_CMD
-        unittest = unittest or style == "unittest"
-    if unittest:
+        if style == "unittest":
+            unittest_files.append(path)
+    if unittest_files:
         found.source("test files (unittest.TestCase only)")
-        return UNITTEST_CMD
+        return UNITTEST_CMD + _discovery(repo, unittest_files)
     return PYTEST_CMD
+
+
+def _discovery(repo: Path, files: list[str]) -> tuple[str, ...]:
+    """Plain ``python -m unittest`` only descends into packages: tests in one plain directory (no
+    ``__init__.py``) are discovered from there, as their authors run them."""
+    tops = {f.split("/", 1)[0] for f in files if "/" in f}
+    if len(tops) == 1 and all("/" in f for f in files):
+        (top,) = tops
+        if not (repo / top / "__init__.py").exists():
+            return ("discover", "-s", top)
+    return ()
 
 
 def _is_pytest(text: str) -> bool:

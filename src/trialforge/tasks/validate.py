@@ -189,6 +189,9 @@ def _judge(
         reason = f"collection_error_after_fix: {_errors(after)}"
     elif _cannot_start(before, touched):
         reason = f"collection_error_before_fix: {_errors(before)}"
+    elif not now:
+        command = " ".join((task.env or EnvSpec()).test_cmd)
+        reason = f"no_tests_ran: `{command}` found no test in the tree (its discovery options, or the spec's test_cmd)"
     elif broken:
         reason = f"fix_breaks_tests: {broken[:3]}"
     elif not f2p:

@@ -604,12 +604,8 @@ def _run_unittest(kit):
         if isinstance(test, ErrorHolder):
             fixture(test, kind)
             return
-        test = getattr(test, "test_case", test)  # a subtest's report belongs to its test
-        test_id = ids.get(id(test))
+        test_id = open_id(getattr(test, "test_case", test))  # a subtest's report belongs to its test
         if test_id is None:
-            return
-        if test_id in finished:
-            evidence(f"test_reported_twice:{test_id}")
             return
         reports.setdefault(test_id, []).append(kind)
         if err is not None and kind in ("failure", "error", "subfailure"):
@@ -637,12 +633,17 @@ def _run_unittest(kit):
                 the_result[0].shouldStop = True
                 stopped[0] = True
 
-    def finish(test):
+    def open_id(test):
+        """The test's id while it may still report; None for a test not ours, or one already finished (evidence)."""
         test_id = ids.get(id(test))
-        if test_id is None:
-            return
-        if test_id in finished:
+        if test_id is not None and test_id in finished:
             evidence(f"test_reported_twice:{test_id}")
+            return None
+        return test_id
+
+    def finish(test):
+        test_id = open_id(test)
+        if test_id is None:
             return
         kinds = reports.get(test_id, [])
         if any(k in ("failure", "error", "xpass", "subfailure") for k in kinds):
