@@ -22,9 +22,9 @@ from pydantic import ValidationError
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.images import BASE_NAME, ENV_REPO
+from trialforge.sandbox.images import BASE_NAME, ENV_REPO, find_image
 from trialforge.store.objstore import open_store
-from trialforge.tasks.envimages import env_image, provide_images, task_image
+from trialforge.tasks.envimages import env_image, image_key, obtain_images, provide_images, publish_image, task_image
 from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
@@ -260,3 +260,61 @@ def test_the_image_commands_show_and_build_a_checkouts_environment(tmp_path, sna
     assert "tfcext==1.0" in env["lock"]
     del spec["image_key"]
     built_images.append(env_image(EnvSpec.model_validate(spec)).image.rootfs.parent)
+
+
+def _git(repo: Path, *args: str) -> str:
+    ident = ["-c", "user.name=Ada Lim", "-c", "user.email=ada@example.com"]
+    return subprocess.run(["git", *ident, *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def test_a_src_layout_repository_goes_from_its_git_history_through_its_image_to_a_valid_task(
+    tmp_path, index, built_images
+):
+    """The user's story of issue #20: a src/-layout library with index and compiled dependencies, given by path."""
+    from trialforge import pipeline
+    from trialforge.config import load_params
+    from trialforge.runtime import open_runtime
+
+    repo = tmp_path / "calc"
+    (repo / "src" / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / "src" / "calc" / "__init__.py").write_text(BUGGY)
+    (repo / "tests" / "test_calc.py").write_text("from calc import quad\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "Add quad")
+    (repo / "src" / "calc" / "__init__.py").write_text(FIXED)
+    (repo / "tests" / "test_calc.py").write_text(TESTS)
+    _git(repo, "commit", "-q", "-am", "Scale by two\n\nA quad of three came out as eighteen when it should be twelve.")
+    (tmp_path / "none.jsonl").write_text("")
+    (tmp_path / "repos").mkdir()
+    params = load_params(None, {
+        "run.store": f"file://{tmp_path / 'store'}", "validate.runs": 1,
+        "sources": {"tickets": str(tmp_path / "none.jsonl"), "repos": str(tmp_path / "repos"),
+                    "extra": [{"kind": "gitlog", "repo": str(repo)}]},
+        "env.repos": {"calc": {"pip_args": ["--no-index", "--find-links", index]}},
+    })  # fmt: skip
+    with open_runtime(params) as rt:
+        ingested, _ = pipeline.ingest(rt)
+        provided, images = pipeline.environments(rt, ingested)
+        valid, _ = pipeline.validate(rt, provided)
+    built_images += [Path(env_image(t.env).image.rootfs).parent for t in provided if t.env is not None]
+    assert [t.repo for t in ingested] == ["calc"] and images.kept == 1
+    (task,) = valid
+    assert task.image.startswith(ENV_REPO + ":") and task.env is not None
+    assert task.env.env == {"PYTHONPATH": "/work/src"}
+    assert task.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]
+
+
+def test_a_machine_that_did_not_build_an_image_takes_it_from_the_store_by_its_digest(provided, tmp_path):
+    store = open_store(f"file://{tmp_path / 'store-images'}")
+    publish_image(store, env_image(provided.env).image)
+    obtain_images(store, [provided], cache_dir=tmp_path / "another-machine")
+    fetched = find_image(provided.image, tmp_path / "another-machine")
+    assert fetched.digest == provided.image_digest
+    assert (fetched.rootfs / "usr" / "bin" / "python3").exists()
+    store.put_bytes(image_key(provided.image_digest), b"not the image the task was validated in")
+    with pytest.raises(SandboxError, match=f"is sha256:[0-9a-f]{{64}}, not {provided.image_digest}"):
+        obtain_images(store, [provided], cache_dir=tmp_path / "a-third-machine")
+    assert not (tmp_path / "a-third-machine" / "envs" / provided.image.rpartition(":")[2] / "digest").exists()

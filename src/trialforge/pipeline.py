@@ -36,7 +36,7 @@ from trialforge.rollout.starts import Setup
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.tasks.envdetect import resolve_env
-from trialforge.tasks.envimages import env_image, provide_images, task_image
+from trialforge.tasks.envimages import env_image, obtain_images, provide_images, task_image
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.ingest.sources import drop_duplicates, ingest_source
 from trialforge.tasks.schema import Task
@@ -91,7 +91,9 @@ def environments(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     The bundled repositories need nothing beyond the base image and get it; every task records its image.
     """
     ep = rt.params.env
-    provided, funnel, built = provide_images(tasks, rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s)
+    provided, funnel, built = provide_images(
+        tasks, rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s, store=rt.store
+    )
     for image in built:
         log.info(
             "environment image",
@@ -108,6 +110,7 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     cfg = _validate_config(rt)
     limits = rt.params.sandbox.limits()
     shared = SuiteRuns()
+    obtain_images(rt.store, tasks)
 
     def one(task: Task) -> Task:
         image = task_image(task, rt.backend, rt.image.name)
@@ -241,6 +244,7 @@ def rollout(
     """One batch of episodes; ``round_`` separates the seeds of successive draws within an iteration."""
     seed = round_seed(rt.params, lineage.iteration, round_)
     p = rt.params
+    obtain_images(rt.store, tasks)
     return run_batch(make_rollout(rt, lineage), tasks, policies, p.rollout.group_size, seed, p.sandbox.concurrency)
 
 

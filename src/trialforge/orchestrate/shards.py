@@ -52,6 +52,7 @@ from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
+from trialforge.tasks.envimages import obtain_images
 from trialforge.tasks.schema import Task, task_set_version
 from trialforge.tasks.taskset import from_table, to_table
 from trialforge.train.learner import learner_name, open_learner
@@ -170,6 +171,7 @@ def execute_shard(
     learner = learner_policy(rt, checkpoint) if learner_name(rt.params) in names else None
     by_name = dict(zip(names, policies(names, tasks, learner), strict=True))
     jobs = [EpisodeJob(by_id[j.task_id], by_name[j.policy], j.sample, j.seed) for j in shard.jobs]
+    obtain_images(rt.store, (job.task for job in jobs))  # a worker that did not build them takes them by digest
     episodes = run_jobs(make_rollout(rt, lineage), jobs, rt.params.sandbox.concurrency)
     store_episodes(rt, episodes, lineage, part=shard.id)
     statuses = dict(Counter(e.status for e in episodes))

@@ -135,7 +135,7 @@ def seal(rootfs: Path, home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     rootfs.rename(home / "rootfs")
     tarball.rename(home / "rootfs.tar")
-    (home / "digest").write_text(_sha256(home / "rootfs.tar"))
+    (home / "digest").write_text(sha256_file(home / "rootfs.tar"))
 
 
 def _scrub(rootfs: Path) -> None:
@@ -154,7 +154,7 @@ def assert_no_git_history(tree: Path) -> None:
         raise SandboxError(f"git history found in {tree}: {found[:5]}", cause="git_history")
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

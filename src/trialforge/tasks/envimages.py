@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,18 @@ from typing import Any
 from trialforge.errors import SandboxError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import Backend
-from trialforge.sandbox.images import ENV_REPO, Image, base_image, build_lock, cache_root, cached_image, seal
+from trialforge.sandbox.images import (
+    ENV_REPO,
+    Image,
+    base_image,
+    build_lock,
+    cache_root,
+    cached_image,
+    find_image,
+    seal,
+    sha256_file,
+)
+from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.envdetect import EnvError, resolve_env
 from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.schema import Task
@@ -169,13 +180,15 @@ def provide_images(
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     timeout_s: float = 1800.0,
+    store: ObjectStore | None = None,
 ) -> tuple[list[Task], Funnel, list[BuiltImage]]:
     """Give every task its environment spec and a built image; return the tasks, the funnel and the images.
 
     A task without a spec gets the one detected in its base tree (``envdetect.resolve_env``: the
     repository's files, its ``trialforge-env.yaml``, then ``overrides``, params.yaml's ``env.repos``).
-    Each distinct spec is built once. A task whose spec cannot be resolved or whose image fails to
-    build is dropped with the reason; the others go on.
+    Each distinct spec is built once and, with ``store``, published there by digest (``publish_image``)
+    for the machines that run the tasks later. A task whose spec cannot be resolved or whose image fails
+    to build is dropped with the reason; the others go on.
     """
     funnel = Funnel("images")
     detected: dict[tuple[str, str], EnvSpec | EnvError] = {}
@@ -198,6 +211,8 @@ def provide_images(
         if digest not in built:
             try:
                 built[digest] = env_image(task.env, timeout_s=timeout_s)
+                if store is not None and not task.env.is_base():
+                    publish_image(store, built[digest].image)
             except SandboxError as exc:
                 log.warning("environment image build failed", extra={"spec": digest[:KEY_CHARS], "error": str(exc)})
                 built[digest] = exc
@@ -218,3 +233,56 @@ def _detect(tree: Path, repo: str, overrides: Mapping[str, Mapping[str, Any]] | 
         return resolve_env(tree, repo, overrides)
     except EnvError as exc:
         return exc
+
+
+# --- images by digest, through the object store --------------------------------------------------------
+
+
+def image_key(digest: str) -> str:
+    return f"images/{digest.removeprefix('sha256:')}.tar"
+
+
+def publish_image(store: ObjectStore, image: Image) -> str:
+    """Put ``image``'s tarball in ``store`` under its content digest (once: the key names the content)."""
+    key = image_key(image.digest)
+    if not store.exists(key):
+        store.put_file(key, image.tarball)
+    return key
+
+
+def obtain_images(store: ObjectStore, tasks: Iterable[Task], cache_dir: Path | None = None) -> None:
+    """Make every environment image ``tasks`` name present here: a machine that did not build one (a Ray node,
+    a fresh worker) takes it from ``store`` by the digest the task recorded, and checks the content against it."""
+    wanted = {(t.image, t.image_digest) for t in tasks if t.image.startswith(ENV_REPO + ":") and t.image_digest}
+    for name, digest in sorted(wanted):
+        try:
+            find_image(name, cache_dir)
+        except SandboxError:
+            _fetch(store, name, digest, (cache_dir or cache_root()) / "envs" / name.rpartition(":")[2])
+
+
+def _fetch(store: ObjectStore, name: str, digest: str, home: Path) -> None:
+    key = image_key(digest)
+    if not store.exists(key):
+        raise SandboxError(
+            f"image {name} ({digest}) is neither built here nor published in the store: run `trialforge image "
+            "build --tasks` where the task set was made",
+            cause="image",
+        )
+    with build_lock(home):
+        if (home / "digest").exists():
+            return
+        with tempfile.TemporaryDirectory(dir=home.parent, prefix=f".fetch-{home.name}-") as tmp:
+            tarball = Path(tmp) / "rootfs.tar"
+            store.get_file(key, tarball)
+            got = "sha256:" + sha256_file(tarball)
+            if got != digest:
+                raise SandboxError(f"image {name} from {store.uri(key)} is {got}, not {digest}", cause="image")
+            rootfs = Path(tmp) / "rootfs"
+            rootfs.mkdir()
+            subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-xf", str(tarball)], check=True)
+            home.mkdir(parents=True, exist_ok=True)
+            rootfs.rename(home / "rootfs")
+            tarball.rename(home / "rootfs.tar")
+            (home / "digest").write_text(digest.removeprefix("sha256:"))
+    log.info("environment image fetched", extra={"image": name, "digest": digest})
