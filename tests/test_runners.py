@@ -491,9 +491,12 @@ def test_which_pytest_options_are_dropped_and_why():
     combined = pytest_args(["-xvs"], named_tests=False)
     assert (combined.args, [d.option for d in combined.dropped]) == (["-vs"], ["-x"])
     # a run that names its tests keeps the task's other options but not its selection
-    named = pytest_args(["-k", "not slow", "-m", "fast", "tests/unit", "-p", "xdist", "--cov", "src"], named_tests=True)
-    assert named.args == ["-p", "xdist", "--cov", "src"]
+    named = pytest_args(["-k", "not slow", "-m", "fast", "tests/unit", "-p", "xdist", "-W", "error"], named_tests=True)
+    assert named.args == ["-p", "xdist", "-W", "error"]
     assert [d.option for d in named.dropped] == ["-k not slow", "-m fast", "tests/unit"]
+    # coverage (a tox.ini's `pytest --cov pkg --cov-report=term tests`) traces every line: dropped, paths kept
+    cov = pytest_args(["--cov", "pkg", "--cov-report=term", "tests"], named_tests=False)
+    assert (cov.args, [d.option for d in cov.dropped]) == (["tests"], ["--cov pkg", "--cov-report=term"])
 
 
 def test_unittest_options_become_a_plan():

@@ -58,6 +58,9 @@ PYTEST_REFUSED: dict[str, str] = {
     "-n": _WORKERS, "--numprocesses": _WORKERS, "--maxprocesses": _WORKERS, "--dist": _WORKERS, "-d": _WORKERS,
     "--tx": _WORKERS, "--looponfail": _WORKERS, "-f": _WORKERS, "--forked": _WORKERS, "--boxed": _WORKERS,
     "--reruns": _RERUNS, "--reruns-delay": _RERUNS, "--only-rerun": _RERUNS,
+    # coverage measures through a trace function: the audit hook would rightly call that tampering
+    "--cov": _DEBUG, "--cov-report": _DEBUG, "--cov-config": _DEBUG, "--cov-fail-under": _DEBUG,
+    "--cov-append": _DEBUG, "--cov-branch": _DEBUG, "--cov-context": _DEBUG,
 }  # fmt: skip
 # `-p no:NAME` is honoured for these only: disabling any other plugin (python, unittest, skipping, runner...)
 # changes what a test is or how its outcome is reported.
@@ -75,8 +78,9 @@ PYTEST_VALUED = frozenset(
      "--log-file-format", "--log-file-date-format", "--log-auto-indent", "--override-ini", "--config-file",
      "--inifile", "--color", "--code-highlight", "--pdbcls", "--doctest-glob", "--doctest-report", "--timeout",
      "--timeout-method", "-n", "--numprocesses", "--maxprocesses", "--dist", "--tx", "--reruns", "--reruns-delay",
-     "--only-rerun", "--verbosity", "--show-capture", "--assert", "--cov-report", "--cov-config",
-     "--cov-fail-under", "--rsyncdir", "--max-worker-restart", "--random-order-seed", "--pythonwarnings"}
+     "--only-rerun", "--verbosity", "--show-capture", "--assert", "--cov", "--cov-report",
+     "--cov-config", "--cov-fail-under", "--cov-context", "--rsyncdir", "--max-worker-restart",
+     "--random-order-seed", "--pythonwarnings"}
 )  # fmt: skip
 # Selection: honoured in whole-suite runs, the host's in runs that name their tests (module docstring).
 PYTEST_SELECTION = frozenset({"-k", "-m", "--deselect", "--ignore", "--ignore-glob"})
