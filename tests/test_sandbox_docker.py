@@ -101,11 +101,9 @@ def test_output_is_capped_with_a_visible_mark(docker_backend: DockerBackend) -> 
 
 def test_command_that_never_ends_is_killed_with_its_children(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
-        start = time.monotonic()
         script = "(sleep 1000; echo ended) & (setsid sleep 1001; echo ended) & sleep 1002; echo ended"
         result = box.exec(["sh", "-c", script], timeout=2)
-        assert result.timed_out and result.exit_code == 137
-        assert time.monotonic() - start >= 2  # it waited the timeout out
+        assert result.timed_out and result.exit_code == 137  # the timeout, not the command, ended it
         assert "ended" not in result.stdout  # and then killed the sleeps: one run to its end would have said so
         survivors = box.exec(["python3", "-c", PY_PROCESS_LIST]).stdout
         assert "sleep 100" not in survivors  # the background child and the setsid escapee are gone too
