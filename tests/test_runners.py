@@ -245,20 +245,6 @@ def test_unittest_outcomes_are_the_ones_pytest_reports(tmp_path, bwrap_backend, 
     }
 
 
-def test_a_unittest_module_that_cannot_import_is_a_collection_error_and_nothing_runs(
-    tmp_path, bwrap_backend, base_image
-):
-    files = {**UT_FIXED, "tests/test_broken.py": "import unittest\n\nimport not_installed_anywhere\n"}
-    tree = _write(tmp_path / "broken", files)
-    report, _ = _run(bwrap_backend, base_image, tree, UNITTEST, plant_in=["tests/test_calc.py"])
-    assert report.reported and report.evidence == ()
-    assert report.outcomes == {"<collection>:tests/test_broken.py": "error"}  # as pytest: nothing else runs
-    assert report.collection_errors == {
-        "tests/test_broken.py": "ModuleNotFoundError: No module named 'not_installed_anywhere'"
-    }
-    assert report.exit_code == 2
-
-
 def test_unittest_selection_by_id_runs_only_those_tests(tmp_path, bwrap_backend, base_image):
     tree = _write(tmp_path / "select", UT_FIXED)
     ids = ["tests/test_calc.py::TestDouble::test_two", "tests/test_calc.py::TestHalf"]

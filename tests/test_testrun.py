@@ -18,6 +18,7 @@ from xml.etree import ElementTree
 import pytest
 
 from trialforge.sandbox.base import TRUNCATION_MARK, ExecResult, Limits, SandboxSpec
+from trialforge.tasks.envspec import EnvSpec
 from trialforge.testrun import prepare, run_tests
 from trialforge.testrun.canaries import Canary, plant
 from trialforge.testrun.report import read_report
@@ -228,8 +229,8 @@ def test_what_honest_runs_do_is_no_evidence():
         end={},
     )
     assert _read(skipped).evidence == ()
-    # a whole module that failed to collect (an import error in the diff) has no canaries to report, and after a
-    # collection error in any module pytest runs no test at all
+    # a whole module that failed to collect (an import error in the diff) has no canaries to report, nor has a
+    # module that reported no test while another failed to collect
     broken = _stream({"e": "collect_error", "id": "tests/t.py"}, end={"exit": 2})
     assert _read(broken, exit_code=2).evidence == ()
     elsewhere = _stream({"e": "collect_error", "id": "tests/other.py"}, end={"exit": 2})
@@ -330,3 +331,126 @@ def test_a_collection_error_carries_its_first_error_line():
     report = _read(_stream({"e": "collect_error", "id": "tests/t.py", "m": message}, end={"exit": 2}), exit_code=2)
     assert report.evidence == () and report.outcomes == {"<collection>:tests/t.py": "error"}
     assert report.collection_errors == {"tests/t.py": message}
+
+
+# --- plugins changed by pristine tests; modules that do not import ------------------------------------------------
+
+# What flask's tests/test_logging.py does around every test: pytest's logging plugin out, then back in.
+UNREGISTERS_LOGGING = """import pytest
+
+
+@pytest.fixture(autouse=True)
+def without_pytest_logging(pytestconfig):
+    plugin = pytestconfig.pluginmanager.unregister(name="logging-plugin")
+    yield
+    if plugin:
+        pytestconfig.pluginmanager.register(plugin, "logging-plugin")
+"""
+# The same change made from the code under test, which finds the plugin manager in its caller's frames.
+PACKAGE_UNREGISTERS = """
+
+import sys as _sys
+
+
+def _plugin_manager():
+    frame = _sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            found = getattr(getattr(value, "config", None), "pluginmanager", None)
+            if found is not None:
+                return found
+        frame = frame.f_back
+
+
+def add(a, b, _pm=_plugin_manager):
+    pm = _pm()
+    {action}
+    return a + b
+"""
+ACTIONS = {
+    "unregisters_a_plugin": 'pm.unregister(name="skipping")',  # xfail and skip marks: report-path hooks
+    # renamed so that the pristine fixture's unregister(name="logging-plugin") takes the recorder out
+    "renames_the_recorder": (
+        'recorder = next(p for p in pm.get_plugins() if type(p).__name__ == "Recorder")\n'
+        '    pm._name2plugin["logging-plugin"] = recorder'
+    ),
+    # pytest's own runtest_call implementation made to skip the test body, by an object equal to anything
+    "swaps_a_hook_for_a_lookalike": (
+        "class Same:\n"
+        "        def __eq__(self, other):\n"
+        "            return True\n"
+        "        __hash__ = object.__hash__\n"
+        "        def __call__(self, *args, **kwargs):\n"
+        "            return None\n"
+        "    for impl in pm.hook.pytest_runtest_call.get_hookimpls():\n"
+        "        if impl.plugin_name == 'runner' and type(impl.function) is not Same:\n"
+        "            impl.function = Same()"
+    ),
+}
+
+
+def _run(tree: Path, backend, image, guard, ids=IDS):
+    sandbox = backend.create(SandboxSpec(image=image.name, workspace=tree, limits=Limits()))
+    try:
+        return run_tests(sandbox, ids, timeout=60, guard=guard)
+    finally:
+        sandbox.close()
+
+
+def test_a_pristine_test_may_take_a_plugin_out_and_put_it_back(tmp_path, bwrap_backend, base_image):
+    tree = _tree(tmp_path)
+    (tree / "tests" / "conftest.py").write_text(UNREGISTERS_LOGGING)
+    guard = prepare(tree, IDS, ["tests/test_calc.py", "tests/conftest.py"])
+    report = _run(tree, bwrap_backend, base_image, guard)
+    assert report.reported and report.evidence == (), report.evidence
+    assert report.outcome("tests/test_calc.py::test_add") == "passed"
+
+
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+def test_the_code_under_test_changing_plugins_is_evidence_even_beside_a_pristine_test_that_does(
+    tmp_path, bwrap_backend, base_image, action
+):
+    tree = _tree(tmp_path)
+    (tree / "tests" / "conftest.py").write_text(UNREGISTERS_LOGGING)
+    (tree / "calc" / "__init__.py").write_text(
+        CALC.replace("def add(a, b)", "def _add(a, b)") + PACKAGE_UNREGISTERS.format(action=ACTIONS[action])
+    )
+    guard = prepare(tree, IDS, ["tests/test_calc.py", "tests/conftest.py"], changed=["calc/__init__.py"])
+    report = _run(tree, bwrap_backend, base_image, guard)
+    assert "hooks_changed" in report.evidence, report.evidence
+
+
+BROKEN_MODULE = "from calc import not_there\n\n\ndef test_never():\n    pass\n"
+
+
+@pytest.mark.parametrize("runner", ["pytest", "unittest"])
+def test_a_module_that_does_not_import_leaves_the_other_modules_running(tmp_path, bwrap_backend, base_image, runner):
+    """As ``pytest --continue-on-collection-errors`` (and unittest itself) run: one broken module is one
+    collection error, every other module's tests still run, canaries included."""
+    tree = _tree(tmp_path)
+    (tree / "tests" / "test_broken.py").write_text(BROKEN_MODULE)
+    if runner == "unittest":
+        (tree / "tests" / "test_calc.py").write_text(TESTS.split("\n\n\ndef test_add")[0] + UNITTEST_ONLY)
+    env = EnvSpec(test_cmd=("python3", "-m", "pytest") if runner == "pytest" else UNITTEST_CMD)
+    guard = prepare(tree, [], ["tests/test_calc.py", "tests/test_broken.py"], plant_in=["tests/test_calc.py"],
+                    runner=runner)  # fmt: skip
+    sandbox = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=tree, limits=Limits()))
+    try:
+        report = run_tests(sandbox, None, timeout=60, guard=guard, env=env)
+    finally:
+        sandbox.close()
+    assert report.reported and report.evidence == (), report.evidence
+    assert set(report.collection_errors) == {"tests/test_broken.py"}
+    assert "ImportError" in report.collection_errors["tests/test_broken.py"]
+    assert report.outcome("tests/test_calc.py::TestMore::test_add_negative") == "passed"
+    assert report.exit_code == 1 and all(report.canaries.get(c.node_id) for c in guard.canaries), report.canaries
+
+
+UNITTEST_ONLY = """
+
+
+class TestMore(unittest.TestCase):
+    def test_add_negative(self):
+        self.assertEqual(add(-2, -3), -5)
+"""
+UNITTEST_CMD = ("python3", "-m", "unittest", "discover", "-s", "tests")

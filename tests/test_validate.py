@@ -226,7 +226,36 @@ def test_a_test_module_that_imports_what_the_fix_adds_validates(tmp_path, snapsh
     fixed = {**base, "calc.py": FIXED + "\n\ndef triple(x):\n    return 3 * x\n", "tests/test_triple.py": TRIPLE_TESTS}
     checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
     assert checked.validation.valid, checked.validation.reason
-    assert "tests/test_triple.py::test_triple" in checked.fail_to_pass
+    assert checked.fail_to_pass == ["tests/test_triple.py::test_triple"]
+    # the other modules ran before the fix too: their tests are pass-to-pass, not claimed as fixed
+    assert checked.pass_to_pass == ["tests/test_double.py::test_double"]
+
+
+# A module of the repository's own that never imports from a tree that is not installed (click's tests read
+# the package's distribution metadata at import).
+READS_METADATA = (
+    "import importlib.metadata\n\nVERSION = importlib.metadata.version('calc')\n\n\n"
+    "def test_version():\n    assert VERSION\n"
+)
+
+
+def test_a_module_that_never_imports_is_left_out_of_the_lists(tmp_path, snapshots, bwrap_backend, base_image):
+    base = {"calc.py": BUGGY, "tests/test_meta.py": READS_METADATA}
+    fixed = {**base, "calc.py": FIXED, "tests/test_double.py": STEADY}
+    checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    assert checked.validation.valid, checked.validation.reason
+    assert checked.fail_to_pass == ["tests/test_double.py::test_double"] and checked.pass_to_pass == []
+    assert checked.validation.not_importing == ["tests/test_meta.py"]
+
+
+def test_a_module_the_fix_leaves_unable_to_import_rejects_the_task(tmp_path, snapshots, bwrap_backend, base_image):
+    uses_half = "from calc import half\n\n\ndef test_half():\n    assert half(4) == 2\n"
+    base = {"calc.py": BUGGY + "\n\ndef half(x):\n    return x / 2\n", "tests/test_half.py": uses_half}
+    fixed = {**base, "calc.py": FIXED, "tests/test_double.py": STEADY}  # the fix drops half()
+    checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    reason = checked.validation.reason
+    assert not checked.validation.valid
+    assert reason.startswith("collection_error_after_fix: tests/test_half.py: ImportError"), reason
 
 
 def test_a_suite_that_cannot_import_before_the_fix_is_rejected_with_its_error(

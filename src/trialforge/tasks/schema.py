@@ -37,6 +37,7 @@ class Validation(BaseModel):
     flaky_tests: list[str] = Field(default_factory=list)
     duration_s: float = 0.0
     slowest_run_s: float = 0.0  # the slowest whole-suite run with the fix: grading time limits scale from it
+    not_importing: list[str] = Field(default_factory=list)  # test modules that fail to collect with the fix
 
 
 class Decontamination(BaseModel):

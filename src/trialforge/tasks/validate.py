@@ -17,6 +17,11 @@ A rejection says why in its reason: a short key (what ``record_verdicts`` counts
 detail, e.g. ``collection_error_after_fix: tests/test_x.py: ModuleNotFoundError: No module named 'pkg'``.
 A suite that cannot even start before the fix is rejected too (``collection_error_before_fix``),
 unless what fails to import is only the test patch's own modules (a test importing what the fix adds).
+A module that fails to import both before and after the fix, and that the test patch does not touch,
+is the repository's own breakage (a test reading the installed package's metadata from a tree that is
+not installed, say): the other modules run (``--continue-on-collection-errors``), its tests are in
+neither list, and ``validation.not_importing`` names it. A module the fix leaves unable to import, or a
+test patch module that does not import even with the fix, rejects the task.
 """
 
 from __future__ import annotations
@@ -183,10 +188,12 @@ def _judge(
         flaky_tests=flaky,
         duration_s=round(time.monotonic() - start, 3),
         slowest_run_s=round(max(r.duration_s for r in after), 3),
+        not_importing=sorted(_not_importing(after)),
     )
     reason = ""
-    if any(t.startswith(COLLECTION) for t in now):
-        reason = f"collection_error_after_fix: {_errors(after)}"
+    broken_by_fix = _not_importing(after) - (_not_importing(before) - set(touched))
+    if broken_by_fix:
+        reason = f"collection_error_after_fix: {_errors(after, broken_by_fix)}"
     elif _cannot_start(before, touched):
         reason = f"collection_error_before_fix: {_errors(before)}"
     elif not now:
@@ -217,9 +224,20 @@ def _cannot_start(before: list[TestReport], touched: Sequence[str]) -> bool:
     return any(r.exit_code not in (0, 1, 5) for r in before)  # the runner did not start (a conftest, a usage error)
 
 
-def _errors(reports: list[TestReport]) -> str:
-    """The first distinct error lines of ``reports``: their collection errors, else error lines of their logs."""
-    lines = [f"{module}: {message}" for r in reports for module, message in r.collection_errors.items()]
+def _not_importing(reports: list[TestReport]) -> set[str]:
+    """The test modules that failed to collect in any of ``reports``."""
+    return {module for r in reports for module in r.collection_errors}
+
+
+def _errors(reports: list[TestReport], modules: set[str] | None = None) -> str:
+    """The first distinct error lines of ``reports``: their collection errors (of ``modules`` when given),
+    else error lines of their logs."""
+    lines = [
+        f"{module}: {message}"
+        for r in reports
+        for module, message in r.collection_errors.items()
+        if modules is None or module in modules
+    ]
     if not lines:
         for report in reports:
             log = report.log_tail.splitlines()

@@ -29,7 +29,8 @@ __all__ = ["REPORT_CAP_BYTES", "Canary", "Guard", "TestReport", "prepare", "repo
 RECORDER = (Path(__file__).with_name("recorder_program.py")).read_text(encoding="utf-8")
 # The report channel carries one line per test: sandboxes that run tests keep this much output at least.
 REPORT_CAP_BYTES = 16 << 20
-PYTEST_ARGS = ["-p", "no:cacheprovider", "-q", "--tb=short", "-o", "addopts="]
+# A module that does not import is one collection error, not a run of nothing: the other modules still run.
+PYTEST_ARGS = ["-p", "no:cacheprovider", "-q", "--tb=short", "-o", "addopts=", "--continue-on-collection-errors"]
 
 
 @dataclass(frozen=True)

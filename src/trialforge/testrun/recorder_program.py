@@ -32,7 +32,8 @@ an error or failure anywhere in a test (setUp, the method, tearDown, a subtest, 
 success) fails its call; a skip or an expected failure is a skip; a failing ``setUpClass`` or
 ``setUpModule`` is an error (failed setup) of each test it kept from running, a failing
 ``tearDownClass``/``tearDownModule`` an error (failed teardown) of the last test that ran under it;
-a module that cannot be imported is a collection error, and then, as under pytest, nothing runs.
+a module that cannot be imported is a collection error, and the other modules run (as pytest runs them
+with ``--continue-on-collection-errors``, which the host always passes).
 """
 
 import os  # os and sys: loaded by the interpreter itself, before any path is searched
@@ -54,6 +55,10 @@ REPORT_HOOKS = (
     "pytest_sessionfinish",
     "pytest_assertrepr_compare",
 )
+# pytest's plugins that only add to what a report shows (log sections), never decide an outcome: a test may take
+# them out and put them back (flask's tests unregister the logging plugin around each test). By class, from
+# pytest's own modules, which the recorder fingerprints.
+REMOVABLE_PLUGINS = {"logging-plugin": ("_pytest.logging", "LoggingPlugin")}
 # What a unittest TestCase runs a test through: shadowed on a test instance, the test no longer runs as written.
 TESTCASE_PROTOCOL = (
     "run", "__call__", "debug", "_callSetUp", "_callTestMethod", "_callTearDown", "_callCleanup", "doCleanups",
@@ -177,6 +182,16 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         found = errors[-1] if errors else lines[-1] if lines else ""
         return found[:MESSAGE_CAP]
 
+    def own_code(program):
+        """Every code object of this program, by identity. Its file name (``<string>``, from ``-c``) proves
+        nothing: ``collections.namedtuple`` and ``dataclasses`` generate code named the same way."""
+        found, todo = [], [program]
+        while todo:
+            code = todo.pop()
+            found.append(code)
+            todo.extend(c for c in code.co_consts if type(c) is type(program))
+        return tuple(found)
+
     class Kit:
         """What both drivers share; held by the drivers' closures, never by a module."""
 
@@ -186,6 +201,7 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         emit=emit, evidence=evidence, function_of=function_of, fingerprint=fingerprint,
         check_fingerprint=check_fingerprint, in_workspace=in_workspace, pristine_code=pristine_code,
         foreign=foreign, first_error_line=first_error_line, importlib=importlib, main_code=sys._getframe(0).f_code,
+        own_code=own_code(sys._getframe(1).f_code),
     )  # fmt: skip
 
     def restore_path():
@@ -222,15 +238,39 @@ def _run_pytest(kit):
         """``settle``: accept replacements made by pytest's own code (configure and unconfigure time)."""
         kit.check_fingerprint(watched, from_framework if settle else None)
 
+    removable = [()]  # the plugin objects of REMOVABLE_PLUGINS, as collection ended with them
+
+    def is_removable(plugin):
+        return any(plugin is p for p in removable[0])
+
+    def hook_entry(config, name):
+        """A report-path hook: its caller, the caller's executor and the implementations held with their
+        functions (code swapped inside one is the audit hook's to see); then, apart, those of removable
+        plugins as (plugin, function), which may go missing or come back registered anew."""
+        caller = getattr(config.hook, name, None)
+        impls = caller.get_hookimpls() if caller is not None else []
+        held = [caller, getattr(caller, "_hookexec", None)]
+        optional = []
+        for impl in impls:
+            if is_removable(impl.plugin):  # registered again: a new bound method of the same function
+                optional.append((impl.plugin, getattr(impl.function, "__func__", impl.function)))
+            else:
+                held += [impl, impl.function]
+        return tuple(held), tuple(optional)
+
     def hook_state(config):
-        """The report path's hook callers and implementations, held (equality is identity for functions;
-        code swapped inside one is the audit hook's to see)."""
-        state = [getattr(config.pluginmanager, "_inner_hookexec", None)]
-        for name in REPORT_HOOKS:
-            caller = getattr(config.hook, name, None)
-            impls = caller.get_hookimpls() if caller is not None else []
-            state.append((caller, getattr(caller, "_hookexec", None), tuple((i, i.function) for i in impls)))
-        return tuple(state)
+        return (getattr(config.pluginmanager, "_inner_hookexec", None), *(hook_entry(config, n) for n in REPORT_HOOKS))
+
+    def identical(now, then):
+        """Element by element by identity: an object whose ``__eq__`` says yes to anything is no match."""
+        return len(now) == len(then) and all(now[i] is then[i] for i in range(len(now)))  # (3.9: no strict zip)
+
+    def same_entry(now, then):
+        return identical(now[0], then[0]) and all(any(identical(p, q) for q in then[1]) for p in now[1])
+
+    def same_state(now, then):
+        """``now`` is ``then``, less implementations of removable plugins (or with them registered again)."""
+        return now[0] is then[0] and all(map(same_entry, now[1:], then[1:]))
 
     def foreign_skip(report):
         """Where a skip was raised, when that is a file of the workspace other than a pristine test file."""
@@ -254,13 +294,12 @@ def _run_pytest(kit):
         return caller.get_hookimpls() if caller is not None else []
 
     def registered_at_start(name, impl):
-        return any(entry[0] is impl for entry in hooks_at_start[0][1 + REPORT_HOOKS.index(name)][2])
+        return any(held is impl for held in hooks_at_start[0][1 + REPORT_HOOKS.index(name)][0])
 
     def same_hooks_as_collected(name):
         """The implementations this hook call runs with are the ones collection ended with."""
-        index = 1 + REPORT_HOOKS.index(name)
-        now = tuple((i, i.function) for i in impls(name))
-        if hooks_after_collection[0] and now != hooks_after_collection[0][index][2]:
+        then = hooks_after_collection[0]
+        if then and not same_entry(hook_entry(config_of[0], name), then[1 + REPORT_HOOKS.index(name)]):
             evidence(f"hooks_changed:{name}")
 
     def item_state(item):
@@ -319,6 +358,12 @@ def _run_pytest(kit):
                         continue
                     if not pristine_code(impl.function):
                         evidence(f"foreign_hookimpl:{name}:{impl.plugin_name}")
+            pm = session.config.pluginmanager
+            removable[0] = tuple(
+                plugin
+                for name, (module, cls) in REMOVABLE_PLUGINS.items()
+                if type(plugin := pm.get_plugin(name)) is getattr(sys.modules.get(module), cls, None)
+            )
             hooks_after_collection[0] = hook_state(session.config)
             for item in session.items:
                 items[item.nodeid] = item_state(item)
@@ -360,7 +405,7 @@ def _run_pytest(kit):
         @pytest.hookimpl(trylast=True)
         def pytest_runtest_logfinish(self, nodeid):
             check_framework()
-            if hook_state(config_of[0]) != hooks_after_collection[0]:
+            if not same_state(hook_state(config_of[0]), hooks_after_collection[0]):
                 evidence("hooks_changed")
             emit({"e": "test", "id": nodeid})
 
@@ -688,7 +733,7 @@ def _run_unittest(kit):
         return name
 
     def load(the_loader, top):
-        """The planned tests, or the collection errors that stop the run (as pytest stops)."""
+        """The planned tests, the modules that failed to import and those skipped at import."""
         errors, skipped = [], []
 
         def take(found, label=None):
@@ -752,10 +797,11 @@ def _run_unittest(kit):
     if deselected:
         emit({"e": "deselected", "ids": deselected})
     check_result()
-    if errors:
-        return 2, False  # pytest's "interrupted": a collection error runs nothing
+    failures[0] = len(errors)  # pytest counts collection errors as failures, toward --maxfail too
+    if plan.get("maxfail") and errors and failures[0] >= plan["maxfail"]:
+        return 1, True
     if not planned:
-        return 5, False  # pytest's "no tests collected"
+        return (1 if errors else 5), False  # 5: pytest's "no tests collected"
     outcome = Result()
     the_result.append(outcome)
     TestSuite(planned).run(outcome)
@@ -784,7 +830,8 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
         args,
         _events=AUDITED,
         _skip=(*framework_dirs, stdlib, "<"),
-        _guarded=(*framework_dirs, "<string>"),  # the runner's and the recorder's own code (stdlib's is its own)
+        _guarded=framework_dirs,  # the runner's code (stdlib's is its own)
+        _own_code=kit.own_code,  # the recorder's: known by identity, never by its file name
         _packages=tuple(framework_packages),
         _excluded=tuple(excluded_modules),
         _own=tuple(own_types),
@@ -806,7 +853,11 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
             framework_class = isinstance(target, type) and (
                 any(target is own for own in _own) or (origin.split(".")[0] in _packages and origin not in _excluded)
             )
-            guarded_code = code is not None and (code.co_filename.startswith(_guarded) or code.co_filename in _allowed)
+            guarded_code = code is not None and (
+                code.co_filename.startswith(_guarded)
+                or code.co_filename in _allowed
+                or (code.co_filename == "<string>" and any(code is own for own in _own_code))
+            )
             if not (framework_class or guarded_code):
                 return
             what = f"patched_live:{getattr(target, '__qualname__', '?')}.{name}"

@@ -21,9 +21,9 @@ the code under test does not hold; the sandbox reports the process's real exit s
   deselected test that ran anyway;
 - the canaries (``canaries.py``): a must-fail canary that passed; a canary skipped while real tests
   of its file ran; a canary missing from a run that was not stopped early, whose file collected and
-  reported other tests, and that did not deselect it (after a collection error the runner runs
-  nothing, a module skipped at collection has no tests, a file the task's options leave out has none,
-  and the task's -k/-m may leave a canary out); a must-pass canary that failed in its call (not in
+  reported other tests, and that did not deselect it (a module that failed or was skipped at
+  collection has no tests, a file the task's options leave out has none, and the task's -k/-m may
+  leave a canary out); a must-pass canary that failed in its call (not in
   setup: an honest but broken diff can break a fixture, never a self-contained assertion).
 
 Each phase counts as it was first observed: a part of a test run again later (a unittest method
@@ -131,13 +131,12 @@ def read_report(
     if stopped and max_failures is not None and run.failures < max_failures:
         evidence.append(f"stopped_before_max_failures:{run.failures}<{max_failures}")
     by_canary = _canary_outcomes(run.outcomes, list(canaries))
-    interrupted = any(t.startswith(COLLECTION) for t in run.outcomes)  # pytest runs no test after a collection error
     evidence += [f"deselected_test_ran:{t}" for t in sorted(run.deselected) if t in run.outcomes]
     evidence += canary_evidence(
         list(canaries),
         by_canary,
         run.outcomes,
-        stopped=stopped or interrupted,
+        stopped=stopped,
         not_collected=run.not_collected,
         deselected=run.deselected,
     )
