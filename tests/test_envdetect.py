@@ -235,8 +235,54 @@ def test_pytest_kept_only_when_versioned_plugins_always(tmp_path: Path) -> None:
         },
     )
     spec = detect(repo)
-    assert spec.requirements == ("click", "pytest-xdist", "black", "ruff", "pytest>=8", "responses")
+    assert spec.requirements == ("click", "pytest-xdist", "pytest>=8", "responses")  # no dev: a test group exists
     assert not spec.is_base()
+
+
+def test_dev_group_is_read_only_where_no_test_group_exists(tmp_path: Path) -> None:
+    # pallets/click's pyproject.toml (2025): the dev group is ruff, tox and tox-uv; the tests group pytest
+    click = """
+        [project]
+        name = "click"
+        requires-python = ">=3.10"
+        [dependency-groups]
+        dev = ["ruff", "tox", "tox-uv"]
+        docs = ["sphinx", "sphinx-tabs"]
+        tests = ["pytest"]
+    """
+    assert detect(make(tmp_path / "click", {"pyproject.toml": click})).is_base()
+    dev_only = """
+        [project]
+        name = "pkg"
+        [project.optional-dependencies]
+        dev = ["pkg[lint]", "pytest-xdist", "black"]
+        lint = ["flake8-bugbear", "responses"]
+    """
+    spec = detect(make(tmp_path / "dev_only", {"pyproject.toml": dev_only}))
+    assert spec.requirements == ("pytest-xdist", "responses")
+    assert spec.detected_from == (
+        "pyproject.toml",
+        "pyproject.toml (developer tools not installed: black, flake8-bugbear)",
+    )
+
+
+def test_developer_tools_stay_when_the_project_needs_them_or_its_tests_import_them(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "pyproject.toml": """
+                [project]
+                name = "sphinx-ext"
+                dependencies = ["sphinx>=7"]
+                [project.optional-dependencies]
+                tests = ["sphinx-testing", "mypy", "tox", "pre-commit"]
+            """,
+            "tests/test_ext.py": "from mypy import api\nimport sphinx_testing\n\n\ndef test_one():\n    pass\n",
+        },
+    )
+    spec = detect(repo)
+    assert spec.requirements == ("sphinx>=7", "sphinx-testing", "mypy")
+    assert "pyproject.toml (developer tools not installed: tox, pre-commit)" in spec.detected_from
 
 
 def test_requirements_files_follow_includes_inside_the_repository(tmp_path: Path) -> None:
@@ -268,6 +314,207 @@ def test_requirements_files_follow_includes_inside_the_repository(tmp_path: Path
         "requirements/test.txt",
         "requirements/test.txt ('==bad==' is not a requirement: ignored)",
     )
+
+
+# pallets/jinja's requirements/ in December 2024 (ab8218c7), pins abridged: pip-compiled files for the tests,
+# for the tests under Python 3.7, and a dev superset; tox reads tests.txt, and tests37.txt for py37 only.
+JINJA_2024 = {
+    "pyproject.toml": '[project]\nname = "Jinja2"\nrequires-python = ">=3.7"\ndependencies = ["MarkupSafe>=2.0"]\n',
+    "tox.ini": """
+        [testenv]
+        deps = -r requirements/tests.txt
+        commands = pytest -v --tb=short --basetemp={envtmpdir} {posargs}
+
+        [testenv:py37,py3.7]
+        deps = -r requirements/tests37.txt
+    """,
+    "requirements/tests.in": "pytest\ntrio\n",
+    "requirements/tests.txt": "attrs==24.3.0\n    # via trio\npackaging==24.2\npytest==8.3.4\ntrio==0.27.0\n",
+    "requirements/tests37.txt": "attrs==24.2.0\npackaging==24.0\npytest==7.4.4\ntrio==0.22.2\n",
+    "requirements/dev.txt": "alabaster==1.0.0\nattrs==24.3.0\npre-commit==4.0.1\npytest==8.3.4\ntox==4.23.2\n",
+    "requirements/docs.txt": "alabaster==1.0.0\nsphinx==8.1.3\n",
+    "requirements/typing.txt": "mypy==1.14.0\npytest==8.3.4\n",
+    "src/jinja2/__init__.py": "",
+}
+
+
+def test_requirements_dir_gives_one_tests_file_not_another_pythons_nor_dev(tmp_path: Path) -> None:
+    spec = detect(make(tmp_path, JINJA_2024))
+    assert spec.python == "3.11"
+    assert spec.requirements == ("MarkupSafe>=2.0", "attrs==24.3.0", "packaging==24.2", "pytest==8.3.4", "trio==0.27.0")
+    assert spec.detected_from == (
+        "pyproject.toml",
+        "requirements/dev.txt (not read: requirements/tests.txt is)",
+        "requirements/tests.txt",
+        "requirements/tests37.txt (for Python 3.7: not read)",
+        "tox.ini",
+        "src/",
+    )
+
+
+def test_requirements_dir_variants_of_the_tests_file_are_not_read(tmp_path: Path) -> None:
+    # pallets/flask's requirements/ in November 2024 (6b054f8f): dev.txt pins 60 packages
+    files = {
+        "requirements/dev.txt": "alabaster==1.0.0\npytest==8.3.3\nsphinx==8.1.3\ntox==4.23.2\n",
+        "requirements/tests.txt": "asgiref==3.8.1\npytest==8.3.3\npython-dotenv==1.0.1\n",
+        "requirements/tests-dev.txt": "https://github.com/pallets/werkzeug/archive/refs/heads/main.tar.gz\n",
+        "requirements/tests-min.txt": "werkzeug==3.1.0\n",
+    }
+    spec = detect(make(tmp_path, files))
+    assert spec.requirements == ("asgiref==3.8.1", "pytest==8.3.3", "python-dotenv==1.0.1")
+    assert spec.detected_from == (
+        "requirements/dev.txt (not read: requirements/tests.txt is)",
+        "requirements/tests-dev.txt (not read: requirements/tests.txt is)",
+        "requirements/tests-min.txt (not read: requirements/tests.txt is)",
+        "requirements/tests.txt",
+    )
+
+
+@pytest.mark.parametrize(
+    ("requires", "python", "pin"), [(">=3.7", "3.11", "8.3.2"), ("<3.10", "3.9", "8.3.3"), (">=3.12", "3.13", "8.3.4")]
+)
+def test_tests_file_named_for_the_chosen_python_is_preferred_to_the_plain_one(
+    tmp_path: Path, requires: str, python: str, pin: str
+) -> None:
+    files = {
+        "setup.cfg": f"[options]\npython_requires = {requires}\n",
+        "requirements/tests.txt": "pytest==8.3.4\n",
+        "requirements/tests39.txt": "pytest==8.3.3\n",
+        "requirements/tests-py3.11.txt": "pytest==8.3.2\n",
+    }
+    spec = detect(make(tmp_path, files))
+    assert (spec.python, spec.requirements) == (python, (f"pytest=={pin}",))
+
+
+def test_dev_requirements_file_is_read_only_without_a_tests_file(tmp_path: Path) -> None:
+    files = {"requirements-dev.txt": "pytest-mock==3.14.0\ntox==4.23.2\nsphinx-rtd-theme==3.0.2\n"}
+    spec = detect(make(tmp_path / "dev", files))
+    assert spec.requirements == ("pytest-mock==3.14.0",)
+    assert spec.detected_from == (
+        "requirements-dev.txt",
+        "requirements-dev.txt (developer tools not installed: tox==4.23.2, sphinx-rtd-theme==3.0.2)",
+    )
+    spec = detect(make(tmp_path / "both", files | {"test-requirements.txt": "freezegun\n"}))
+    assert spec.requirements == ("freezegun",)
+    assert spec.detected_from == ("requirements-dev.txt (not read: test-requirements.txt is)", "test-requirements.txt")
+
+
+def test_a_distribution_pinned_twice_keeps_the_first_files_pin_and_says_so(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "requirements.txt": 'packaging==24.1\nattrs>=23\nimportlib-metadata==6.7.0; python_version < "3.8"\n',
+            "requirements/tests.txt": """
+                packaging==24.0
+                attrs==24.2.0
+                importlib-metadata==8.5.0; python_version >= "3.8"
+            """,
+        },
+    )
+    spec = detect(repo)
+    assert spec.requirements == (
+        "packaging==24.1",
+        "attrs>=23",
+        "attrs==24.2.0",
+        'importlib-metadata==8.5.0; python_version >= "3.8"',
+    )
+    assert spec.detected_from == (
+        "requirements.txt",
+        "requirements/tests.txt (packaging==24.0 conflicts with ==24.1 from requirements.txt: ignored)",
+        "requirements/tests.txt",
+    )
+
+
+# 23andMe/Yamale in June 2021 (ad71384): pytest<6 cannot rewrite assertions on Python 3.10 and later.
+YAMALE_2021 = {
+    "setup.py": """
+        from setuptools import setup
+        setup(name="yamale", install_requires=["pyyaml"], python_requires=">=3.6")
+    """,
+    "requirements.txt": "tox==3.15.2\n",
+    "tox.ini": """
+        [testenv]
+        commands = py.test --cov yamale --cov-report term-missing yamale
+        deps =
+          ruamel.yaml<1
+          pytest<6
+          pytest-cov<3
+    """,
+    "yamale/__init__.py": "",
+}
+
+
+def test_python_is_one_the_pinned_pytest_runs_on(tmp_path: Path) -> None:
+    spec = detect(make(tmp_path, YAMALE_2021))
+    assert spec.python == "3.9"
+    assert spec.requirements == ("pyyaml", "ruamel.yaml<1", "pytest<6", "pytest-cov<3")
+    assert spec.detected_from == (
+        "setup.py",
+        "requirements.txt",
+        "tox.ini",
+        "requirements.txt (developer tools not installed: tox==3.15.2)",
+        "tox.ini (pytest<6: no pytest it allows runs on Python 3.10+, 6.2.4 is the first: Python 3.9)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("pin", "requires", "python"),
+    [
+        ("pytest<6", ">=3.6", "3.9"),
+        ("pytest==6.2.3", ">=3.6", "3.9"),
+        ("pytest==5.*", ">=3.6", "3.9"),
+        ("pytest~=6.1.0", ">=3.6", "3.9"),
+        ("pytest<7", ">=3.6", "3.11"),
+        ("pytest~=6.2", ">=3.6", "3.11"),
+        ("pytest<=6.2.4", ">=3.6", "3.11"),
+        ("pytest!=6.*", ">=3.6", "3.11"),
+        ('pytest==5.4.3; python_version < "3.10"', ">=3.6", "3.11"),
+        ("pytest<8", ">=3.12", "3.13"),
+    ],
+)
+def test_python_allowed_by_the_pytest_pin(tmp_path: Path, pin: str, requires: str, python: str) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "pyproject.toml": f'[project]\nname = "p"\nrequires-python = "{requires}"\n',
+            "requirements-test.txt": f"{pin}\n",
+        },
+    )
+    assert detect(repo).python == python
+
+
+def test_pytest_pin_no_allowed_python_runs_is_an_error_naming_pin_and_pythons(tmp_path: Path) -> None:
+    setup_py = YAMALE_2021["setup.py"].replace(">=3.6", ">=3.10")
+    with pytest.raises(EnvError) as caught:
+        detect(make(tmp_path, YAMALE_2021 | {"setup.py": setup_py}))
+    message = str(caught.value)
+    assert "requires-python allows (3.11, 3.13)" in message
+    assert "pytest<6 in tox.ini: no pytest it allows runs on Python 3.10+, 6.2.4 is the first" in message
+    assert "trialforge-env.yaml" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        # jazzband/prettytable (2024-10), python-humanize/humanize (2024-09): hatch-vcs
+        ("pyproject.toml", '[tool.hatch.build.hooks.vcs]\nversion-file = "src/pkg/_version.py"\n'),
+        ("pyproject.toml", '[tool.hatch]\nbuild.hooks.vcs.version-file = "src/pkg/_version.py"\n'),
+        ("pyproject.toml", '[tool.setuptools_scm]\nwrite_to = "src/pkg/_version.py"\n'),
+        ("pyproject.toml", '[tool.setuptools_scm]\nversion_file = "src/pkg/_version.py"\n'),
+        ("setup.py", 'from setuptools import setup\nsetup(use_scm_version={"write_to": "src/pkg/_version.py"})\n'),
+    ],
+)
+def test_version_file_written_at_build_time_is_named(tmp_path: Path, name: str, config: str) -> None:
+    repo = make(tmp_path, {name: config, "src/pkg/__init__.py": "from ._version import __version__\n"})
+    spec = detect(repo)
+    assert spec.env == {"PYTHONPATH": "/work/src"}
+    assert (
+        f"{name} (version-file src/pkg/_version.py is generated at build time: not in the tree)" in spec.detected_from
+    )
+    (repo / "src/pkg/_version.py").write_text("__version__ = '1.0'\n")
+    spec = detect(repo)
+    assert spec.env == {"PYTHONPATH": "/work/src"}
+    assert not any("version-file" in source for source in spec.detected_from)
 
 
 @pytest.mark.parametrize(

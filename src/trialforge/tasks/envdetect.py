@@ -3,10 +3,11 @@
 Nothing in the repository is executed: ``pyproject.toml`` and ``setup.cfg`` are parsed,
 ``setup.py`` is read as a syntax tree (literal arguments only), requirements files, ``tox.ini``
 and ``Makefile`` as text. What they declare becomes an :class:`EnvSpec`: the Python (the newest
-Debian ``python3`` that ``requires-python`` allows, 3.11 when it may), the requirements exactly as
-declared (the image build records what they resolved to), the test runner and its options, and
-``PYTHONPATH`` for a ``src/`` layout. A repository the base image already serves (no requirements,
-Python 3.11, flat layout) gets a base spec, so no image is built for it.
+Debian ``python3`` that ``requires-python`` allows and the pinned pytest runs on, 3.11 when it may), the
+requirements as declared (the runtime ones, one file or group of test requirements, no developer tools;
+the image build records what they resolved to), the test runner and its options, and ``PYTHONPATH`` for a
+``src/`` layout. A repository the base image already serves (no requirements, Python 3.11, flat layout)
+gets a base spec, so no image is built for it.
 
 Overrides, later winning per key: the repository's own ``trialforge-env.yaml``, then params.yaml's
 per-repository ``env.repos``. SWE-bench instances name the commit whose files define their environment
@@ -46,7 +47,8 @@ PARAMS_SOURCE = "params env.repos"
 # The python3 each Debian release ships (one per SUITES key): requires-python and markers are judged
 # against the interpreter the image really has, so ">=3.9.1" is met by bullseye's 3.9.2.
 RELEASED_PYTHON = {"3.9": "3.9.2", "3.11": "3.11.2", "3.13": "3.13.5"}
-TEST_GROUPS = ("test", "tests", "testing", "dev")  # extras and dependency groups a test run needs
+TEST_GROUPS = ("test", "tests", "testing")  # extras and dependency groups a test run needs
+DEV_GROUP = "dev"  # mostly linters and release tools: read only where no test group exists
 OVERRIDABLE = tuple(name for name in EnvSpec.model_fields if name != "detected_from")
 
 # Requirements-file options that reach the image build's pip as written (where packages come from).
@@ -62,6 +64,22 @@ _UNRESOLVED = re.compile(r"\{[^}]*\}|\$[({]")  # tox substitutions and make vari
 _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _PYTHON = re.compile(r"^(?:.*/)?python[\d.]*$|^\{envpython\}$|^\$[({]PYTHON[)}]$")
 _TESTISH = re.compile(r"test|dev")
+# A requirements file's purpose, its name less "requirements": "tests", "dev", or "tests" for one Python ("tests37").
+_ROLE = re.compile(r"^(?P<role>tests?|testing|dev)(?:[-_]?(?:py)?(?P<major>\d)[._]?(?P<minor>\d+))?$")
+_REQUIREMENTS_WORD = re.compile(r"[-_.]?requirements?[-_.]?")
+# Developer tools a test run never needs (linters, formatters, type checkers, docs, tox, release tools):
+# they only slow and bloat image builds. Names, then prefixes of their plugin and theme families.
+_DEV_TOOLS = frozenset(
+    {"tox", "pre-commit", "ruff", "mypy", "black", "flake8", "isort", "pylint", "sphinx", "twine", "build"}
+)
+_DEV_TOOL_FAMILIES = ("sphinx-", "sphinxcontrib-", "tox-", "flake8-", "pre-commit-", "bump")
+_IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
+# The oldest release of a test tool that runs under a Python and every later one, from pytest's changelog
+# (and checked by running a suite under each): 6.2.4 "Fixed assertion rewriting on Python 3.10" (older ones
+# fail at collection: 'required field "lineno" missing from alias'; 6.2.5 declared 3.10 supported);
+# 7.3.2 "Support for Python 3.12" (older ones warn that ast.Str is deprecated as they rewrite each module,
+# an error for a suite with filterwarnings = error). Oldest Python first: the last that applies is the strictest.
+_OLDEST_RUNNING = (("pytest", "3.10", "6.2.4"), ("pytest", "3.12", "7.3.2"))
 _TEST_FILE = re.compile(r"^(?:test_.*|.*_test)\.py$")
 _SKIP_DIRS = frozenset({"node_modules", "build", "dist", "venv", "site-packages", "__pycache__"})
 _PYTEST_STYLE = re.compile(
@@ -76,10 +94,14 @@ class EnvError(TaskError):
 
 @dataclass
 class _Findings:
-    """What the repository's files declare, gathered before a Python is chosen (markers need one)."""
+    """What the repository's files declare; markers are judged once a Python is chosen from it."""
 
+    for_python: str | None = None  # the Python a requirements file named for one is picked for, if chosen
     python: list[tuple[str, str]] = field(default_factory=list)  # (requires-python, file)
-    requirements: list[str] = field(default_factory=list)  # as declared, markers not yet evaluated
+    requirements: list[tuple[str, str]] = field(default_factory=list)  # (as declared, file), markers not evaluated
+    runtime: set[str] = field(default_factory=set)  # what the project itself depends on: never a dropped tool
+    pins: dict[tuple[str, str], tuple[Version, str]] = field(default_factory=dict)  # (name, marker): (==, file)
+    env: dict[str, str] = field(default_factory=dict)  # for every test run, beside PYTHONPATH
     pip_args: list[str] = field(default_factory=list)
     package_root: str | None = None  # where packages import from when it is not the root ("src")
     test_cmd: tuple[str, ...] | None = None  # a runner command the repository spells out (tox, Makefile)
@@ -104,11 +126,35 @@ class _Findings:
             self.python.append((spec.strip(), where))
             self.source(where)
 
-    def require(self, requirements: Iterable[str], where: str) -> None:
-        added = [r for r in requirements if r]
+    def require(self, requirements: Iterable[str], where: str, *, runtime: bool = False) -> None:
+        added = []
+        for text in filter(None, requirements):
+            req = _requirement(text)
+            if req is not None and runtime:
+                self.runtime.add(canonicalize_name(req.name))
+            clash = self._pin_clash(req, where) if req is not None else None
+            if clash:
+                self.note(where, clash)
+            else:
+                added.append((text, where))
         self.requirements += added
         if added:
             self.source(where)
+
+    def _pin_clash(self, req: Requirement, where: str) -> str | None:
+        """Why ``req`` is left out: an earlier file pins its distribution to another version (pip would
+        install neither; the file read first is the one chosen for this run)."""
+        pin = next((Version(s.version) for s in req.specifier if s.operator == "==" and "*" not in s.version), None)
+        if pin is None:
+            return None
+        first, first_where = self.pins.setdefault((canonicalize_name(req.name), str(req.marker)), (pin, where))
+        return None if first == pin else f"{req} conflicts with =={first} from {first_where}: ignored"
+
+    def version_file(self, repo: Path, path: object, where: str) -> None:
+        """A version module the build backend writes from git tags, which a tree from git lacks: said in the
+        provenance, since the spec cannot put a file into the workspace (a module importing it fails)."""
+        if isinstance(path, str) and path.strip() and not (repo / path.strip()).exists():
+            self.note(where, f"version-file {path.strip()} is generated at build time: not in the tree")
 
     def pip(self, option: str, value: str, where: str) -> None:
         self.pip_args += [option, value] if value else [option]
@@ -130,29 +176,40 @@ class _Findings:
 
 
 def detect(repo: Path) -> EnvSpec:
-    """The environment ``repo``'s own files declare; ``EnvError`` when no image's Python is allowed."""
+    """The environment ``repo``'s own files declare; ``EnvError`` when no image's Python is allowed (by
+    ``requires-python`` and the pinned pytest)."""
     return _detect(repo, None)
 
 
 def _detect(repo: Path, python: str | None) -> EnvSpec:
     """``detect``, or with ``python`` forced (an override): then markers are judged for it, unchecked."""
-    found = _Findings()
+    why: tuple[str, ...] = ()
+    if python is None:
+        # Chosen from what holds for any Python, then read again for it: a requirements file may be named for it.
+        python, why = _choose_python(_read(repo, None))
+    found = _read(repo, python)
+    root = found.package_root or _src_root(repo, found)
+    test_cmd = _test_cmd(repo, found)
+    return EnvSpec(
+        python=python,
+        requirements=_applicable([text for text, _ in found.requirements], python, found.project),
+        pip_args=tuple(found.pip_args),
+        env=({"PYTHONPATH": f"{WORKDIR}/{root}"} if root else {}) | found.env,
+        test_cmd=test_cmd,
+        detected_from=(*found.sources, *why),
+    )
+
+
+def _read(repo: Path, python: str | None) -> _Findings:
+    """What ``repo``'s files declare, a requirements file named for a Python picked for ``python``."""
+    found = _Findings(for_python=python)
     for read in (_read_pyproject, _read_setup_cfg, _read_setup_py, _read_requirements_files, _read_tox):
         read(repo, found)
     if (repo / "pytest.ini").is_file():
         found.runs_pytest("pytest.ini")
     _read_makefile(repo, found)
-    python = python or _choose_python(found.python)
-    root = found.package_root or _src_root(repo, found)
-    test_cmd = _test_cmd(repo, found)
-    return EnvSpec(
-        python=python,
-        requirements=_applicable(found.requirements, python, found.project),
-        pip_args=tuple(found.pip_args),
-        env={"PYTHONPATH": f"{WORKDIR}/{root}"} if root else {},
-        test_cmd=test_cmd,
-        detected_from=tuple(found.sources),
-    )
+    _drop_dev_tools(repo, found)
+    return found
 
 
 # --- the repository's files ----------------------------------------------------------------------------
@@ -171,12 +228,15 @@ def _read_pyproject(repo: Path, found: _Findings) -> None:
     project, tool = data.get("project", {}), data.get("tool", {})
     found.name(project.get("name"))
     found.requires_python(project.get("requires-python"), where)
-    found.require(project.get("dependencies", []), where)
-    found.require(_groups(project.get("optional-dependencies", {}), _self_extras(found.project)), where)
-    found.require(_groups(data.get("dependency-groups", {}), _included_group), where)
+    found.require(project.get("dependencies", []), where, runtime=True)
+    extras, groups = project.get("optional-dependencies", {}), data.get("dependency-groups", {})
+    names = _test_groups(extras, groups)
+    found.require(_groups(extras, names, _self_extras(found.project)), where)
+    found.require(_groups(groups, names, _included_group), where)
     if "ini_options" in tool.get("pytest", {}):
         found.runs_pytest(where)
     found.root(_pyproject_root(tool), where)
+    found.version_file(repo, _generated_version_file(tool), where)
     if "dependencies" in tool.get("poetry", {}) and "dependencies" not in project:
         found.note(where, "poetry dependencies not read")
 
@@ -192,6 +252,13 @@ def _pyproject_root(tool: Mapping[str, Any]) -> str | None:
     return next((c for c in candidates if isinstance(c, str) and c.strip("./ ")), None)
 
 
+def _generated_version_file(tool: Mapping[str, Any]) -> object:
+    """The version module hatch-vcs or setuptools-scm is configured to write at build time."""
+    hatch = tool.get("hatch", {}).get("build", {}).get("hooks", {}).get("vcs", {}).get("version-file")
+    scm = tool.get("setuptools_scm", {})
+    return hatch or scm.get("version_file") or scm.get("write_to")
+
+
 def _read_setup_cfg(repo: Path, found: _Findings) -> None:
     cfg = _ini(repo / "setup.cfg", found)
     if cfg is None:
@@ -200,10 +267,10 @@ def _read_setup_cfg(repo: Path, found: _Findings) -> None:
     found.name(cfg.get("metadata", "name", fallback=None))
     options = cfg["options"] if cfg.has_section("options") else {}
     found.requires_python(options.get("python_requires"), where)
-    found.require(_lines(options.get("install_requires", "")), where)
+    found.require(_lines(options.get("install_requires", "")), where, runtime=True)
     if cfg.has_section("options.extras_require"):
         extras = {name: _lines(value) for name, value in cfg["options.extras_require"].items()}
-        found.require(_groups(extras, _self_extras(found.project)), where)
+        found.require(_groups(extras, _test_groups(extras), _self_extras(found.project)), where)
     pairs = (line.partition("=") for line in _lines(options.get("package_dir", "")))
     package_dir = {key.strip(): value.strip() for key, _, value in pairs}
     found.root(package_dir.get("") or cfg.get("options.packages.find", "where", fallback=None), where)
@@ -226,7 +293,15 @@ def _read_setup_py(repo: Path, found: _Findings) -> None:
     if call is None:
         return
     args: dict[str, Any] = {}
-    wanted = ("name", "python_requires", "install_requires", "tests_require", "extras_require", "package_dir")
+    wanted = (
+        "name",
+        "python_requires",
+        "install_requires",
+        "tests_require",
+        "extras_require",
+        "package_dir",
+        "use_scm_version",
+    )
     for keyword in call.keywords:
         if keyword.arg is None:
             found.note(where, "**arguments not read")
@@ -237,13 +312,17 @@ def _read_setup_py(repo: Path, found: _Findings) -> None:
                 found.note(where, f"{keyword.arg} not literal: ignored")
     found.name(args.get("name"))
     found.requires_python(args.get("python_requires"), where)
-    found.require(_as_list(args.get("install_requires")), where)
+    found.require(_as_list(args.get("install_requires")), where, runtime=True)
     found.require(_as_list(args.get("tests_require")), where)
     extras = args.get("extras_require")
     if isinstance(extras, dict):
-        found.require(_groups({k: _as_list(v) for k, v in extras.items()}, _self_extras(found.project)), where)
+        extras = {k: _as_list(v) for k, v in extras.items()}
+        found.require(_groups(extras, _test_groups(extras), _self_extras(found.project)), where)
     package_dir = args.get("package_dir")
     found.root(package_dir.get("") if isinstance(package_dir, dict) else None, where)
+    scm = args.get("use_scm_version")
+    if isinstance(scm, dict):
+        found.version_file(repo, scm.get("write_to") or scm.get("version_file"), where)
 
 
 def _callee(call: ast.Call) -> str | None:
@@ -252,12 +331,48 @@ def _callee(call: ast.Call) -> str | None:
 
 
 def _read_requirements_files(repo: Path, found: _Findings) -> None:
-    """``requirements.txt`` (runtime), then the test and dev ones, top level and in ``requirements/``."""
-    top = sorted(p for p in repo.glob("*requirements*.txt") if p.name == "requirements.txt" or _TESTISH.search(p.name))
-    top.sort(key=lambda p: p.name != "requirements.txt")
-    nested = sorted(p for p in repo.glob("requirements/*.txt") if _TESTISH.search(p.stem))
-    for path in top + nested:
-        _read_requirements(repo, path, found)
+    """``requirements.txt`` (runtime), then one test requirements file, top level or in ``requirements/``.
+
+    Files there are often pip-compiled pins, each for one purpose or Python (jinja's ``tests.txt``,
+    ``tests37.txt``, ``dev.txt``): together they pin one distribution to several versions."""
+    runtime = repo / "requirements.txt"
+    if runtime.is_file():
+        _read_requirements(repo, runtime, found)
+    top = sorted(p for p in repo.glob("*requirements*.txt") if p != runtime and _TESTISH.search(p.name))
+    roles = {path: _role(path) for path in top + sorted(repo.glob("requirements/*.txt")) if _TESTISH.search(path.stem)}
+    chosen = _test_requirements_file(roles, found.for_python)
+    for path, role in roles.items():
+        if path == chosen:
+            _read_requirements(repo, path, found)
+        elif role is not None and role[1] not in (None, found.for_python):
+            found.note(_relative(repo, path), f"for Python {role[1]}: not read")
+        else:
+            found.note(_relative(repo, path), f"not read: {_relative(repo, chosen)} is" if chosen else "not read")
+
+
+def _role(path: Path) -> tuple[str, str | None] | None:
+    """("tests" | "dev", the Python it is for or None) from a requirements file's name; None for another name."""
+    match = _ROLE.match(_REQUIREMENTS_WORD.sub("", path.stem.lower()))
+    if match is None:
+        return None
+    role = "dev" if match["role"] == "dev" else "tests"
+    return role, f"{match['major']}.{match['minor']}" if match["major"] else None
+
+
+def _test_requirements_file(roles: Mapping[Path, tuple[str, str | None] | None], python: str | None) -> Path | None:
+    """The tests file named for ``python``, else the plain tests file; the dev one (a superset with
+    linters, docs and release tools) only where there is neither."""
+    for wanted in ("tests", "dev"):
+        files = [(path, role[1]) for path, role in roles.items() if role is not None and role[0] == wanted]
+        for_python = [path for path, version in files if version is not None and version == python]
+        plain = [path for path, version in files if version is None]
+        if for_python or plain:
+            return (for_python + plain)[0]
+    return None
+
+
+def _relative(repo: Path, path: Path) -> str:
+    return path.relative_to(repo).as_posix()
 
 
 def _read_requirements(repo: Path, path: Path, found: _Findings) -> None:
@@ -365,10 +480,18 @@ def _argv(line: str) -> list[str]:
 # --- extras and dependency groups ----------------------------------------------------------------------
 
 
-def _groups(groups: Mapping[str, list[Any]], includes: Callable[[Any], list[str] | None]) -> list[str]:
-    """Requirements of the test groups, in order, following the references ``includes`` finds in an entry."""
+def _test_groups(*tables: Mapping[str, Any]) -> tuple[str, ...]:
+    """The test extras and dependency groups ``tables`` have, or ``dev`` where none of them has one."""
+    present = tuple(name for name in TEST_GROUPS if any(name in table for table in tables))
+    return present or (DEV_GROUP,)
+
+
+def _groups(
+    groups: Mapping[str, list[Any]], names: Iterable[str], includes: Callable[[Any], list[str] | None]
+) -> list[str]:
+    """Requirements of the groups ``names``, in order, following the references ``includes`` finds in an entry."""
     out: list[str] = []
-    todo, done = list(TEST_GROUPS), set()
+    todo, done = list(names), set()
     while todo:
         name = todo.pop(0)
         if name in done or name not in groups:
@@ -405,11 +528,58 @@ def _requirement(text: str) -> Requirement | None:
         return None
 
 
+def _drop_dev_tools(repo: Path, found: _Findings) -> None:
+    """Developer tools among the requirements, unless the project depends on them or its tests import them."""
+    tools = [(text, where, name) for text, where in found.requirements if (name := _dev_tool(text, found.runtime))]
+    if not tools:
+        return
+    imported = _imported_by_tests(repo)
+    dropped = [(text, where) for text, where, name in tools if name.replace("-", "_") not in imported]
+    found.requirements = [item for item in found.requirements if item not in dropped]
+    for where in dict.fromkeys(where for _, where in dropped):
+        texts = ", ".join(text for text, at in dropped if at == where)
+        found.note(where, f"developer tools not installed: {texts}")
+
+
+def _dev_tool(text: str, runtime: set[str]) -> str | None:
+    """The distribution ``text`` names when it is a developer tool the project itself does not depend on."""
+    req = _requirement(text)
+    name = canonicalize_name(req.name) if req is not None else None
+    if name and (name in _DEV_TOOLS or name.startswith(_DEV_TOOL_FAMILIES)) and name not in runtime:
+        return name
+    return None
+
+
+def _imported_by_tests(repo: Path) -> set[str]:
+    """The top-level modules the test files import."""
+    return {name for path in _test_files(repo) for name in _IMPORT.findall(path.read_text(errors="replace"))}
+
+
 # --- deciding ---------------------------------------------------------------------------------------
 
 
-def _choose_python(declared: list[tuple[str, str]]) -> str:
-    """3.11 when every ``requires-python`` allows it, else the newest image Python they allow."""
+def _choose_python(found: _Findings) -> tuple[str, tuple[str, ...]]:
+    """3.11 when ``requires-python`` and the pinned test tools allow it, else the newest image Python they
+    allow; and, as provenance, the pins that ruled out a Python ``requires-python`` allows."""
+    candidates = _allowed_pythons(found.python)
+    reasons: dict[tuple[str, str], str] = {}  # (file, requirement): why it ruled out the first Python it did
+    for version in candidates:
+        blockers = _tool_blockers(found.requirements, version)
+        if not blockers:
+            return version, tuple(
+                f"{where} ({text}: {why}: Python {version})" for (where, text), why in reasons.items()
+            )
+        for where, text, why in blockers:
+            reasons.setdefault((where, text), why)
+    pins = "; ".join(f"{text} in {where}: {why}" for (where, text), why in reasons.items())
+    raise EnvError(
+        f"the pinned test tools run on none of the Pythons requires-python allows ({', '.join(candidates)}): "
+        f"{pins}; set `python:` in {OVERRIDE_FILE} or params.yaml env.repos, or `requirements:` with a newer pin"
+    )
+
+
+def _allowed_pythons(declared: list[tuple[str, str]]) -> list[str]:
+    """The image Pythons every ``requires-python`` allows, 3.11 first, then newest first."""
     allowed = SpecifierSet()
     for text, where in declared:
         try:
@@ -419,10 +589,10 @@ def _choose_python(declared: list[tuple[str, str]]) -> str:
                 f"requires-python {text!r} in {where} is not a PEP 440 version specifier: "
                 f"set `python:` in {OVERRIDE_FILE} or params.yaml env.repos"
             ) from None
-    newest_first = sorted(SUITES, key=Version, reverse=True)
-    for version in (DEFAULT_PYTHON, *newest_first):
-        if allowed.contains(RELEASED_PYTHON[version]):
-            return version
+    preferred = dict.fromkeys((DEFAULT_PYTHON, *sorted(SUITES, key=Version, reverse=True)))
+    versions = [version for version in preferred if allowed.contains(RELEASED_PYTHON[version])]
+    if versions:
+        return versions
     stated = "; ".join(f"{text!r} in {where}" for text, where in declared)
     available = ", ".join(f"{v} (Debian {s}, python3 {RELEASED_PYTHON[v]})" for v, s in SUITES.items())
     raise EnvError(
@@ -431,16 +601,50 @@ def _choose_python(declared: list[tuple[str, str]]) -> str:
     )
 
 
-def _applicable(declared: list[str], python: str, project: str | None) -> tuple[str, ...]:
-    """The declared requirements that apply under ``python``, once each, in order, as written."""
-    # The image runs Linux on this machine's architecture: only the Python differs from the host.
+def _tool_blockers(requirements: list[tuple[str, str]], python: str) -> list[tuple[str, str, str]]:
+    """(file, requirement, why) for each requirement that allows no release of its tool that runs under ``python``."""
+    marker_env = _marker_env(python)
+    oldest = {tool: (since, first) for tool, since, first in _OLDEST_RUNNING if Version(python) >= Version(since)}
+    blockers = []
+    for text, where in requirements:
+        req = _requirement(text)
+        if req is None or (req.marker is not None and not req.marker.evaluate(marker_env)):
+            continue
+        since, first = oldest.get(canonicalize_name(req.name), ("", ""))
+        if first and not _allows_from(req.specifier, Version(first)):
+            blockers.append((where, text, f"no {req.name} it allows runs on Python {since}+, {first} is the first"))
+    return blockers
+
+
+def _allows_from(specifier: SpecifierSet, oldest: Version) -> bool:
+    """Whether ``specifier`` allows a version at or after ``oldest``: none of its upper bounds is below it."""
+    for spec in specifier:
+        operator, text = spec.operator, spec.version
+        if operator == "~=":  # ~=6.2.1 is ==6.2.*, ~=6.2 is ==6.*
+            operator, text = "==", text.rsplit(".", 1)[0] + ".*"
+        if operator == "==" and text.endswith(".*"):  # below the next release of the prefix: ==6.2.* is <6.3
+            *head, last = Version(text[:-2]).release
+            operator, text = "<", ".".join(map(str, (*head, last + 1)))
+        if (operator == "<" and Version(text) <= oldest) or (operator in ("<=", "==") and Version(text) < oldest):
+            return False
+    return True
+
+
+def _marker_env(python: str) -> dict[str, str]:
+    """Marker values in the image of ``python``: it runs Linux on this machine's architecture, so only the
+    Python differs from the host."""
     released = RELEASED_PYTHON[python]
-    marker_env = default_environment() | {
+    return default_environment() | {
         "python_version": python,
         "python_full_version": released,
         "implementation_version": released,
         "extra": "",
     }
+
+
+def _applicable(declared: list[str], python: str, project: str | None) -> tuple[str, ...]:
+    """The declared requirements that apply under ``python``, once each, in order, as written."""
+    marker_env = _marker_env(python)
     kept: list[str] = []
     seen: set[str] = set()
     for text in declared:
@@ -464,7 +668,7 @@ def _test_cmd(repo: Path, found: _Findings) -> tuple[str, ...]:
     """A command the repository spells out, else pytest when anything points at it, else what the tests use."""
     if found.test_cmd:
         return found.test_cmd
-    if found.pytest_config or any(_is_pytest(text) for text in found.requirements):
+    if found.pytest_config or any(_is_pytest(text) for text, _ in found.requirements):
         return PYTEST_CMD
     unittest_files = []
     for path, style in _test_styles(repo):
