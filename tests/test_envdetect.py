@@ -370,6 +370,14 @@ def test_requirements_dir_variants_of_the_tests_file_are_not_read(tmp_path: Path
     )
 
 
+def test_a_requirements_file_in_the_test_directory_is_the_suites_own(tmp_path: Path) -> None:
+    # hukkin/tomli in 2021: tests/requirements.txt, read by its CI, holds what the suite imports
+    files = {"tests/requirements.txt": "python-dateutil\n", "tests/test_extras.py": "import dateutil\n"}
+    spec = detect(make(tmp_path, files))
+    assert spec.requirements == ("python-dateutil",)
+    assert "tests/requirements.txt" in spec.detected_from
+
+
 @pytest.mark.parametrize(
     ("requires", "python", "pin"), [(">=3.7", "3.11", "8.3.2"), ("<3.10", "3.9", "8.3.3"), (">=3.12", "3.13", "8.3.4")]
 )

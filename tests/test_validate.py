@@ -248,6 +248,20 @@ def test_a_module_that_never_imports_is_left_out_of_the_lists(tmp_path, snapshot
     assert checked.validation.not_importing == ["tests/test_meta.py"]
 
 
+def test_a_task_whose_only_changes_are_in_a_module_that_never_imports_says_so(
+    tmp_path, snapshots, bwrap_backend, base_image
+):
+    """The environment lacks what a test module imports (a test requirement not detected): no fail-to-pass
+    test is seen, and the reason names the module and its error rather than blaming the fix."""
+    needs = "import not_installed_here\n\nfrom calc import double\n\n\ndef test_double():\n    assert double(2) == 4\n"
+    base = {"calc.py": BUGGY, "tests/test_double.py": needs, "tests/test_steady.py": "def test_one():\n    pass\n"}
+    fixed = {**base, "calc.py": FIXED, "tests/cases.txt": "2 4\n"}  # the test patch: data, no module (tomli's)
+    checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    reason = checked.validation.reason
+    assert reason.startswith("no_fail_to_pass: no test fails before the fix; modules that import neither"), reason
+    assert "tests/test_double.py: ModuleNotFoundError: No module named 'not_installed_here'" in reason
+
+
 def test_a_module_the_fix_leaves_unable_to_import_rejects_the_task(tmp_path, snapshots, bwrap_backend, base_image):
     uses_half = "from calc import half\n\n\ndef test_half():\n    assert half(4) == 2\n"
     base = {"calc.py": BUGGY + "\n\ndef half(x):\n    return x / 2\n", "tests/test_half.py": uses_half}

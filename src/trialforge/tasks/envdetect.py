@@ -340,6 +340,8 @@ def _read_requirements_files(repo: Path, found: _Findings) -> None:
         _read_requirements(repo, runtime, found)
     top = sorted(p for p in repo.glob("*requirements*.txt") if p != runtime and _TESTISH.search(p.name))
     roles = {path: _role(path) for path in top + sorted(repo.glob("requirements/*.txt")) if _TESTISH.search(path.stem)}
+    for path in sorted(p for d in TEST_GROUPS for p in repo.glob(f"{d}/*requirements*.txt")):
+        roles[path] = _role(path) or ("tests", None)  # tests/requirements.txt: the test suite's own (tomli)
     chosen = _test_requirements_file(roles, found.for_python)
     for path, role in roles.items():
         if path == chosen:

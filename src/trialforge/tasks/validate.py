@@ -203,6 +203,8 @@ def _judge(
         reason = f"fix_breaks_tests: {broken[:3]}"
     elif not f2p:
         reason = "no_fail_to_pass: " + ("only flaky tests changed" if flaky else "no test fails before the fix")
+        if _not_importing(after):  # the tests that would have failed may be in a module that never imports
+            reason += f"; modules that import neither before nor after it: {_errors(after)}"
     elif duration > cfg.max_duration_s:
         reason = f"too_slow: a test run took {duration:.1f}s > {cfg.max_duration_s}s"
     validation.valid = not reason
