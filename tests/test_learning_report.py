@@ -248,7 +248,7 @@ def test_report_shows_the_learning_signal_from_the_stored_records(store, tmp_pat
     html = render_report(store, RUN, tmp_path / "report.html").read_text()
     signal = section(html, "learning-signal")
     assert '<figure data-chart="heldout_vs_train">' in signal
-    assert "repair held-out</text>" in signal and "repair train</text>" in signal
+    assert '"name":"repair held-out"' in signal and '"name":"repair train"' in signal
     # budget, drawn, kept, dropped, refills, surplus, rounds, band swaps; then why it ended short
     n = "".join(f'<td class="n">{v}</td>' for v in (6, 6, 0, 5, 4, 1, 3, 0))
     assert f'<tr><td class="n">1</td><td>skipped</td>{n}<td>budget</td>' in signal

@@ -13,11 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from fixtures.observe.runs import write_r1, write_r2, write_run
+from plotly.offline import get_plotlyjs
 from typer.testing import CliRunner
 
 from trialforge.errors import TrialforgeError
 from trialforge.observe import metrics as m
 from trialforge.observe.attribution import CATEGORIES, UnknownStatusError, attribute, category_counts, cause_kind
+from trialforge.observe.charts import bar_chart, line_chart
 from trialforge.observe.cli import app
 from trialforge.observe.compare import MetricDelta, compare_metrics, compare_runs, format_comparison
 from trialforge.observe.health import (
@@ -336,11 +338,11 @@ def report(store, tmp_path_factory) -> Path:
 
 def test_report_draws_every_chart_and_attributes_every_failure(report):
     html = report.read_text()
-    charts = re.findall(r'<figure data-chart="([a-z_]+)"><svg ', html)
+    charts = re.findall(r'<figure data-chart="([a-z_]+)"><div [^>]*>\s*<div id="chart-\1" class="plotly', html)
     assert charts == ["reward", "pass_rate", "pass_rate_by_tier", "steps_hist", "reward_hist", "cdf_sandbox_s",
                       "cdf_exec_s", "cdf_verify_s"]  # fmt: skip
-    assert "no data" not in html
-    assert html.count("<polyline ") == 2 + 2 + 3  # two policies in each curve, one line per latency CDF
+    assert 'class="no-data"' not in html
+    assert html.count('"mode":"lines+markers"') == 2 + 2 + 3  # two policies in each curve, one line per latency CDF
     attribution = _section(html, "attribution")
     assert [f"<td>{e}</td>" in attribution for e in ("e06", "e07", "e08", "e09", "e10")] == [True] * 5
     assert "<td>e01</td>" not in attribution
@@ -349,7 +351,23 @@ def test_report_draws_every_chart_and_attributes_every_failure(report):
 
 
 def test_report_is_self_contained(report):
-    assert not re.search(r"(src|href)\s*=|https?://|<script|<link|@import|url\(", report.read_text())
+    html = report.read_text()
+    assert html.count(get_plotlyjs()) == 1  # plotly.js inline, once
+    ours = html.replace(get_plotlyjs(), "")
+    assert not re.search(r"(src|href)\s*=|https?://|<link|@import|url\(", ours)
+    assert set(re.findall(r"<script[^>]*>", ours)) == {"<script>"}  # inline: plotly.js and the calls that draw
+
+
+def test_a_chart_with_nothing_to_plot_says_so_without_an_empty_figure():
+    empty = [
+        line_chart("cdf_exec_s", "Tool exec <latency>", {}, "seconds", "quantile"),
+        bar_chart("pass_rate_by_tier", "by tier", ["easy"], {"gold": [None]}, "tier", "pass rate"),
+    ]
+    assert empty[0] == (
+        '<figure data-chart="cdf_exec_s" class="no-data"><figcaption>Tool exec &lt;latency&gt;</figcaption>'
+        "<p>no data</p></figure>"
+    )
+    assert 'class="no-data"' in empty[1] and "Plotly" not in "".join(empty)
 
 
 def test_spot_check_lists_distinct_passing_diffs_flagged_first_and_escaped(store, report, tmp_path):

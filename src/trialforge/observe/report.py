@@ -1,16 +1,15 @@
 """The run report: one self-contained HTML file, regenerated from the stored episodes alone.
 
-Charts are inline SVG drawn here (no script, no stylesheet or font from anywhere), so the
-file opens from ``file://`` on a machine without network and can be mailed or archived as is.
-Every number comes from ``observe.metrics``, ``observe.attribution`` and ``observe.quality``: the
-report draws, it does not compute.
+Charts are interactive Plotly figures (``observe.charts``) with plotly.js inline, once: nothing is fetched
+from anywhere, so the file opens from ``file://`` on a machine without network and can be mailed or archived
+as is. Every number comes from ``observe.metrics``, ``observe.attribution`` and ``observe.quality``: the
+report chooses data and lays it out, it does not compute.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import pandas as pd
 
 from trialforge.curate.tiers import TIERS
 from trialforge.observe.attribution import attribute, category_counts
+from trialforge.observe.charts import bar_chart, line_chart, plotly_script
 from trialforge.observe.health import HealthThresholds, check_health
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
 from trialforge.observe.quality import quality_metrics, read_records
@@ -36,9 +36,6 @@ QUALITY_ROWS = 200  # per-task quality rows shown, failing tasks first; the shar
 EVIDENCE_CARDS = 30  # failing tasks shown with their reasons and the diff that got through
 DIFF_CAP = 20_000  # characters of a final diff shown in the spot check
 
-_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-_W, _H = 520, 250
-_LEFT, _RIGHT, _TOP, _BOTTOM = 52, 120, 30, 40  # room for tick labels, the legend and the title
 _LATENCY_TITLES = {"sandbox_s": "Sandbox start", "exec_s": "Tool exec", "verify_s": "Verification"}
 
 
@@ -92,7 +89,7 @@ def report_html(
     title = escape(f"trialforge run {data.run_id}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-        f"<style>{_CSS}</style></head><body><h1>{title}</h1>{''.join(sections)}</body></html>\n"
+        f"<style>{_CSS}</style>{plotly_script()}</head><body><h1>{title}</h1>{''.join(sections)}</body></html>\n"
     )
 
 
@@ -100,11 +97,11 @@ _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1150px}
 h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
-td.n{text-align:right}.charts{display:flex;flex-wrap:wrap;gap:12px}
-figure{margin:0}pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
+td.n{text-align:right}pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
+.charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}.charts figure{flex:0 0 calc(50% - 6px);min-width:400px}
+figure.no-data{border:1px solid #eee;padding:8px}figure.no-data p{color:#777;text-align:center}
 .bad{color:#b00;font-weight:bold}.good{color:#070;font-weight:bold}.flag{color:#b00}.warn{color:#a60;font-weight:bold}
 .episode,.card{border:1px solid #ddd;padding:8px;margin:10px 0}
-svg text{font:11px system-ui,sans-serif;fill:#333}svg .title{font-size:13px;font-weight:bold}
 """
 
 
@@ -220,15 +217,15 @@ def _curves(metrics: dict[str, Any]) -> str:
 
     ticks = [int(i) for i in iterations]
     charts = [
-        _line_chart("Mean reward (ok episodes)", "reward", curve("mean_reward"), "iteration", "reward", ticks),
-        _line_chart("Pass rate", "pass_rate", curve("pass_rate"), "iteration", "pass rate", ticks),
+        line_chart("reward", "Mean reward (ok episodes)", curve("mean_reward"), "iteration", "reward", ticks),
+        line_chart("pass_rate", "Pass rate", curve("pass_rate"), "iteration", "pass rate", ticks),
     ]
     by_tier = metrics["overall"].get("pass_rate_by_policy_tier", {})
     tiers = _tier_order({tier for rates in by_tier.values() for tier in rates})
     charts.append(
-        _bar_chart(
-            "Pass rate by tier (all iterations)",
+        bar_chart(
             "pass_rate_by_tier",
+            "Pass rate by tier (all iterations)",
             tiers,
             {policy: [rates.get(t) for t in tiers] for policy, rates in sorted(by_tier.items())},
             "tier",
@@ -243,9 +240,9 @@ def _distributions(metrics: dict[str, Any]) -> str:
     overall = metrics["overall"]
     steps = overall["steps_hist"]
     charts = [
-        _bar_chart(
-            "Steps per episode (all iterations)",
+        bar_chart(
             "steps_hist",
+            "Steps per episode (all iterations)",
             list(steps),
             {"episodes": list(steps.values())},
             "steps",
@@ -255,9 +252,9 @@ def _distributions(metrics: dict[str, Any]) -> str:
     hist = overall["reward_hist"]
     labels = [f"{lo:.1f}" for lo in hist["edges"][:-1]]
     charts.append(
-        _bar_chart(
-            "Reward histogram (ok episodes)",
+        bar_chart(
             "reward_hist",
+            "Reward histogram (ok episodes)",
             labels,
             {"episodes": hist["counts"]},
             "bin start",
@@ -267,9 +264,7 @@ def _distributions(metrics: dict[str, Any]) -> str:
     cdf = overall["latency_cdf"]
     for name, title in _LATENCY_TITLES.items():
         points = list(zip(cdf[name], cdf["quantiles"], strict=False))
-        charts.append(
-            _line_chart(f"{title} latency CDF", f"cdf_{name}", {name: points} if points else {}, "seconds", "quantile")
-        )
+        charts.append(line_chart(f"cdf_{name}", f"{title} latency CDF", {name: points}, "seconds", "quantile"))
     return _section("Distributions", "distributions", f'<div class="charts">{"".join(charts)}</div>')
 
 
@@ -383,10 +378,8 @@ def _heldout_chart(metrics: dict[str, Any]) -> str:
                 if (value := m.get(key, {}).get(policy)) is not None:
                     series.setdefault(label, []).append((int(i), value))
     ticks = [int(i) for i in iterations]
-    title = "Pass rate: held-out vs train"
-    return (
-        f'<div class="charts">{_line_chart(title, "heldout_vs_train", series, "iteration", "pass rate", ticks)}</div>'
-    )
+    chart = line_chart("heldout_vs_train", "Pass rate: held-out vs train", series, "iteration", "pass rate", ticks)
+    return f'<div class="charts">{chart}</div>'
 
 
 _SAMPLER_COLUMNS = {
@@ -570,145 +563,3 @@ def _json(data: Any) -> str:
 def _tier_order(tiers: set[str]) -> list[str]:
     known = [t for t in TIERS if t in tiers]
     return known + sorted(tiers - set(known))
-
-
-# --- inline SVG charts ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Frame:
-    """Maps data coordinates into the plot area of a chart."""
-
-    x0: float
-    x1: float
-    y0: float
-    y1: float
-
-    def px(self, x: float) -> float:
-        return round(_LEFT + (x - self.x0) / (self.x1 - self.x0) * (_W - _LEFT - _RIGHT), 1)
-
-    def py(self, y: float) -> float:
-        return round(_TOP + (self.y1 - y) / (self.y1 - self.y0) * (_H - _TOP - _BOTTOM), 1)
-
-
-def _span(lo: float, hi: float) -> tuple[float, float]:
-    return (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
-
-
-def _svg(kind: str, title: str, body: str) -> str:
-    return (
-        f'<figure data-chart="{kind}"><svg width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" '
-        f'aria-label="{escape(title)}"><text class="title" x="{_LEFT}" y="18">{escape(title)}</text>{body}</svg>'
-        "</figure>"
-    )
-
-
-def _empty(kind: str, title: str) -> str:
-    return _svg(kind, title, f'<text x="{_W / 2}" y="{_H / 2}" text-anchor="middle">no data</text>')
-
-
-def _axes(frame: _Frame, x_ticks: list[tuple[float, str]], y_ticks: list[float], x_label: str, y_label: str) -> str:
-    bottom, left, right = _H - _BOTTOM, _LEFT, _W - _RIGHT
-    parts = [
-        f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#444"/>',
-        f'<line x1="{left}" y1="{_TOP}" x2="{left}" y2="{bottom}" stroke="#444"/>',
-    ]
-    for x, label in x_ticks:
-        parts.append(f'<text x="{frame.px(x)}" y="{bottom + 14}" text-anchor="middle">{escape(label)}</text>')
-    for y in y_ticks:
-        py = frame.py(y)
-        parts.append(f'<line x1="{left}" y1="{py}" x2="{right}" y2="{py}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{py + 4}" text-anchor="end">{_fmt(y)}</text>')
-    parts.append(f'<text x="{(left + right) / 2}" y="{_H - 6}" text-anchor="middle">{escape(x_label)}</text>')
-    middle = (_TOP + bottom) / 2
-    parts.append(f'<text transform="translate(12 {middle}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>')
-    return "".join(parts)
-
-
-def _legend(names: list[str]) -> str:
-    x = _W - _RIGHT + 12
-    return "".join(
-        f'<rect x="{x}" y="{_TOP + 16 * i}" width="10" height="10" fill="{_color(i)}"/>'
-        f'<text x="{x + 14}" y="{_TOP + 16 * i + 9}">{escape(name)}</text>'
-        for i, name in enumerate(names)
-    )
-
-
-def _color(i: int) -> str:
-    return _PALETTE[i % len(_PALETTE)]
-
-
-def _even(lo: float, hi: float, n: int = 4) -> list[float]:
-    return [lo + (hi - lo) * k / n for k in range(n + 1)]
-
-
-def _line_chart(
-    title: str,
-    kind: str,
-    series: dict[str, list[tuple[float, float]]],
-    x_label: str,
-    y_label: str,
-    x_ticks: list[int] | None = None,
-) -> str:
-    """One polyline with point markers per series; the y axis spans [0, 1] unless the data leave it."""
-    points = [p for values in series.values() for p in values]
-    if not points:
-        return _empty(kind, title)
-    xs, ys = [x for x, _ in points], [y for _, y in points]
-    frame = _Frame(*_span(min(xs), max(xs)), *_span(min(0.0, *ys), max(1.0, *ys)))
-    if x_ticks:
-        ticks = [(x, str(x)) for x in x_ticks[:: max(1, len(x_ticks) // 10)]]  # at most ~10 labels fit
-    else:
-        ticks = [(x, _fmt(x)) for x in _even(min(xs), max(xs))]
-    body = [_axes(frame, ticks, _even(frame.y0, frame.y1), x_label, y_label)]
-    names = sorted(series)
-    for i, name in enumerate(names):
-        coords = [(frame.px(x), frame.py(y)) for x, y in series[name]]
-        body.append(
-            f'<polyline fill="none" stroke="{_color(i)}" stroke-width="2" '
-            f'points="{" ".join(f"{x},{y}" for x, y in coords)}"/>'
-        )
-        body += [
-            f'<circle cx="{cx}" cy="{cy}" r="3" fill="{_color(i)}">'
-            f"<title>{escape(name)} {_fmt(x)}: {_fmt(y)}</title></circle>"
-            for (cx, cy), (x, y) in zip(coords, series[name], strict=True)
-        ]
-    body.append(_legend(names))
-    return _svg(kind, title, "".join(body))
-
-
-def _bar_chart(
-    title: str,
-    kind: str,
-    categories: list[str],
-    series: dict[str, list[float | None]],
-    x_label: str,
-    y_label: str,
-    y_max: float | None = None,
-) -> str:
-    """Grouped bars: one group per category, one bar per series (a missing value leaves a gap)."""
-    values = [v for vs in series.values() for v in vs if v is not None]
-    if not categories or not values:
-        return _empty(kind, title)
-    top = y_max if y_max is not None else max(4, math.ceil(max(values) / 4) * 4)  # counts: whole-number ticks
-    frame = _Frame(0, len(categories), 0, top)
-    slot = (frame.px(1) - frame.px(0)) * 0.8 / len(series)
-    body = [_axes(frame, [(i + 0.5, c) for i, c in enumerate(categories)], _even(0, top), x_label, y_label)]
-    for s, (name, vs) in enumerate(series.items()):
-        body += [
-            _bar(frame.px(c + 0.1) + s * slot, slot, frame.py(v), frame.py(0), _color(s), f"{name} {label}: {_fmt(v)}")
-            for c, (label, v) in enumerate(zip(categories, vs, strict=True))
-            if v is not None
-        ]
-    if len(series) > 1:
-        body.append(_legend(list(series)))
-    return _svg(kind, title, "".join(body))
-
-
-def _bar(x: float, width: float, y_top: float, y_base: float, color: str, tip: str) -> str:
-    """A zero is drawn 1 px high, so it reads as a measured zero rather than a missing value."""
-    y_top = min(y_top, y_base - 1)
-    return (
-        f'<rect x="{round(x, 1)}" y="{y_top}" width="{round(width, 1)}" height="{round(y_base - y_top, 1)}" '
-        f'fill="{color}"><title>{escape(tip)}</title></rect>'
-    )
