@@ -76,7 +76,7 @@ def test_configured_package_dir_is_put_on_the_path(tmp_path: Path, name: str, co
 
 def test_pytest_config_outweighs_unittest_style_tests(tmp_path: Path) -> None:
     repo = make(tmp_path, {"setup.cfg": "[tool:pytest]\naddopts = -q\n", "tests/test_a.py": UNITTEST_TEST})
-    assert detect(repo).test_cmd == PYTEST_CMD
+    assert detect(repo).test_cmd == (*PYTEST_CMD, "-q")
 
 
 FLAT_CFG = {
@@ -670,3 +670,26 @@ def test_env_cache_remembers_failures(two_commits: tuple[Path, str, str], monkey
         with pytest.raises(EnvError, match="no python"):
             cache.get(repo, second, "pkg")
     assert calls == [second]
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("pyproject.toml", "[tool.pytest.ini_options]\naddopts = \"-m 'not stress' -ra\"\n"),
+        ("pyproject.toml", '[tool.pytest]\naddopts = ["-m", "not stress", "-ra"]\n'),
+        ("pytest.ini", "[pytest]\naddopts = -m 'not stress' -ra\n"),
+        ("tox.ini", "[pytest]\naddopts = -m 'not stress' -ra\n"),
+        ("setup.cfg", "[tool:pytest]\naddopts = -m 'not stress' -ra\n"),
+    ],
+)
+def test_the_suites_own_pytest_addopts_join_its_command(tmp_path: Path, name: str, config: str) -> None:
+    # pallets/click: addopts = "-m 'not stress'" leaves 31,000 stress cases out; the recorder runs with
+    # -o addopts=, so they reach the run only through the command (where testrun.command vets each option)
+    spec = detect(make(tmp_path, {name: config, "tests/test_a.py": "def test_a():\n    pass\n"}))
+    assert spec.test_cmd == (*PYTEST_CMD, "-m", "not stress", "-ra")
+    assert f"{name} (pytest addopts: -m 'not stress' -ra)" in spec.detected_from
+
+
+def test_addopts_come_from_the_file_pytest_reads_first(tmp_path: Path) -> None:
+    files = {"pytest.ini": "[pytest]\naddopts = -ra\n", "setup.cfg": "[tool:pytest]\naddopts = -x\n"}
+    assert detect(make(tmp_path, files)).test_cmd == (*PYTEST_CMD, "-ra")

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
 from trialforge.scratch import scratch_dir
-from trialforge.tasks.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec
+from trialforge.tasks.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
 from trialforge.tasks.ingest.repos import materialize
 
 OVERRIDE_FILE = "trialforge-env.yaml"
@@ -80,6 +80,9 @@ _IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
 # 7.3.2 "Support for Python 3.12" (older ones warn that ast.Str is deprecated as they rewrite each module,
 # an error for a suite with filterwarnings = error). Oldest Python first: the last that applies is the strictest.
 _OLDEST_RUNNING = (("pytest", "3.10", "6.2.4"), ("pytest", "3.12", "7.3.2"))
+# Where pytest reads its configuration, in the order it looks (the first with a section wins), and the section.
+PYTEST_CONFIGS = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", ""), ("tox.ini", "pytest"),
+                  ("setup.cfg", "tool:pytest"))  # fmt: skip
 _TEST_FILE = re.compile(r"^(?:test_.*|.*_test)\.py$")
 _SKIP_DIRS = frozenset({"node_modules", "build", "dist", "venv", "site-packages", "__pycache__"})
 _PYTEST_STYLE = re.compile(
@@ -667,6 +670,40 @@ def _applicable(declared: list[str], python: str, project: str | None) -> tuple[
 
 
 def _test_cmd(repo: Path, found: _Findings) -> tuple[str, ...]:
+    """The runner command, with the repository's own pytest ``addopts`` when it runs pytest: the recorder runs
+    with ``-o addopts=`` (so that every option passes through ``testrun.command``'s rules), and a suite's
+    ``addopts`` is how its authors run it (click's ``-m 'not stress'`` leaves out 31,000 stress cases)."""
+    cmd = _runner_cmd(repo, found)
+    addopts = _pytest_addopts(repo, found) if runner_of(cmd) == "pytest" else []
+    return (*cmd, *addopts)
+
+
+def _pytest_addopts(repo: Path, found: _Findings) -> list[str]:
+    """``addopts`` of the file pytest takes its configuration from: the first of these that has a section."""
+    for name, section in PYTEST_CONFIGS:
+        path = repo / name
+        if name == "pyproject.toml":
+            try:
+                options = tomllib.loads(path.read_text(errors="replace")).get("tool", {}).get("pytest", {})
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+            table = options.get("ini_options", options)  # [tool.pytest] itself: pytest 9's native table
+            if not table:
+                continue
+            value = table.get("addopts", "")
+        else:
+            cfg = _ini(path, found)
+            if cfg is None or not cfg.has_section(section):
+                continue
+            value = cfg.get(section, "addopts", fallback="")
+        args = [str(a) for a in value] if isinstance(value, list) else _argv(str(value))
+        if args:
+            found.note(name, f"pytest addopts: {shlex.join(args)}")
+        return args
+    return []
+
+
+def _runner_cmd(repo: Path, found: _Findings) -> tuple[str, ...]:
     """A command the repository spells out, else pytest when anything points at it, else what the tests use."""
     if found.test_cmd:
         return found.test_cmd
