@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import random
 import shutil
@@ -33,7 +34,7 @@ from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, record_verdicts, validate_task
 from trialforge.testrun import prepare, run_tests
 from trialforge.testrun.canaries import plant
-from trialforge.testrun.command import PYTEST_REFUSED, pytest_args, run_env, unittest_plan
+from trialforge.testrun.command import PYTEST_REFUSED, log_dropped, pytest_args, run_env, unittest_plan
 from trialforge.verify.grader import Grader
 
 UNITTEST = EnvSpec(test_cmd=("python3", "-m", "unittest", "discover", "-s", "tests", "-t", "."))
@@ -556,3 +557,12 @@ def test_canaries_written_for_one_runner_are_refused_by_the_other(tmp_path):
     guard = prepare(tree, [], files_of_tests(tree), plant_in=["tests/test_calc.py"], runner="pytest")
     with pytest.raises(ValueError, match="canaries were planted for pytest"):
         run_tests(None, None, timeout=1, guard=guard, env=UNITTEST)  # type: ignore[arg-type]  # refused first
+
+
+def test_a_graded_run_dropping_the_tasks_selection_is_no_warning_but_a_refused_option_is(caplog):
+    """Every graded run names its tests and drops -k/-m/paths by design: an info line, where -x is a warning."""
+    caplog.set_level(logging.INFO, logger="trialforge.testrun.command")
+    log_dropped("graded", pytest_args(["-m", "not stress", "tests"], named_tests=True).dropped)
+    log_dropped("whole suite", pytest_args(["-x", "-m", "not stress"], named_tests=False).dropped)
+    levels = {r.getMessage().split(":")[0]: r.levelname for r in caplog.records}
+    assert levels == {"graded": "INFO", "whole suite": "WARNING"}

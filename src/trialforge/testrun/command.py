@@ -103,6 +103,9 @@ PYTHON_ENV_ALLOWED = frozenset(
 )  # fmt: skip
 
 
+NAMED_TESTS = ": the run names its tests"  # why a graded run drops the task's selection
+
+
 @dataclass(frozen=True)
 class Dropped:
     option: str  # as written in the command (with its value)
@@ -130,7 +133,7 @@ def pytest_args(user: Sequence[str], *, named_tests: bool) -> PytestArgs:
         i += 1
         if not token.startswith("-") or token == "-":
             if named_tests:
-                dropped.append(Dropped(token, "a test path: the run names its tests"))
+                dropped.append(Dropped(token, f"a test path{NAMED_TESTS}"))
             else:
                 kept.append(token)
             continue
@@ -154,7 +157,7 @@ def pytest_args(user: Sequence[str], *, named_tests: bool) -> PytestArgs:
         written = [token] if attached or value is None else [token, value]
         reason = _refused(name, value)
         if reason is None and named_tests and name in PYTEST_SELECTION:
-            reason = "selects tests: the run names its tests"
+            reason = f"selects tests{NAMED_TESTS}"
         if reason is not None:
             dropped.append(Dropped(" ".join(written), reason))
         else:
@@ -245,8 +248,8 @@ def unittest_plan(user: Sequence[str], *, named_tests: bool) -> UnittestPlan:
     else:
         names = positional
     if named_tests:
-        dropped += [Dropped(n, "a test name: the run names its tests") for n in names]
-        dropped += [Dropped(f"-k {p}", "selects tests: the run names its tests") for p in patterns]
+        dropped += [Dropped(n, f"a test name{NAMED_TESTS}") for n in names]
+        dropped += [Dropped(f"-k {p}", f"selects tests{NAMED_TESTS}") for p in patterns]
         return UnittestPlan(top=slots.get("top") or slots.get("start"), dropped=dropped)
     return UnittestPlan(
         start=slots.get("start", "."), pattern=slots.get("pattern", "test*.py"), top=slots.get("top"),
@@ -293,11 +296,14 @@ _logged: set[str] = set()  # every validation and grading run reads the same spe
 
 
 def log_dropped(what: str, dropped: Sequence[Dropped]) -> None:
-    """A warning naming what ``what`` lost and why, the first time this process sees it."""
+    """A warning naming what ``what`` lost and why, the first time this process sees it; an info line when all
+    it lost is selection a run that names its tests never takes (by design, every graded run)."""
     said = f"{what}: {[d.option for d in dropped]}"
     if dropped and said not in _logged:
         _logged.add(said)
-        log.warning(
+        expected = all(d.reason.endswith(NAMED_TESTS) for d in dropped)
+        log.log(
+            logging.INFO if expected else logging.WARNING,
             "%s: ignored %s", what, "; ".join(f"{d.option} ({d.reason})" for d in dropped),
             extra={"dropped": [d.option for d in dropped]},
         )  # fmt: skip
