@@ -3,6 +3,10 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The MLflow tracking server (`trialforge tracking ui`, tests/test_tracking.py) has a venv of its own: the full
+# mlflow pins pyarrow<26, the project pyarrow 26; the project's venv holds the client alone (mlflow-skinny).
+MLFLOW_VENV ?= .venv-mlflow
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
@@ -10,9 +14,9 @@ export DVC_NO_ANALYTICS := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system image demo test bench lint lock clean
+.PHONY: setup system image demo test bench lint lock lock-mlflow clean
 
-setup: system $(STAMP) image
+setup: system $(STAMP) $(MLFLOW_STAMP) image
 
 system:
 	@scripts/setup-system.sh
@@ -25,6 +29,13 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip check
 	touch $@
 
+# Like the main venv: its lock installed without resolving (~2 min once; compiled, so the server starts in ~10 s).
+$(MLFLOW_STAMP): requirements-mlflow.lock
+	python3 -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install -q --no-deps -r requirements-mlflow.lock
+	$(MLFLOW_VENV)/bin/python -m pip check
+	touch $@
+
 image: $(STAMP)
 	@$(VENV)/bin/trialforge image build
 
@@ -34,8 +45,10 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
+# realrepos.py needs repositories: `make bench REPOS="--repo NAME=PATH ..."` runs it too (docs/realrepos.md).
 bench: setup
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in benchmarks/*.py; do [ $$b = benchmarks/realrepos.py ] && continue; echo "== $$b"; $(PY) $$b || exit 1; done
+	@if [ -n "$(REPOS)" ]; then echo "== benchmarks/realrepos.py"; $(PY) benchmarks/realrepos.py $(REPOS); fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests flows benchmarks
@@ -48,5 +61,13 @@ lock:
 	.lockenv/bin/pip freeze --all --exclude-editable | grep -v '^pip==' | sed 's/+cpu$$//' > requirements.lock
 	rm -rf .lockenv
 
+# Refresh requirements-mlflow.lock: the full mlflow at the version of the client pinned in pyproject.toml.
+lock-mlflow:
+	rm -rf .lockenv-mlflow && python3 -m venv .lockenv-mlflow
+	.lockenv-mlflow/bin/pip install -q "mlflow==$$(sed -n 's/.*"mlflow-skinny==\([^"]*\)".*/\1/p' pyproject.toml)"
+	(echo "# The MLflow tracking server's venv ($(MLFLOW_VENV)): make lock-mlflow refreshes it."; \
+	 .lockenv-mlflow/bin/pip freeze --all | grep -v '^pip==') > requirements-mlflow.lock
+	rm -rf .lockenv-mlflow
+
 clean:
-	rm -rf out .trialforge $(VENV)
+	rm -rf out .trialforge $(VENV) $(MLFLOW_VENV)

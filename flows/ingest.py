@@ -11,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from trialforge import pipeline as steps
 from trialforge.config import load_params
+from trialforge.observe.logs import logged_step
 from trialforge.orchestrate import StageResult, runners, shards
 
 
@@ -28,7 +29,7 @@ def publish_ingested(rt, tasks):
 def ingest(params_path: str = "params.yaml", overrides: dict[str, Any] | None = None) -> StageResult:
     params = load_params(Path(params_path), overrides)
     with runners.held_runtime(params) as rt:
-        tasks, funnel = ingest_sources(rt)
+        tasks, funnel = logged_step(ingest_sources, rt)
         version = publish_ingested(rt, tasks)
     funnels = [funnel.as_dict()]
     runners.funnel_artifacts(funnels)

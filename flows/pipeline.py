@@ -18,6 +18,7 @@ from flows.rollout import rollout
 from flows.train import train
 from trialforge.config import load_params
 from trialforge.observe.run_report import finish_run
+from trialforge.observe.tracking import track_run
 from trialforge.orchestrate import RunId, Runner, ShardSize, TrainResult, runners, shards
 from trialforge.orchestrate.iterations import run_iterations
 
@@ -59,9 +60,12 @@ def pipeline(
         def learn(iteration: int, checkpoint: str | None) -> TrainResult:
             return train(run_id=run_id, iteration=iteration, **common, checkpoint=checkpoint)
 
-        loop = run_iterations(params.train.iterations, params.train.max_staleness, roll, learn)
         _, tasks = shards.read_taskset(rt.store, shards.TASKS, taskset.version)
-        metrics = finish_run(rt, run_id, tasks, taskset.funnels, loop.updates, loop.summary())
+        with track_run(params, rt.store, run_id, tasks) as tracker:  # MLflow: params, each iteration, the end
+            loop = run_iterations(
+                params.train.iterations, params.train.max_staleness, roll, learn, tracker.log_iteration
+            )
+            metrics = finish_run(rt, run_id, tasks, taskset.funnels, loop.updates, loop.summary(), tracker)
         runners.funnel_artifacts(taskset.funnels)
         runners.episode_artifacts(rt.store, run_id)
     return metrics

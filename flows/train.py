@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
 from trialforge.config import load_params
+from trialforge.observe.logs import stage_done
 from trialforge.orchestrate import Iteration, RunId, TrainResult, runners, shards
 
 
@@ -22,5 +24,9 @@ def train(
     """``checkpoint``: the learner's latest weights (None: fresh); the iteration's episodes were sampled with
     these, or with up to ``train.max_staleness`` versions before them."""
     params = load_params(Path(params_path), overrides)
+    started = time.monotonic()
     with runners.held_runtime(params) as rt:
-        return shards.train_iteration(rt, run_id, iteration, checkpoint)
+        result = shards.train_iteration(rt, run_id, iteration, checkpoint)
+    decision = (result.stats or {}).get("decision", "no learner among the policies")
+    stage_done(f"train {iteration}", decision + (" (taken before)" if result.resumed else ""), started=started)
+    return result

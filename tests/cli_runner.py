@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from click.testing import Result
 from typer.testing import CliRunner
@@ -11,12 +12,14 @@ from trialforge.cli import app
 
 
 def invoke(*args: str) -> Result:
-    """``trialforge ARGS``. The command installs a log handler on the runner's stderr, which the runner closes:
-    the root logger's handlers are put back after, or later tests' logs would hit a closed file."""
+    """``trialforge ARGS``. The command installs a log handler on the root logger and sets variables for the
+    processes it starts: both are put back after, so a later test sees neither."""
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    handlers, level, environ = list(root.handlers), root.level, dict(os.environ)
     try:
         return CliRunner().invoke(app, list(args))
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+        for key in os.environ.keys() - environ.keys():
+            del os.environ[key]

@@ -119,6 +119,15 @@ def test_server_errors_are_retried_until_an_answer_comes(chat_server):
     assert chat_server.requests[0] == chat_server.requests[2]  # a retry resends the same request
 
 
+def test_a_retry_waits_the_servers_retry_after_up_to_the_longest_backoff(chat_server):
+    chat_server.play(
+        Fault(503, headers={"Retry-After": "0.04"}), Fault(429, headers={"Retry-After": "3600"}), tool_call("submit")
+    )
+    decision = policy(chat_server, backoff_s=0.001, max_backoff_s=0.05).begin(VIEW, seed=1).act("fix it")
+    assert decision.info["attempts"] == 3
+    assert decision.info["retry_wait_s"] == 0.09  # the waits tenacity chose (0.04, then 3600 capped to 0.05)
+
+
 def test_a_hanging_endpoint_ends_the_episode_as_policy_error_after_retries(world, chat_server, caplog):
     task, rollout = world
     # Hangs far past any run (the fixture's teardown ends them); a client that waited one out would

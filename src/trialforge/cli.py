@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,21 +24,30 @@ app.add_typer(orchestrate_app)  # `serve` and `flow NAME` at the top level
 app.add_typer(ingest_app, name="ingest", help="Ingest one source (the kinds of sources.extra) into a task set.")
 app.command()(observe_cli.report)
 app.command()(observe_cli.compare)
+app.add_typer(observe_cli.tracking_app, name="tracking")  # `tracking ui`: the MLflow UI over the runs' store
 
 ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read")]
 SetOpt = Annotated[list[str], typer.Option("--set", "-S", help="override a param: section.key=value (YAML value)")]
+VerboseOpt = Annotated[
+    int,
+    typer.Option(
+        "--verbose", "-v", count=True, envvar="TRIALFORGE_VERBOSE",
+        help="-v: every INFO line (Prefect's task and flow states, libraries); -vv: DEBUG",
+    ),
+]  # fmt: skip
+LogFormatOpt = Annotated[
+    str, typer.Option("--log-format", envvar="TRIALFORGE_LOG_FORMAT", help="text | json (one object per line)")
+]
 
 
 @app.callback()
-def main(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
-    log_format: Annotated[str, typer.Option("--log-format", help="json (one object per line) | text")] = "text",
-) -> None:
-    from trialforge.observe.logs import setup_logging
+def main(verbose: VerboseOpt = 0, log_format: LogFormatOpt = "text") -> None:
+    """Default: one line per stage, the progress view, the summary, and every warning."""
+    from trialforge.observe.logs import configure  # what every command shows: decided there, once
 
     if log_format not in ("json", "text"):
         raise typer.BadParameter(f"--log-format must be json or text, not {log_format!r}")
-    setup_logging(logging.INFO if verbose else logging.WARNING, fmt=log_format)  # type: ignore[arg-type]
+    configure(verbose, log_format)  # type: ignore[arg-type]
 
 
 @app.command()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -170,6 +171,26 @@ class ObserveParams(_Section):
         return HealthThresholds(self.max_env_error_rate, self.max_verifier_error_rate)
 
 
+class TrackingParams(_Section):
+    """Experiment tracking with MLflow (``observe.tracking``): never part of a run's digest, never a reason to rerun."""
+
+    enabled: bool = True
+    # "": a SQLite store inside the run's file store (STORE/mlflow/mlflow.db, offline); sqlite:///PATH.db, an
+    # http(s):// tracking server, or any other MLflow tracking URI. MLFLOW_TRACKING_URI, when set, overrides it.
+    uri: str = ""
+    experiment: str = ""  # "": run.name
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, uri: str) -> str:
+        if uri and uri != "databricks" and not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*:\S*", uri):
+            raise ValueError(
+                f"{uri!r} is not a tracking URI: sqlite:///PATH.db for a local store, http://HOST:PORT for a "
+                'tracking server, or "" for the default (a SQLite store inside the run\'s store)'
+            )
+        return uri
+
+
 class EnvParams(_Section):
     """Task environments: detected from each repository, overridden here per repository name."""
 
@@ -200,10 +221,12 @@ class Params(_Section):
     rollout: RolloutParams = RolloutParams()
     train: TrainParams = TrainParams()
     observe: ObserveParams = ObserveParams()
+    tracking: TrackingParams = TrackingParams()
 
     def digest(self) -> str:
-        """Hash of every knob: recorded on each episode row so a result names the settings that made it."""
-        blob = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
+        """Hash of every knob: recorded on each episode row so a result names the settings that made it.
+        (Where a run is tracked changes nothing it computes: ``tracking`` is left out.)"""
+        blob = json.dumps(self.model_dump(mode="json", by_alias=True, exclude={"tracking"}), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

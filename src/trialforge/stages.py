@@ -14,6 +14,7 @@ from trialforge.config import Params
 from trialforge.funnel import Funnel
 from trialforge.observe.run_report import finish_run
 from trialforge.observe.summary import write_json
+from trialforge.observe.tracking import track_run
 from trialforge.orchestrate.iterations import train_in_process
 from trialforge.runtime import open_runtime
 from trialforge.tasks.taskset import read_tasks, write_tasks
@@ -58,7 +59,9 @@ def run_stage(name: str, params: Params) -> None:
             pipeline.publish_taskset(rt, pipeline.tier(read_tasks(paths["quality"])))
         elif name == "train":
             run_id = pipeline.new_run_id(params.run.name)
-            loop = train_in_process(rt, read_tasks(paths["tier"]), run_id)
+            tasks = read_tasks(paths["tier"])
+            with track_run(params, rt.store, run_id, tasks) as tracker:  # the report stage finishes it
+                loop = train_in_process(rt, tasks, run_id, on_iteration=tracker.log_iteration)
             write_json(paths["train"], {"run_id": run_id, "updates": loop.updates, "loop": loop.summary()})
         elif name == "report":
             run = json.loads(paths["train"].read_text())

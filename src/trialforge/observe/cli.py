@@ -1,4 +1,5 @@
-"""`trialforge report` and `trialforge compare`: the run report and run comparison, from stored data alone."""
+"""`trialforge report`, `trialforge compare` and `trialforge tracking ui`: the run report, run comparison (from
+stored data alone) and the MLflow UI over the runs' tracking store."""
 
 from __future__ import annotations
 
@@ -60,9 +61,40 @@ def compare(
     store: StoreOpt = None,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
-    """Print every metric of RUN_A and RUN_B side by side with the change (B - A)."""
+    """Print every metric of RUN_A and RUN_B side by side with the change (B - A), and their MLflow runs."""
     from trialforge.observe.compare import compare_runs, format_comparison
+    from trialforge.observe.tracking import link_lines, read_link
 
     with _opened(store, params) as (objects, _):
         rows = compare_runs(objects, run_a, run_b)
+        links = {run: read_link(objects, run) for run in (run_a, run_b)}
     typer.echo(format_comparison(rows, run_a, run_b))
+    for line in link_lines(links):
+        typer.echo(line)
+
+
+tracking_app = typer.Typer(no_args_is_help=True, add_completion=False, help="Experiment tracking (MLflow).")
+
+
+@tracking_app.command("ui")
+def tracking_ui(
+    port: Annotated[int, typer.Option("--port", help="port on 127.0.0.1")] = 5000,
+    store: StoreOpt = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Serve the MLflow UI on 127.0.0.1 over the runs' tracking store (params.yaml's `tracking`, or
+    MLFLOW_TRACKING_URI), with the full mlflow of `.venv-mlflow`; Ctrl-C stops it."""
+    import os
+
+    from trialforge.observe.tracking import local_ui, resolve_target, server_argv, server_env
+
+    with _opened(store, params) as (objects, loaded):
+        target = resolve_target(loaded, objects.url)
+        if target.uri.startswith(("http://", "https://")):
+            typer.echo(f"runs are tracked by the MLflow server at {target.uri}: its UI is there")
+            return
+        argv = server_argv(target.uri, target.artifacts, port)
+    if target.artifacts is not None:
+        target.artifacts.mkdir(parents=True, exist_ok=True)  # the database's directory with it
+    typer.echo(f"MLflow UI over {target.uri}: {local_ui(port)} (Ctrl-C stops it)")
+    os.execve(argv[0], argv, server_env())

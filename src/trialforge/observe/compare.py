@@ -34,21 +34,26 @@ def compare_metrics(a: dict[str, Any], b: dict[str, Any]) -> list[MetricDelta]:
 
 def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float | None]:
     """Overall metrics flattened to dotted names (distributions left out), plus the final iteration's curves."""
-    flat = _flatten(metrics["overall"], "")
+    flat = scalar_leaves(metrics["overall"])
     final = metrics["iterations"][max(metrics["iterations"], key=int)]
     for key in _FINAL:
-        flat |= _flatten(final.get(key, {}), f"final.{key}.")
+        flat |= scalar_leaves(final.get(key, {}), f"final.{key}.")
     return flat
 
 
-def _flatten(node: dict[str, Any], prefix: str) -> dict[str, float | None]:
+def scalar_leaves(node: dict[str, Any], prefix: str = "", *, bools: bool = False) -> dict[str, float | None]:
+    """The numbers of a nested metrics dict under dotted names (``latency.exec_s.p90``), distributions and lists
+    left out; ``bools``: flags too, as 0 and 1 (the MLflow tracker logs a step's ``in_band``)."""
     flat: dict[str, float | None] = {}
     for key, value in node.items():
         if key in DISTRIBUTIONS:
             continue
         if isinstance(value, dict):
-            flat |= _flatten(value, f"{prefix}{key}.")
-        elif value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            flat |= scalar_leaves(value, f"{prefix}{key}.", bools=bools)
+        elif isinstance(value, bool):
+            if bools:
+                flat[prefix + key] = int(value)
+        elif value is None or isinstance(value, int | float):
             flat[prefix + key] = value
     return flat
 

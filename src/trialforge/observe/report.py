@@ -26,6 +26,7 @@ from trialforge.observe.health import HealthThresholds, check_health
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
 from trialforge.observe.quality import quality_metrics, read_records
 from trialforge.observe.summary import first_to_last
+from trialforge.observe.tracking import TrackingLink, read_link
 from trialforge.quality.gate import AUDIT_ERROR
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.quality_record import GATES, Attempt, QualityRecord
@@ -53,7 +54,8 @@ def render_report(
     quality = read_records(store, sorted(data.episodes["task_set_version"].unique()))
     training, families = read_training(store, run_id), _read_json(store, families_key(run_id))
     funnel = _read_json(store, funnel_key(run_id))
-    html = report_html(data, thresholds or HealthThresholds(), spot_checks, quality, training, families, funnel)
+    thresholds, tracking = thresholds or HealthThresholds(), read_link(store, run_id)
+    html = report_html(data, thresholds, spot_checks, quality, training, families, funnel, tracking)
     out_path = Path(out_path)
     write_text(out_path, html)
     return out_path
@@ -67,8 +69,10 @@ def report_html(
     training: Training | None = None,
     families: dict[str, dict[str, Any]] | None = None,
     funnel: dict[str, dict[str, Any]] | None = None,
+    tracking: TrackingLink | None = None,
 ) -> str:
-    """``families`` is ``observe.families.family_metrics``' output; ``funnel`` ``observe.metrics.task_metrics``'."""
+    """``families`` is ``observe.families.family_metrics``' output; ``funnel`` ``observe.metrics.task_metrics``';
+    ``tracking``: the run's MLflow run, linked under the title."""
     metrics = process_metrics(data.episodes, data.steps)
     failures = attribute(data.episodes)
     training = training or Training([], {})
@@ -89,8 +93,16 @@ def report_html(
     title = escape(f"trialforge run {data.run_id}")
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-        f"<style>{_CSS}</style>{plotly_script()}</head><body><h1>{title}</h1>{''.join(sections)}</body></html>\n"
+        f"<style>{_CSS}</style>{plotly_script()}</head><body><h1>{title}</h1>{_tracking(tracking)}"
+        f"{''.join(sections)}</body></html>\n"
     )
+
+
+def _tracking(link: TrackingLink | None) -> str:
+    if link is None:
+        return ""
+    note = "" if link.served() else " (start <code>trialforge tracking ui</code> first)"
+    return f'<p id="tracking"><a href="{escape(link.url())}">MLflow run {escape(link.mlflow_run_id)}</a>{note}</p>'
 
 
 _CSS = """

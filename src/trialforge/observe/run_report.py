@@ -1,4 +1,5 @@
-"""Close a run: the task set's quality records stored, metrics.json + plot data, the HTML report, the summary."""
+"""Close a run: the task set's quality records stored, metrics.json + plot data, the HTML report, the MLflow run
+finished with them, the summary."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from trialforge.observe.metrics import episode_metrics, run_metrics, task_metric
 from trialforge.observe.quality import gather_records, quality_metrics, write_records
 from trialforge.observe.report import families_key, funnel_key, loop_key, render_report
 from trialforge.observe.summary import print_summary
+from trialforge.observe.tracking import RunTracker, open_tracker
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.tasks.schema import Task, task_set_version
@@ -24,15 +26,19 @@ def finish_run(
     funnels: list[dict[str, Any]],
     updates: list[dict[str, Any]],
     loop: dict[str, Any],
+    tracker: RunTracker | None = None,
 ) -> dict[str, Any]:
     """``funnels`` are Funnel.as_dict() of each task stage; ``updates`` the train step's stats per iteration;
-    ``loop`` the rollout/train schedule's staleness and idle fractions (``orchestrate.iterations``).
+    ``loop`` the rollout/train schedule's staleness and idle fractions (``orchestrate.iterations``);
+    ``tracker`` the run's MLflow tracker (None: opened here, as the DVC ``report`` stage needs: it continues the
+    MLflow run the ``train`` stage started, or tracks the whole run now).
 
     The quality records of every audited task (the kept ones on ``tasks``, the excluded ones in the quality
     funnel) are stored next to the task set before the report, which reads them from there; so are the
     schedule and the learner's figures per task family (``observe.families``), beside the run's records.
     """
     out = Path(rt.params.run.out_dir)
+    tracker = tracker if tracker is not None else open_tracker(rt.params, rt.store, run_id, tasks)
     version = task_set_version(tasks)
     quality = gather_records(tasks, funnels)
     if quality:
@@ -53,6 +59,7 @@ def finish_run(
         "report_path": str(out / "report.html"),
     }
     metrics |= run_metrics(rt.store, run_id)
+    metrics["tracking"] = tracker.summary()
     write_metrics(out, metrics)
     # The report reads both back from the store: only this step knows the schedule and the task set.
     rt.store.put_bytes(loop_key(run_id), json.dumps(loop, sort_keys=True).encode())
@@ -60,5 +67,7 @@ def finish_run(
     rt.store.put_bytes(funnel_key(run_id), json.dumps(metrics["tasks"], sort_keys=True).encode())
     thresholds = rt.params.observe.thresholds()
     render_report(rt.store, run_id, out / "report.html", thresholds=thresholds)
+    tracker.finish(metrics, tasks, [out / "report.html", out / "metrics.json", out / "plots"])
+    metrics["tracking"] = tracker.summary()  # it may have stopped since: the summary says so
     print_summary(metrics)
     return metrics

@@ -61,6 +61,21 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
     ):
         if key in metrics:
             console.print(f"{label}: {metrics[key]}")
+    if metrics.get("tracking"):
+        console.print(Text(tracking_line(metrics["tracking"])))
+
+
+def tracking_line(tracking: dict[str, Any]) -> str:
+    """Where the run is in MLflow, or why it is not (``observe.tracking.RunTracker.summary``)."""
+    run, off = tracking.get("mlflow_run_id"), tracking.get("off")
+    if run is None:
+        return f"tracking: off: {off}"
+    where = f"MLflow run {run} (experiment {tracking['experiment']})"
+    if off:
+        return f"tracking: {where}, then no more: {off}"
+    if tracking.get("serve"):
+        return f"tracking: {where} in {tracking['uri']}; `{tracking['serve']}`, then {tracking['url']}"
+    return f"tracking: {where}: {tracking['url']}"
 
 
 def _print_health(updates: list[dict[str, Any]], console: Console) -> None:

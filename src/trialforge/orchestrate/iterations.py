@@ -24,6 +24,8 @@ from trialforge.train.staleness import StalenessStats, TaggedBatch, train_bounde
 
 Roll = Callable[[str | None, int], object]  # (checkpoint to sample with, iteration): publishes its episodes
 Learn = Callable[[int, str | None], TrainResult]  # (iteration, the trainer's latest checkpoint): one update
+# (iteration, its update's stats or None): the iteration's episodes are all published (the tracker logs them)
+OnIteration = Callable[[int, "dict[str, Any] | None"], None]
 
 
 @dataclass
@@ -36,27 +38,36 @@ class LoopResult:
         return asdict(self.staleness)
 
 
-def run_iterations(iterations: int, max_staleness: int, roll: Roll, learn: Learn) -> LoopResult:
+def run_iterations(
+    iterations: int, max_staleness: int, roll: Roll, learn: Learn, on_iteration: OnIteration | None = None
+) -> LoopResult:
     """``iterations`` rollouts (in a background thread) and their updates (here), never more than
     ``max_staleness`` policy versions apart; then iteration ``iterations``: the last checkpoint's held-out
-    evaluation."""
+    evaluation. ``on_iteration`` hears of each iteration once its update (or the last evaluation) is done."""
     updates: list[dict[str, Any]] = []
     latest: list[str | None] = [None]
+    done = on_iteration or (lambda _iteration, _update: None)
 
     def update(tagged: TaggedBatch[object]) -> tuple[str | None, int]:
         trained = learn(tagged.index, latest[0])
         latest[0] = trained.checkpoint
+        step = None
         if trained.stats is not None:
             lag = tagged.index - tagged.version  # updates taken since the policy that rolled the batch out
-            updates.append(trained.stats | {"iteration": tagged.index, "behaviour_lag": lag})
+            step = trained.stats | {"iteration": tagged.index, "behaviour_lag": lag}
+            updates.append(step)
+        done(tagged.index, step)
         return trained.checkpoint, tagged.index + 1
 
     stats = train_bounded(roll, update, snapshot=None, version=0, batches=iterations, max_staleness=max_staleness)
     roll(latest[0], iterations)  # the trained policy on the held-out tasks (the eval round alone)
+    done(iterations, None)
     return LoopResult(updates, latest[0], stats)
 
 
-def train_in_process(rt: Runtime, tasks: list[Task], run_id: str, shard_size: int = 64) -> LoopResult:
+def train_in_process(
+    rt: Runtime, tasks: list[Task], run_id: str, shard_size: int = 64, on_iteration: OnIteration | None = None
+) -> LoopResult:
     """The loop with every rollout shard and update run in this process (the DVC stage's door)."""
     version = task_set_version(tasks)
 
@@ -71,4 +82,4 @@ def train_in_process(rt: Runtime, tasks: list[Task], run_id: str, shard_size: in
     def learn(iteration: int, checkpoint: str | None) -> TrainResult:
         return shards.train_iteration(rt, run_id, iteration, checkpoint)
 
-    return run_iterations(rt.params.train.iterations, rt.params.train.max_staleness, roll, learn)
+    return run_iterations(rt.params.train.iterations, rt.params.train.max_staleness, roll, learn, on_iteration)

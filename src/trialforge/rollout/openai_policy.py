@@ -2,21 +2,20 @@
 
 Each turn posts the whole conversation with ``tools=TOOLS`` to ``{base_url}/chat/completions`` and takes
 the first tool call of the first choice as the action. Transport failures (connection errors, timeouts,
-429 and 5xx answers) are retried with exponential backoff and jitter, then raised as ``PolicyError`` (the
-episode ends as ``policy_error``, never with a reward). What the model says is never an error: a reply
-without a tool call, or with arguments that are not a JSON object, becomes an invalid action that the
-environment answers and the trajectory keeps.
+429 and 5xx answers) are retried (tenacity) with exponential backoff and full jitter, the server's
+Retry-After as a floor, then raised as ``PolicyError`` (the episode ends as ``policy_error``, never with a
+reward). What the model says is never an error: a reply without a tool call, or with arguments that are
+not a JSON object, becomes an invalid action that the environment answers and the trajectory keeps.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
-import time
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from trialforge.errors import PolicyError
 from trialforge.rollout.chat import Conversation, chars, fit, invalid, parse_tool_call, system_prompt
@@ -65,8 +64,8 @@ class OpenAIPolicy:
         self.max_tokens = max_tokens
         self.logprobs = logprobs
         self.max_context_chars = max_context_chars
-        self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self._jitter = wait_random_exponential(multiplier=backoff_s, max=max_backoff_s)
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(headers=headers, timeout=timeout_s)
@@ -77,8 +76,8 @@ class OpenAIPolicy:
     def close(self) -> None:
         self._client.close()
 
-    def complete(self, messages: list[dict[str, Any]], seed: int) -> tuple[dict[str, Any], int]:
-        """POST one chat completion; returns the parsed response body and the number of attempts it took."""
+    def complete(self, messages: list[dict[str, Any]], seed: int) -> tuple[dict[str, Any], int, float]:
+        """POST one chat completion: the parsed response body, the attempts it took and the seconds waited between."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -90,31 +89,56 @@ class OpenAIPolicy:
         }
         if self.logprobs:
             body["logprobs"] = True
-        failure, hint = "", None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self._delay(attempt, hint))
-            hint = None
-            try:
-                response = self._client.post(self.url, json=body)
-            except httpx.TimeoutException as exc:
-                failure = f"timed out ({type(exc).__name__})"
-            except httpx.TransportError as exc:
-                failure = f"transport error ({type(exc).__name__}: {exc})"
-            else:
-                if response.status_code == 200:
-                    return _json(response), attempt + 1
-                failure = f"HTTP {response.status_code}: {response.text[:500]}"
-                if response.status_code not in RETRYABLE_STATUS:
-                    raise PolicyError(f"{self.url} refused the request ({failure}); not retried")
-                hint = _retry_after(response)
-            log.warning("chat completion attempt %d/%d failed: %s", attempt + 1, self.max_retries + 1, failure)
-        raise PolicyError(f"{self.url} failed {self.max_retries + 1} times; last: {failure}")
+        retrying = Retrying(
+            retry=retry_if_exception_type(_Retryable),
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            after=self._failed,
+            reraise=True,
+        )
+        try:
+            data = retrying(self._post, body)
+        except _Retryable as exc:
+            raise PolicyError(f"{self.url} failed {retrying.statistics['attempt_number']} times; last: {exc}") from exc
+        return data, retrying.statistics["attempt_number"], retrying.statistics["idle_for"]
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = self._client.post(self.url, json=body)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timed out ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise _Retryable(f"transport error ({type(exc).__name__}: {exc})") from exc
+        if response.status_code == 200:
+            return _json(response)
+        failure = f"HTTP {response.status_code}: {response.text[:500]}"
+        if response.status_code not in RETRYABLE_STATUS:
+            raise PolicyError(f"{self.url} refused the request ({failure}); not retried")
+        raise _Retryable(failure, _retry_after(response))
+
+    def _wait(self, state: RetryCallState) -> float:
         """Exponential backoff with full jitter; the server's Retry-After, when given, is a floor."""
-        delay = random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
-        return delay if retry_after is None else max(delay, min(retry_after, self.max_backoff_s))
+        delay = self._jitter(state)
+        hint = _failure(state).retry_after
+        return delay if hint is None else max(delay, min(hint, self.max_backoff_s))
+
+    def _failed(self, state: RetryCallState) -> None:
+        log.warning(
+            "chat completion attempt %d/%d failed: %s", state.attempt_number, self.max_retries + 1, _failure(state)
+        )
+
+
+class _Retryable(Exception):
+    """A failed attempt worth another: a transport error or a retryable status (with the server's Retry-After)."""
+
+    def __init__(self, failure: str, retry_after: float | None = None) -> None:
+        super().__init__(failure)
+        self.retry_after = retry_after
+
+
+def _failure(state: RetryCallState) -> _Retryable:
+    assert state.outcome is not None  # tenacity asks only after an attempt failed with a _Retryable
+    return state.outcome.exception()  # type: ignore[return-value]
 
 
 class OpenAIEpisode:
@@ -130,7 +154,7 @@ class OpenAIEpisode:
             budget = self.policy.max_context_chars
             fitted = fit(messages, lambda m: chars(m) <= budget)
             messages, dropped = fitted.messages, fitted.dropped_turns
-        data, attempts = self.policy.complete(messages, self.seed + len(self.conversation.messages))
+        data, attempts, waited = self.policy.complete(messages, self.seed + len(self.conversation.messages))
         try:
             choice = data["choices"][0]
             message = choice["message"]
@@ -151,6 +175,7 @@ class OpenAIEpisode:
             "response_id": data.get("id", ""),
             "finish_reason": choice.get("finish_reason"),
             "attempts": attempts,
+            "retry_wait_s": round(waited, 3),
             "dropped_turns": dropped,
         }
         if message.get("content"):

@@ -29,8 +29,8 @@ how bytes cross is ``docker_io.py``, and what a crash leaves behind is ``leftove
   each command), nothing a command starts outlives it, backgrounded, ``setsid``-ed or timed
   out. A sandbox therefore runs one command at a time. The host enforces a second deadline
   (limit + grace) and then kills every process from another exec. Output is read frame by
-  frame into bounded head/tail buffers. OOM is read from the container's memory cgroup
-  (``oom_kill``) after a SIGKILL exit.
+  frame into bounded head/tail buffers (``docker_io``: the SDK's frame reader has no deadline).
+  OOM is read from the container's memory cgroup (``oom_kill``) after a SIGKILL exit.
 * **Paths** are confined to ``/work`` lexically, and then resolved *inside the sandbox* by
   ``realpath`` running as the sandbox user, who reads and writes the file too.
 """

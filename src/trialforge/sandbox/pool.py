@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    before_sleep_log,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random_exponential,
+)
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
@@ -34,8 +43,8 @@ class PoolConfig:
     max_starting: int = 2  # sandboxes being created at once (engines choke on start storms)
     warm_per_image: int = 2  # idle sandboxes kept per image
     warm_lifetime_s: float = 3600.0  # deadline of a sandbox that may be reused (warm_per_image > 0)
-    create_retries: int = 3
-    backoff_s: float = 0.2
+    create_retries: int = 3  # attempts at creating one sandbox
+    backoff_s: float = 0.2  # the first wait between them; each next one doubles, plus jitter up to as much again
 
 
 @dataclass
@@ -43,6 +52,7 @@ class PoolStats:
     created: int = 0
     reused: int = 0
     create_failures: int = 0
+    create_wait_s: float = 0.0  # waited between creation attempts (the backoff chosen, not a clock reading)
     unhealthy: int = 0
     retired: int = 0  # warm sandboxes closed because another episode could outlive their deadline
     acquire_wait_s: float = 0.0
@@ -205,24 +215,33 @@ class SandboxPool:
             self._cond.notify_all()
 
     def _create(self, spec: SandboxSpec) -> Sandbox:
-        delay = self.cfg.backoff_s
-        attempt = 1
-        while True:
-            try:
-                with self._starting:
-                    sandbox = self.backend.create(spec)
-                self.stats.created += 1
-                return sandbox
-            except SandboxError as exc:
-                self.stats.create_failures += 1
-                if attempt >= self.cfg.create_retries:
-                    raise SandboxError(
-                        f"could not create a sandbox after {attempt} attempts: {exc}", cause=exc.cause
-                    ) from exc
-                log.warning("sandbox creation failed (attempt %d): %s; retrying", attempt, exc)
-                time.sleep(delay * (1 + random.random()))  # backoff with jitter: retries of a batch do not align
-                delay *= 2
-                attempt += 1
+        """``backend.create``, retried on a ``SandboxError``: the n-th wait is d + U(0, d), d = backoff_s * 2**(n-1)
+        (the jitter keeps the retries of a batch from aligning)."""
+        backoff = self.cfg.backoff_s
+        retrying = Retrying(
+            retry=retry_if_exception_type(SandboxError),
+            stop=stop_after_attempt(self.cfg.create_retries),
+            wait=wait_exponential(multiplier=backoff) + wait_random_exponential(multiplier=backoff),
+            after=self._creation_failed,
+            before_sleep=before_sleep_log(log, logging.WARNING),
+            reraise=True,
+        )
+        try:
+            sandbox = retrying(self._create_once, spec)
+        except SandboxError as exc:
+            attempts = retrying.statistics["attempt_number"]
+            raise SandboxError(f"could not create a sandbox after {attempts} attempts: {exc}", cause=exc.cause) from exc
+        finally:
+            self.stats.create_wait_s += retrying.statistics["idle_for"]
+        self.stats.created += 1
+        return sandbox
+
+    def _create_once(self, spec: SandboxSpec) -> Sandbox:
+        with self._starting:
+            return self.backend.create(spec)
+
+    def _creation_failed(self, _state: RetryCallState) -> None:
+        self.stats.create_failures += 1
 
     @staticmethod
     def _healthy(sandbox: Sandbox) -> bool:

@@ -4,7 +4,10 @@ Episodes live in ``datasets/episodes`` and steps in ``datasets/steps``, both par
 ``run=RUN/iteration=N``; a ``Selection`` prunes by those partitions first and then filters
 rows on the lineage columns every episode carries. Everything reads through the manifests,
 so only published parts are ever seen; ``published_uris`` hands the same list of parts to
-any other Parquet reader (DuckDB, polars, Spark) that would otherwise glob the directory.
+any other Parquet reader (DuckDB, polars, Spark) that would otherwise glob the directory, and
+``published_dataset`` hands them over as one Arrow dataset read through the store's own filesystem
+(local or S3, with its endpoint and credentials), which DuckDB queries by name
+(``duckdb.sql("select ... from episodes")``; tests/test_query_duckdb.py runs docs/storage.md's queries).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 
+from trialforge.errors import StoreError
 from trialforge.rollout.records import STEP_SCHEMA
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
@@ -106,3 +111,22 @@ def trajectory_steps_pandas(store: ObjectStore, selection: Selection = ALL) -> p
 def published_uris(store: ObjectStore, dataset: str, *, filters: datasets.Filters | None = None) -> list[str]:
     """URIs of the published parts of ``dataset``: give this list to a reader that does not know manifests."""
     return [store.uri(entry["key"]) for entry in datasets.list_parts(store, dataset, filters=filters)]
+
+
+def published_dataset(store: ObjectStore, dataset: str, *, filters: datasets.Filters | None = None) -> pads.Dataset:
+    """The published parts of ``dataset`` as one lazy Arrow dataset, through the store's filesystem (S3 included).
+
+    Columns as ``datasets.read_table`` has them: the first part's, and each partition key the rows do not
+    carry as a string column. Nothing is read until a query scans it; a query's filters reach the scan.
+    Nothing published is a ``StoreError``: a dataset needs one part to have columns at all.
+    """
+    entries = datasets.list_parts(store, dataset, filters=filters)
+    fs, base = store.arrow_filesystem()
+    paths = [f"{base}/{entry['key']}" for entry in entries]
+    if not paths:
+        raise StoreError(f"{store.url}: dataset {dataset!r} has no published parts (filters: {filters or 'none'})")
+    carried = pads.dataset(paths[0], filesystem=fs, format="parquet").schema.names
+    keys = [key for key in dict.fromkeys(k for entry in entries for k in entry["partition"]) if key not in carried]
+    hive = pads.partitioning(pa.schema([(key, pa.string()) for key in keys]), flavor="hive")
+    root = f"{base}/{datasets.ROOT}/{dataset}"
+    return pads.dataset(paths, filesystem=fs, format="parquet", partitioning=hive, partition_base_dir=root)

@@ -4,8 +4,11 @@ A task's base state is a repository tree at one commit with no git history. We d
 ``git archive | tar -x`` for it: ``git archive`` honours the repository's own ``.gitattributes``
 (``export-ignore`` drops paths, ``export-subst`` rewrites files), and many projects export-ignore
 their tests, which would silently remove the very files a task is graded with. Instead we read the
-tree object by object (``git ls-tree`` + one ``git cat-file --batch`` process) and write each file
-ourselves, which also lets us refuse a path or symlink that leaves the tree before it exists.
+tree object by object and write each file ourselves, which also lets us refuse a path or symlink that
+leaves the tree before it exists. Objects (trees, blobs, commits) are read in-process by libgit2
+(pygit2), which runs no program and applies no attribute or filter, and parses commits for us: as fast
+as ``git ls-tree`` and a ``git cat-file --batch`` process on trees, faster on commits
+(``benchmarks/git_objects.py``). Everything else (clone, rev-list, diff) is ``git``.
 
 Every failure here is a :class:`RepoError` carrying a short ``reason`` (the funnel's key) and a
 message that names the commit, file or field, so an adapter drops one record and keeps the rest.
@@ -27,10 +30,13 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO
+
+import pygit2
+from pygit2.enums import FileMode, Option, RepositoryOpenFlag
 
 from trialforge.errors import PatchError, TaskError
 from trialforge.funnel import Funnel
@@ -273,17 +279,16 @@ class Commit:
 
 
 class ObjectReader:
-    """One ``git cat-file --batch`` process: object contents by id without a process per object."""
+    """The objects of one repository by id, read in-process (libgit2); one per thread."""
 
     def __init__(self, repo: Path) -> None:
         self.repo = repo
-        self._proc = subprocess.Popen(
-            git_argv(repo, "cat-file", "--batch"),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=git_env(),
-        )
+        # Mirrors may belong to another user: as ``safe.directory=*`` for git (reading objects runs nothing).
+        pygit2.option(Option.SET_OWNER_VALIDATION, 0)
+        try:
+            self._git = pygit2.Repository(str(repo), RepositoryOpenFlag.NO_SEARCH)
+        except pygit2.GitError as exc:
+            raise RepoError(f"{repo} is not a git repository: {exc}", reason="git_error") from None
 
     def __enter__(self) -> ObjectReader:
         return self
@@ -292,49 +297,52 @@ class ObjectReader:
         self.close()
 
     def close(self) -> None:
-        if self._proc.stdin:
-            self._proc.stdin.close()
-        if self._proc.stdout:
-            self._proc.stdout.close()
-        self._proc.wait(timeout=GIT_TIMEOUT_S)
+        self._git.free()
+
+    def get(self, oid: str) -> pygit2.Object:
+        """An object by id, or by any name ``git cat-file`` takes (``COMMIT:PATH``)."""
+        try:
+            return self._git.revparse_single(oid)
+        except (KeyError, ValueError, pygit2.GitError):
+            raise RepoError(f"object {oid} is missing from {self.repo}", reason="unknown_commit") from None
 
     def read(self, oid: str) -> tuple[str, bytes]:
-        """(type, content) of one object."""
-        assert self._proc.stdin and self._proc.stdout
-        self._proc.stdin.write(oid.encode() + b"\n")
-        self._proc.stdin.flush()
-        header = self._proc.stdout.readline().split()
-        if len(header) != 3:
-            raise RepoError(f"object {oid} is missing from {self.repo}", reason="unknown_commit")
-        data = self._proc.stdout.read(int(header[2]))
-        self._proc.stdout.read(1)  # the newline after each object
-        return header[1].decode(), data
+        """(type, content) of one object (``get``)."""
+        obj = self.get(oid)
+        return obj.type_str, obj.read_raw()
 
     def commit(self, sha: str) -> Commit:
         """A parsed commit; a message that is not valid text in its declared encoding is ``bad_encoding``."""
-        kind, raw = self.read(sha)
-        if kind != "commit":
-            raise RepoError(f"{sha} is a {kind}, not a commit", reason="unknown_commit")
-        head, _, message = raw.partition(b"\n\n")
-        headers = [line.split(b" ", 1) for line in head.split(b"\n") if b" " in line]
-        parents = tuple(v.decode() for k, v in headers if k == b"parent")
-        author = next((v for k, v in headers if k == b"author"), b"")
-        encoding = next((v.decode("ascii", "replace") for k, v in headers if k == b"encoding"), "utf-8")
+        obj = self.get(sha)
+        if not isinstance(obj, pygit2.Commit):
+            raise RepoError(f"{sha} is a {obj.type_str}, not a commit", reason="unknown_commit")
+        encoding = obj.message_encoding or "utf-8"
         try:
-            text = message.decode(encoding)
+            text = obj.raw_message.decode(encoding)
         except (UnicodeDecodeError, LookupError) as exc:
             raise RepoError(f"commit {sha}: message is not valid {encoding} ({exc})", reason="bad_encoding") from None
-        return Commit(sha=sha, parents=parents, author_date=_signature_date(author), message=text)
+        when = datetime.fromtimestamp(obj.author.time, timezone(timedelta(minutes=obj.author.offset)))
+        return Commit(sha=sha, parents=tuple(str(p) for p in obj.parent_ids), author_date=when, message=text)
 
-
-def _signature_date(signature: bytes) -> datetime:
-    """``Name <email> 1700000000 +0100`` -> an aware datetime (epoch when the signature is mangled)."""
-    parts = signature.rsplit(b" ", 2)
-    try:
-        offset = int(parts[2][:3]) * 60 + (1 if parts[2][:1] != b"-" else -1) * int(parts[2][3:5])
-        return datetime.fromtimestamp(int(parts[1]), timezone(timedelta(minutes=offset)))
-    except (IndexError, ValueError):
-        return datetime.fromtimestamp(0, UTC)
+    def tree_entries(self, commit: str) -> list[_Entry]:
+        """Every entry under the tree of ``commit`` but directories (submodules included)."""
+        entries: list[_Entry] = []
+        pending = [("", self.get(commit).peel(pygit2.Tree))]
+        while pending:
+            prefix, tree = pending.pop()
+            for entry in tree:
+                try:
+                    path = prefix + entry.raw_name.decode("utf-8")
+                except UnicodeDecodeError:
+                    name = prefix.encode() + entry.raw_name
+                    raise RepoError(
+                        f"commit {commit}: file name {name!r} is not UTF-8", reason="bad_encoding"
+                    ) from None
+                if entry.filemode == FileMode.TREE:
+                    pending.append((f"{path}/", self.get(str(entry.id))))
+                else:
+                    entries.append(_Entry(entry.filemode, str(entry.id), path))
+        return entries
 
 
 # --- a repository at a commit ---------------------------------------------------------------------------
@@ -342,7 +350,7 @@ def _signature_date(signature: bytes) -> datetime:
 
 @dataclass(frozen=True)
 class _Entry:
-    mode: str
+    mode: int  # pygit2.enums.FileMode
     oid: str
     path: str
 
@@ -353,46 +361,29 @@ def materialize(repo: Path, commit: str, dest: Path, *, max_bytes: int = MAX_TRE
     Submodules become empty directories, as after a clone without ``--recurse-submodules``.
     Refused with ``unsafe_tree``: paths leaving the tree or naming ``.git``, symlinks resolving outside.
     """
-    entries = _ls_tree(repo, commit)
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     total = 0
     links: list[Path] = []
     with ObjectReader(repo) as objects:
-        for entry in entries:
+        for entry in objects.tree_entries(commit):
             target = _safe_target(root, entry.path, commit)
-            if entry.mode == "160000":
+            if entry.mode == FileMode.COMMIT:
                 target.mkdir(parents=True, exist_ok=True)
                 continue
             _, data = objects.read(entry.oid)
             total += len(data)
             if total > max_bytes:
                 raise RepoError(f"tree of {commit} is over {max_bytes} bytes", reason="tree_too_large")
-            if entry.mode == "120000":
+            if entry.mode == FileMode.LINK:
                 links.append(_write_link(target, entry.path, data, commit))
             else:
                 target.write_bytes(data)
-                target.chmod(0o755 if entry.mode == "100755" else 0o644)
+                target.chmod(0o755 if entry.mode == FileMode.BLOB_EXECUTABLE else 0o644)
     for link in links:  # only now can a chain of links be followed
         if not Path(os.path.realpath(link)).is_relative_to(root):
             rel = link.relative_to(root)
             raise RepoError(f"commit {commit}: symlink {rel} resolves outside the repository", reason="unsafe_tree")
-
-
-def _ls_tree(repo: Path, commit: str) -> list[_Entry]:
-    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", commit)
-    entries = []
-    for record in out.split(b"\0"):
-        if not record:
-            continue
-        meta, _, raw_path = record.partition(b"\t")
-        mode, _, oid = meta.decode().split(" ")
-        try:
-            path = raw_path.decode("utf-8")
-        except UnicodeDecodeError:
-            raise RepoError(f"commit {commit}: file name {raw_path!r} is not UTF-8", reason="bad_encoding") from None
-        entries.append(_Entry(mode, oid, path))
-    return entries
 
 
 def _safe_target(root: Path, rel: str, commit: str) -> Path:
