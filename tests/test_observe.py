@@ -99,6 +99,11 @@ def test_steps_and_tool_calls_have_a_mean_and_a_histogram(it0):
     assert it0["tool_calls_hist"] == {"0": 1, "1": 5, "2": 2, "3": 1, "5": 1}
 
 
+def test_tokens_are_summed_per_policy(it0):
+    assert it0["tokens_in"] == {"gold": 10 * 4, "repair": 10 * 6}  # 10 prompt tokens per episode in the fixture
+    assert it0["tokens_out"] == {"gold": 5 * 4, "repair": 5 * 6}
+
+
 def test_pass_rate_counts_policy_failures_but_not_infrastructure_failures(it0):
     # repair answers for e03 (pass), e04 (0.0), e07 (timeout), e08 (policy_error); e09/e10 are infrastructure
     assert it0["pass_rate"] == {"gold": 1.0, "repair": 0.25}

@@ -49,7 +49,8 @@ DISTRIBUTIONS = frozenset({"reward_hist", "steps_hist", "tool_calls_hist", "late
 _DIGITS = 6
 _EPISODE_COLUMNS = [
     "episode_id", "iteration", "task_id", "tier", "policy", "group_id", "attempt", "status", "cause", "termination",
-    "reward", "integrity_flags", "steps", "tool_calls", "duration_s", "sandbox_s", "verify_s", "split",
+    "reward", "integrity_flags", "steps", "tool_calls", "tokens_in", "tokens_out", "duration_s", "sandbox_s",
+    "verify_s", "split",
 ]  # fmt: skip
 _STEP_COLUMNS = ["iteration", "tool", "exec_s"]
 
@@ -202,6 +203,8 @@ def iteration_metrics(
         "steps_hist": _counts(episodes["steps"].astype(int), by_value=True),
         "tool_calls": _mean(episodes["tool_calls"]),
         "tool_calls_hist": _counts(episodes["tool_calls"].astype(int), by_value=True),
+        "tokens_in": _sum_by(episodes, "policy", "tokens_in"),  # prompt tokens (0 for scripted policies)
+        "tokens_out": _sum_by(episodes, "policy", "tokens_out"),
         "zero_variance_groups": _zero_variance(episodes[status == "ok"]),
         "integrity_flags": _integrity(episodes),
         "throughput": _throughput(episodes, timing),
@@ -323,6 +326,10 @@ def _mean(values: pd.Series) -> dict[str, Any]:
 
 def _mean_by(frame: pd.DataFrame, key: str, column: str) -> dict[str, float | None]:
     return {str(k): _round(v) for k, v in frame.groupby(key)[column].mean().items()}
+
+
+def _sum_by(frame: pd.DataFrame, key: str, column: str) -> dict[str, int]:
+    return {str(k): int(v) for k, v in frame.groupby(key)[column].sum().items()}
 
 
 def _counts(values: pd.Series, by_value: bool = False) -> dict[str, int]:
