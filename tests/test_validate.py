@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.base import Limits
+from trialforge.sandbox.base import TRUNCATION_MARK, ExecResult, Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
-from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, _judge, validate_task
+from trialforge.testrun import REPORT_CAP_BYTES
 from trialforge.testrun import TestReport as Report  # not "Test*": pytest would collect it
+from trialforge.testrun.report import OVERFLOWED, read_report
 
 BUGGY = "def double(x):\n    return x + x + 1\n"
 BUGGY_TOO = "def double(x):\n    return x * 3\n"
@@ -286,3 +288,19 @@ def test_a_suite_that_cannot_import_before_the_fix_is_rejected_with_its_error(
     assert reason.startswith("collection_error_before_fix: ")
     assert "tests/test_other.py: NameError: name 'not_defined_yet' is not defined" in reason
     assert len(reason) <= len("collection_error_before_fix: ") + 500
+
+
+def test_a_suite_whose_report_overflows_says_so_rather_than_quoting_its_log():
+    """pypa/packaging's 40,000-odd tests once filled the report cap: the reason is the cap, not a test's log line."""
+    marker = "0" * 48
+    stream = "".join(f'{marker}{{"e":"ran","id":"t.py::test_{i}","w":"call","x":"ok","s":{i}}}\n' for i in range(50))
+    cut = stream[:200] + TRUNCATION_MARK.format(dropped=10**9) + stream[-200:]
+    log = "E   email.errors.HeaderWriteError: folded header contains newline\n"
+    silent = read_report(ExecResult(1, cut, log, 1.0, truncated=True), marker, [], ())
+    assert not silent.reported
+    task = Task(
+        task_id="t", source=Source(kind="synthetic", ref="x"), repo="r", snapshot="s", problem_statement="p",
+        gold_patch="", test_patch="",
+    )  # fmt: skip
+    judged = _judge(task, [silent], [silent], ValidateConfig(runs=1), 0.0)
+    assert judged.validation.reason == f"tests_did_not_run: {OVERFLOWED} ({REPORT_CAP_BYTES >> 20} MiB)"

@@ -45,8 +45,8 @@ from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
-from trialforge.testrun import Guard, TestReport, prepare, report_limits, run_tests
-from trialforge.testrun.report import COLLECTION, RAN
+from trialforge.testrun import REPORT_CAP_BYTES, Guard, TestReport, prepare, report_limits, run_tests
+from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN
 
 # Canaries are drawn from this and the tree: the same for one tree within a process (its runs are shared),
 # unknowable from inside a sandbox.
@@ -171,8 +171,11 @@ def _judge(
         return _verdict(task, False, f"tampered: {', '.join(dict.fromkeys(tampered))}", runs, start)
     if not all(r.reported for r in before + after):
         silent = [r for r in before + after if not r.reported]
-        timed_out = "timed out; " if any(r.timed_out for r in silent) else ""
-        return _verdict(task, False, f"tests_did_not_run: {timed_out}{_errors(silent)}", runs, start)
+        if any(r.log_tail.startswith(OVERFLOWED) for r in silent):  # a suite too large, not an error in it
+            why = f"{OVERFLOWED} ({REPORT_CAP_BYTES >> 20} MiB)"
+        else:
+            why = ("timed out; " if any(r.timed_out for r in silent) else "") + _errors(silent)
+        return _verdict(task, False, f"tests_did_not_run: {why}", runs, start)
     was, flaky_before = _stable(before)
     now, flaky_after = _stable(after)
     flaky = sorted(flaky_before | flaky_after)

@@ -46,6 +46,7 @@ from trialforge.testrun.canaries import Canary
 
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 RAN = ("passed", "failed", "error")
+OVERFLOWED = "the report overflowed the output cap"  # the first line of such a run's log
 COLLECTION = "<collection>:"  # outcome key of a collection error, as validation reads it
 
 
@@ -108,7 +109,7 @@ def read_report(
     """
     log_tail = result.stderr[-4000:].strip()
     if result.truncated and _cut(result.stdout):  # the channel overflowed the output cap: the report is incomplete
-        log_tail = "the report overflowed the output cap\n" + log_tail
+        log_tail = OVERFLOWED + "\n" + log_tail
         return TestReport(-1, {}, result.duration_s, result.timed_out, False, log_tail)
     stream = _events(result.stdout, marker)
     evidence = stream.evidence
