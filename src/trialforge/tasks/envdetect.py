@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.buildfiles import version_file
 from trialforge.tasks.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
 from trialforge.tasks.ingest.repos import materialize
 
@@ -155,7 +156,7 @@ class _Findings:
 
     def version_file(self, repo: Path, path: object, where: str) -> None:
         """A version module the build backend writes from git tags, which a tree from git lacks: said in the
-        provenance, since the spec cannot put a file into the workspace (a module importing it fails)."""
+        provenance (ingestion writes a placeholder for pyproject's: ``tasks.buildfiles``)."""
         if isinstance(path, str) and path.strip() and not (repo / path.strip()).exists():
             self.note(where, f"version-file {path.strip()} is generated at build time: not in the tree")
 
@@ -239,7 +240,7 @@ def _read_pyproject(repo: Path, found: _Findings) -> None:
     if "ini_options" in tool.get("pytest", {}):
         found.runs_pytest(where)
     found.root(_pyproject_root(tool), where)
-    found.version_file(repo, _generated_version_file(tool), where)
+    found.version_file(repo, version_file(tool), where)
     if "dependencies" in tool.get("poetry", {}) and "dependencies" not in project:
         found.note(where, "poetry dependencies not read")
 
@@ -253,13 +254,6 @@ def _pyproject_root(tool: Mapping[str, Any]) -> str | None:
     poetry = [p.get("from") for p in tool.get("poetry", {}).get("packages", []) if isinstance(p, dict)]
     candidates = [setuptools.get("package-dir", {}).get(""), *where, *(p.rpartition("/")[0] for p in hatch), *poetry]
     return next((c for c in candidates if isinstance(c, str) and c.strip("./ ")), None)
-
-
-def _generated_version_file(tool: Mapping[str, Any]) -> object:
-    """The version module hatch-vcs or setuptools-scm is configured to write at build time."""
-    hatch = tool.get("hatch", {}).get("build", {}).get("hooks", {}).get("vcs", {}).get("version-file")
-    scm = tool.get("setuptools_scm", {})
-    return hatch or scm.get("version_file") or scm.get("write_to")
 
 
 def _read_setup_cfg(repo: Path, found: _Findings) -> None:
