@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from trialforge.store.objstore import open_store
-from trialforge.tasks.buildfiles import PY_STUB, write_version_file
+from trialforge.tasks.buildfiles import PY_STUB, write_build_files
 from trialforge.tasks.ingest.repos import snapshot_at
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -32,7 +33,7 @@ def _tree(root: Path, pyproject: str) -> Path:
 )
 def test_the_version_module_the_backend_would_write_is_written(tmp_path, pyproject):
     tree = _tree(tmp_path, pyproject)
-    assert write_version_file(tree) == "src/pkg/_version.py"
+    assert write_build_files(tree)[0] == "src/pkg/_version.py"
     assert (tree / "src/pkg/_version.py").read_text() == PY_STUB
     scope: dict = {}
     exec(PY_STUB, scope)
@@ -44,18 +45,18 @@ def test_a_path_outside_the_tree_or_through_a_link_is_left_alone(tmp_path, where
     tree = _tree(tmp_path / "repo", f'[tool.hatch.build.hooks.vcs]\nversion-file = "{where}"\n')
     (tmp_path / "elsewhere").mkdir()
     (tree / "link").symlink_to(tmp_path / "elsewhere")
-    assert write_version_file(tree) is None
+    assert write_build_files(tree) == []  # (no [project] name: no metadata either)
     assert not (tmp_path / "outside.py").exists() and not (tmp_path / "elsewhere" / "_version.py").exists()
 
 
 def test_an_existing_file_is_kept(tmp_path):
     tree = _tree(tmp_path, HATCH)
     (tree / "src/pkg/_version.py").write_text("__version__ = '9'\n")
-    assert write_version_file(tree) is None and "9" in (tree / "src/pkg/_version.py").read_text()
+    assert write_build_files(tree) == [] and "9" in (tree / "src/pkg/_version.py").read_text()
 
 
-def test_an_ingested_commits_snapshot_has_its_version_module(tmp_path):
-    repo = _tree(tmp_path / "repo", HATCH)
+def test_an_ingested_commits_snapshot_has_its_version_module_and_metadata(tmp_path):
+    repo = _tree(tmp_path / "repo", '[project]\nname = "my-pkg"\n' + HATCH)
     (repo / ".gitignore").write_text("src/pkg/_version.py\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -65,3 +66,8 @@ def test_an_ingested_commits_snapshot_has_its_version_module(tmp_path):
     snapshots = SnapshotStore(open_store(f"file://{tmp_path / 'store'}"), tmp_path / "cache")
     tree = snapshots.materialize(snapshot_at(repo, commit, [], snapshots))
     assert (tree / "src/pkg/_version.py").read_text() == PY_STUB
+    # and the package's distribution metadata, which tests read (importlib.metadata.version at import)
+    probe = "import importlib.metadata, pkg; print(importlib.metadata.version('my-pkg'), pkg.__version__)"
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tree, env={"PYTHONPATH": str(tree / "src")},
+                         capture_output=True, text=True)  # fmt: skip
+    assert ran.stdout.split() == ["0.0.0", "0.0.0"], ran.stderr

@@ -1,19 +1,26 @@
-"""Files a repository's build backend writes into its tree, which a tree from git lacks.
+"""Files a repository's install writes into its tree, which a tree from git lacks.
 
 hatch-vcs (``[tool.hatch.build.hooks.vcs] version-file``) and setuptools-scm (``[tool.setuptools_scm]
 version_file`` / ``write_to``) generate the package's version module from git tags at build time; it is
 ignored by git, so the tree of a commit has none and a package that imports it does not import
 (jazzband/prettytable, python-humanize/humanize). Ingestion writes a placeholder where it belongs, as a
 checkout after ``pip install -e .`` would have it (version 0.0.0: the tree carries no tags).
+
+The same install leaves the distribution's metadata where the package imports from, which tests read
+(``importlib.metadata.version("click")`` at import in click's and prettytable's suites): a minimal
+``NAME-0.0.0.dist-info`` is written beside the package (``src/`` or the root), named by pyproject's
+``[project] name``.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")  # PEP 508 names, short
 PY_STUB = '__version__ = version = "0.0.0"\n__version_tuple__ = version_tuple = (0, 0, 0)\n'
 
 
@@ -24,16 +31,39 @@ def version_file(tool: Mapping[str, Any]) -> object:
     return hatch or scm.get("version_file") or scm.get("write_to")
 
 
-def write_version_file(tree: Path) -> str | None:
-    """Write the placeholder version module ``tree``'s pyproject names when the tree lacks it; its path, or None.
+def write_build_files(tree: Path) -> list[str]:
+    """What an editable install would add to ``tree``: its version module and its distribution's metadata."""
+    pyproject = _pyproject(tree)
+    written = [write_version_file(tree, pyproject.get("tool", {})), _write_dist_info(tree, pyproject.get("project"))]
+    return [path for path in written if path]
+
+
+def _pyproject(tree: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads((tree / "pyproject.toml").read_text(errors="replace"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _write_dist_info(tree: Path, project: object) -> str | None:
+    name = project.get("name") if isinstance(project, dict) else None
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        return None
+    root = tree / "src" if (tree / "src").is_dir() and not (tree / "src").is_symlink() else tree
+    info = root / f"{re.sub(r'[-_.]+', '_', name)}-0.0.0.dist-info"
+    if info.exists() or info.is_symlink() or any(root.glob("*.dist-info")) or any(root.glob("*.egg-info")):
+        return None
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.0\n")
+    return info.relative_to(tree).as_posix()
+
+
+def write_version_file(tree: Path, tool: Mapping[str, Any]) -> str | None:
+    """Write the placeholder version module pyproject's ``tool`` names when the tree lacks it; its path, or None.
 
     Only inside the tree: a path that is absolute, climbs out, goes through a symbolic link or names a
     directory that does not exist is left alone (the tree is the repository's, not ours).
     """
-    try:
-        tool = tomllib.loads((tree / "pyproject.toml").read_text(errors="replace")).get("tool", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
     rel = version_file(tool)
     if not isinstance(rel, str) or not rel.strip():
         return None

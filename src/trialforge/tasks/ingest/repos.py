@@ -41,7 +41,7 @@ from pygit2.enums import FileMode, Option, RepositoryOpenFlag
 from trialforge.errors import PatchError, TaskError
 from trialforge.funnel import Funnel
 from trialforge.scratch import scratch_dir
-from trialforge.tasks.buildfiles import write_version_file
+from trialforge.tasks.buildfiles import write_build_files
 from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.patches import (
     MAX_PATCH_BYTES,
@@ -432,13 +432,13 @@ def _link_escapes(link_path: str, dest: str) -> bool:
 def snapshot_at(repo: Path, commit: str, patches: Sequence[str], snapshots: SnapshotStore) -> str:
     """Store the tree at ``commit`` and return its digest, after proving every patch applies to it.
 
-    The patches are tried on a copy, so the stored base state is exactly the commit's tree, plus the version module
-    its build backend would generate (``tasks.buildfiles``), which git ignores.
+    The patches are tried on a copy, so the stored base state is exactly the commit's tree, plus what an editable
+    install would add (``tasks.buildfiles``: the generated version module, the distribution's metadata).
     """
     with scratch_dir("ingest") as tmp:
         base, trial = Path(tmp) / "base", Path(tmp) / "trial"
         materialize(repo, commit, base)
-        write_version_file(base)  # what the build backend would write, as after `pip install -e .`
+        write_build_files(base)  # what `pip install -e .` would add: version module, distribution metadata
         shutil.copytree(base, trial, symlinks=True)
         for patch in patches:
             if not patch:
