@@ -7,11 +7,15 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from fixtures.observe.runs import write_r1, write_r2, write_run
 from plotly.offline import get_plotlyjs
 from typer.testing import CliRunner
@@ -441,3 +445,19 @@ def test_report_path_defaults_under_out_dir(store, tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["report", "r2", "--params", str(params)])
     assert result.exit_code == 0, result.output
     assert Path(tmp_path / "results" / "report-r2.html").is_file()
+
+
+def test_dvc_plots_show_reads_the_plot_files_as_dvc_yaml_declares_them(tmp_path, r1):
+    """README: `dvc plots show` draws out/plots/*.csv as the project's dvc.yaml declares them (real dvc)."""
+    m.write_metrics(tmp_path / "out", r1)
+    declared = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["plots"]
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"plots": declared}))
+    dvc = [str(Path(sys.executable).with_name("dvc"))]
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True, env=env)
+    shown = subprocess.run([*dvc, "plots", "show", "--json"], cwd=tmp_path, check=True, env=env, capture_output=True)
+    plots = json.loads(shown.stdout)["data"]
+    pass_rate = next(v for k, v in plots.items() if k.endswith("pass_rate.csv"))
+    rows = [r for spec in pass_rate for r in spec["content"]["data"]["values"]]
+    assert {(int(r["iteration"]), r["policy"], float(r["pass_rate"])) for r in rows} >= {(0, "repair", 0.25)}
+    assert any(k.endswith("latency_quantiles") for k in plots) and len(plots) == 4
