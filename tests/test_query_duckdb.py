@@ -18,7 +18,6 @@ import duckdb
 import pytest
 from conftest import REPO_ROOT
 from fixtures.observe.runs import episode_row, write_r1, write_r2
-from s3_server import CREDENTIALS
 
 from trialforge.errors import StoreError
 from trialforge.rollout.records import EPISODE_SCHEMA
@@ -135,22 +134,3 @@ def test_published_datasets_are_queried_by_name_on_a_local_store_and_on_s3(where
     assert duckdb.sql("select count(*), min(run) from episodes").fetchall() == [(4, "r2")]
     with pytest.raises(StoreError, match="dataset 'verl' has no published parts"):
         query.published_dataset(store, "verl")
-
-
-def test_the_s3_query_in_duckdbs_shell_with_httpfs(s3):
-    con = duckdb.connect()
-    try:
-        con.execute("load httpfs")
-    except duckdb.Error as exc:
-        pytest.skip(f"DuckDB's httpfs extension is not installed here ({exc}); the page says it must be")
-    endpoint = urlsplit(s3.endpoint)  # type: ignore[attr-defined]
-    code = doc_block("sql", "create secret trialforge")
-    for placeholder, value in {
-        "'KEY'": repr(CREDENTIALS["AWS_ACCESS_KEY_ID"]),
-        "'SECRET'": repr(CREDENTIALS["AWS_SECRET_ACCESS_KEY"]),
-        "'127.0.0.1:9000'": repr(endpoint.netloc),
-        "s3://bucket/prefix": s3.url,
-    }.items():
-        code = code.replace(placeholder, value)
-    rows = run_sql(code)
-    assert means(rows) == expected_means(WITH_ORPHAN)

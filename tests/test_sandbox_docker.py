@@ -33,10 +33,12 @@ from trialforge.sandbox.docker import (
     IDLE_INIT,
     LABEL_DEADLINE,
     LABEL_OWNER,
+    SAVE_ARGV,
     DockerBackend,
     DockerSandbox,
     owner_label,
 )
+from trialforge.sandbox.docker_io import SpoolSink
 from trialforge.sandbox.engine import PodmanService, engine_client
 from trialforge.sandbox.identity import SANDBOX_UID
 from trialforge.sandbox.leftovers import reap_containers
@@ -287,6 +289,26 @@ def test_no_git_history_in_image_workspace_or_snapshots(docker_backend: DockerBa
 
 
 # --- snapshots -----------------------------------------------------------------------------
+def test_an_archive_the_engine_lost_on_the_way_is_asked_for_again(docker_backend: DockerBackend, seed: Path) -> None:
+    """Podman on a saturated machine once reported tar's exit 0 and delivered no byte of its output: the first
+    archive's output is dropped here (the fault cannot be produced on demand), and the snapshot still holds /work."""
+    with sandbox(docker_backend, seed) as box:
+        real, calls = box._helper, []
+
+        def lossy(argv, *args, out=None, **kwargs):
+            calls.append(argv)
+            if argv == SAVE_ARGV and len(calls) == 1:
+                return real(argv, *args, out=SpoolSink(1 << 30), **kwargs)  # ran, but nothing reached the caller
+            return real(argv, *args, out=out, **kwargs)
+
+        box._helper = lossy
+        snap = box.snapshot()
+        assert calls[:2] == [SAVE_ARGV, SAVE_ARGV]
+        box.write_file("a.txt", b"changed")
+        box.restore(snap)
+        assert box.read_file("a.txt") == b"original a\n"
+
+
 def test_restore_returns_the_snapshot_state(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         snap = box.snapshot()

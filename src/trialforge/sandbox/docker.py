@@ -555,10 +555,20 @@ class DockerSandbox:
 
     @contextlib.contextmanager
     def _workspace_tar(self) -> Iterator[tarfile.TarFile]:
-        """/work as a tar that ``tar`` in the sandbox wrote (members ``./...``), spooled on the host."""
-        sink = docker_io.SpoolSink(cap=2 * self.limits.disk_mb * 1024 * 1024 + (1 << 20))
+        """/work as a tar that ``tar`` in the sandbox wrote (members ``./...``), spooled on the host.
+
+        ``tar`` never writes nothing (an empty archive is two zero blocks): an exit 0 with no byte is output the
+        engine lost on the way (seen with Podman on a saturated machine), so the archive is asked for once more.
+        """
+        cap = 2 * self.limits.disk_mb * 1024 * 1024 + (1 << 20)
+        sink = docker_io.SpoolSink(cap)
         try:
             run = self._helper(SAVE_ARGV, out=sink)
+            if run.exit_code == 0 and sink.total == 0:
+                log.warning("the engine delivered no byte of %s's workspace archive (exit 0): asking again", self.id)
+                sink.close()
+                sink = docker_io.SpoolSink(cap)
+                run = self._helper(SAVE_ARGV, out=sink)
             if sink.overflow:
                 raise SandboxError(f"the workspace archive of {self.id} exceeds {sink.cap} bytes", cause="snapshot")
             if run.exit_code != 0:
