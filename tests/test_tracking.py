@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from conftest import REPO_ROOT
 from fixtures.observe.runs import write_r1
 from mlflow import MlflowClient
 from prefect_server import free_port
-from test_orchestration import load_flow, params_path, small_overrides, tickets  # noqa: F401 (fixtures)
+from test_orchestration import load_flow, params_path, small_overrides, tickets, wait_for  # noqa: F401 (fixtures)
 
 from trialforge.config import load_params
 from trialforge.observe.compare import scalar_leaves
@@ -66,12 +65,10 @@ def process_group(argv: list[str], root: Path, url: str) -> Iterator[subprocess.
             argv, cwd=root, env=server_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        deadline = time.monotonic() + 180
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = (root / "server.log").read_text(errors="replace")[-3000:]
-                pytest.fail(f"{argv[:2]} on {url} did not become healthy:\n{tail}")
-            time.sleep(0.2)
+        try:
+            wait_for(lambda: _healthy(url), f"{argv[:2]} to answer on {url}", process, timeout=180)
+        except AssertionError as exc:
+            pytest.fail(f"{exc}:\n{(root / 'server.log').read_text(errors='replace')[-3000:]}")
         yield process
     finally:
         _stop_group(process)
@@ -90,14 +87,21 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
     group is empty (its leader reaped here, the rest by init)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while True:
-        process.poll()
-        try:
-            os.killpg(process.pid, signal.SIGKILL if time.monotonic() > deadline else 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
+    try:
+        wait_for(lambda: _group_gone(process), "the server's process group to exit", timeout=30)
+    except AssertionError:  # what outlives SIGTERM
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        wait_for(lambda: _group_gone(process), "the server's process group to exit after SIGKILL", timeout=30)
+
+
+def _group_gone(process: subprocess.Popen[bytes]) -> bool:
+    process.poll()  # reap the leader, so that an exited one does not keep the group alive as a zombie
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def _mlflow() -> Path:
