@@ -1,7 +1,8 @@
 """Does the learner learn, on tasks it never trained on? Train and held-out pass rates per iteration over
 several seeds, against baselines measured in the same run.
 
-    .venv/bin/python benchmarks/learning.py [--seeds 3] [--iterations N] [-p params.yaml] [-S key=value ...]
+    .venv/bin/python benchmarks/learning.py [--seeds 3] [--iterations N] [--workdir DIR] [-p params.yaml]
+                                            [-S key=value ...]
 
 The task set is the demo's (``params.yaml``: the bundled tickets plus bug-injection tasks of every mutation
 family, validated, decontaminated and quality-gated; ``curate.eval_fraction`` holds a whole repository out).
@@ -39,6 +40,7 @@ from trialforge.rollout.repair import RandomEditPolicy
 from trialforge.runtime import code_version, open_runtime
 from trialforge.store import datasets
 from trialforge.tasks.schema import Task, task_set_version
+from trialforge.tasks.taskset import read_tasks, write_tasks
 
 RANDOM_GROUP = 2  # random-edit episodes per task and seed: it never learns, two per seed bound its rate well
 
@@ -148,14 +150,25 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=None, help="default: train.iterations of the params")
     parser.add_argument("-p", "--params", type=Path, default=Path("params.yaml"))
     parser.add_argument("-S", "--set", action="append", default=[], help="override one parameter: key=value")
+    parser.add_argument(
+        "--workdir", type=Path, default=None,
+        help="keep the store and the curated task set here; a later run with the same DIR skips curation "
+        "(compare training settings on one task set); default: a temporary directory",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tf-learning-") as tmp:
-        overrides: dict = {"run.store": f"file://{tmp}/store", "run.out_dir": f"{tmp}/out"}
+        root = (args.workdir or Path(tmp)).resolve()
+        overrides: dict = {"run.store": f"file://{root}/store", "run.out_dir": f"{root}/out"}
         overrides |= {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
         if args.iterations:
             overrides["train.iterations"] = args.iterations
         start = time.monotonic()
-        tasks = curated(load_params(args.params, overrides))
+        cached = root / "tasks.parquet"
+        if cached.exists():
+            tasks = read_tasks(cached)
+        else:
+            tasks = curated(load_params(args.params, overrides))
+            write_tasks(cached, tasks)
         held_out = [t for t in tasks if t.split == "eval"]
         print(f"{len(tasks)} tasks ({len(held_out)} held out) in {time.monotonic() - start:.0f}s")
         if not held_out:

@@ -152,15 +152,19 @@ def line_edits(line: str) -> list[tuple[str, str]]:
         if tok.type == tokenize.NAME and tok.string in _TWINS:
             edits.append(("callee", line[:lo] + _TWINS[tok.string] + line[hi:]))
         if tok.type == tokenize.NUMBER and tok.string.isdigit():
-            for new in (int(tok.string) + 1, int(tok.string) - 1):
-                if new >= 0:
-                    edits.append(("constant", line[:lo] + str(new) + line[hi:]))
+            for new in _constant_edits(int(tok.string)):
+                edits.append(("constant", line[:lo] + str(new) + line[hi:]))
         if tok.string == "not":
             edits.append(("negation", line[:lo] + line[hi:].lstrip()))
     edits += _negations(line) + _arg_swaps(line, tokens)
     edits += [("offset", line[: m.start()] + line[m.end() :]) for m in _OFFSET.finditer(line)]
     parses = statement(line) is not None
     return [(fam, new) for fam, new in dict.fromkeys(edits) if new != line and (not parses or statement(new))]
+
+
+def _constant_edits(value: int) -> list[int]:
+    """An integer literal moved by one, or set to 0 or 1 (the values an off-by-some constant most often should be)."""
+    return [v for v in dict.fromkeys((value + 1, value - 1, 0, 1)) if v >= 0 and v != value]
 
 
 def _negations(line: str) -> list[tuple[str, str]]:
@@ -176,7 +180,7 @@ def _negations(line: str) -> list[tuple[str, str]]:
 
 
 def _arg_swaps(line: str, tokens: list[tokenize.TokenInfo]) -> list[tuple[str, str]]:
-    """Adjacent positional arguments of a call on this line exchanged (the first two pairs of each call)."""
+    """Adjacent positional arguments of a call on this line exchanged (every pair of neighbours)."""
     edits = []
     for i, tok in enumerate(tokens):
         if tok.string != "(" or i == 0 or tokens[i - 1].type != tokenize.NAME or tokens[i - 1].string in ("if", "in"):
@@ -195,7 +199,7 @@ def _arg_swaps(line: str, tokens: list[tokenize.TokenInfo]) -> list[tuple[str, s
                 start = t.end[1]
         else:
             continue  # the call does not close on this line
-        for (a0, a1), (b0, b1) in list(itertools.pairwise(args))[:2]:
+        for (a0, a1), (b0, b1) in itertools.pairwise(args):
             a, b = line[a0:a1].strip(), line[b0:b1].strip()
             if a and b and a != b and "=" not in a + b and "*" not in a[:1] + b[:1]:
                 swapped = line[:a0] + line[a0:a1].replace(a, b) + line[a1:b0] + line[b0:b1].replace(b, a) + line[b1:]
