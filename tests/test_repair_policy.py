@@ -61,6 +61,8 @@ def test_line_edits_include_the_inverse_of_single_token_bugs() -> None:
         ("    txn = make(date, name, amount)", "    txn = make(date, amount, name)"),
         ("    end = start + 1", "    end = start"),
         ("    n = size - 3", "    n = size - 2"),
+        ("    n = size + 3", "    n = size + 1"),  # a constant that should be 0 or 1 is reached in one edit
+        ("    move(day, memo, source, target, amount)", "    move(day, memo, target, source, amount)"),  # any pair
         ("    return max(xs)", "    return min(xs)"),
         ("    s = text.upper()", "    s = text.lower()"),
         ("    total -= cost", "    total += cost"),
