@@ -271,6 +271,35 @@ def test_bounded_staleness_overlaps_the_next_rollout_with_the_update_and_never_l
     assert "max staleness 1: trainer idle" in training and training.count("<tr>") == 4  # header + 3 updates
 
 
+@pytest.mark.slow
+def test_the_canary_runs_beside_the_rewards_an_iteration_uses_or_on_every_task(curated, params_path, tmp_path):
+    pipeline = load_flow("pipeline")
+    overrides, _ = curated
+    knobs = {
+        "rollout.policies": ["gold", "noop", "repair"],
+        "curate.sampler.groups": 1,  # one of the three tasks drawn: the canary must not cover the other two
+        "curate.sampler.max_extra_draws": 0,
+        "observe.learning.effective_batch.action": "warn",
+        "run.out_dir": str(tmp_path / "out"),
+    }
+    store = open_store(overrides["run.store"])
+    ran: dict[str, dict[str, set[str]]] = {}
+    for scope in ("used", "all"):
+        pipeline(
+            params_path=params_path,
+            overrides={**overrides, **knobs, "rollout.reference_tasks": scope},
+            run_id=f"canary-{scope}",
+        )
+        episodes = episode_frame(store, f"canary-{scope}")
+        ran[scope] = {
+            name: set(rows["task_id"]) for name, rows in episodes[episodes["iteration"] == 0].groupby("policy")
+        }
+    drawn = ran["used"]["repair"]
+    assert len(drawn) == 1
+    assert ran["used"]["gold"] == ran["used"]["noop"] == drawn  # beside the learner's rewards, nowhere else
+    assert len(ran["all"]["gold"]) == len(ran["all"]["noop"]) == 3  # every task, as a run without a learner
+
+
 # --- the pieces, without a server --------------------------------------------------------
 
 

@@ -42,7 +42,7 @@ def _read(root: Path, dataset: str) -> pd.DataFrame:
     return datasets.read_pandas(open_store(f"file://{root / 'store'}"), dataset)
 
 
-def test_gold_scores_one_and_noop_zero_on_every_valid_task(demo_run):
+def test_gold_scores_one_and_noop_zero_beside_every_task_the_learner_ran(demo_run):
     tmp, stdout = demo_run
     metrics = json.loads((tmp / "out" / "metrics.json").read_text())
     assert metrics["tasks"]["validate"]["kept"] >= 12
@@ -52,7 +52,9 @@ def test_gold_scores_one_and_noop_zero_on_every_valid_task(demo_run):
     assert len(ok) == len(episodes)
     assert set(ok[ok["policy"] == "gold"]["reward"]) == {1.0}
     assert set(ok[ok["policy"] == "noop"]["reward"]) == {0.0}
-    assert set(ok["task_id"]) == set(ok[ok["policy"] == "gold"]["task_id"])  # gold ran on every valid task
+    for iteration, rows in ok[ok["iteration"].astype(int) < 2].groupby("iteration"):  # 2: the final eval alone
+        used = set(rows[rows["policy"] == "repair"]["task_id"])
+        assert set(rows[rows["policy"] == "gold"]["task_id"]) == used, iteration  # the canary beside each reward
     assert "gold" in stdout and "Tasks" in stdout
 
 
@@ -117,7 +119,7 @@ def test_the_learner_is_scored_on_held_out_tasks_every_iteration_and_after_the_l
 def test_synthesized_tasks_join_the_tickets_and_reach_the_learner(demo_run):
     tmp, _ = demo_run
     episodes = _read(tmp, "episodes")
-    synthetic = {t for t in episodes["task_id"] if "-syn-" in t}
+    synthetic = {t for t in _read(tmp, "tasks")["task_id"] if "-syn-" in t}
     assert len(synthetic) >= 6  # sources.synthesize: 4 per bundled repository, less the ones the gates dropped
     gold = episodes[(episodes["policy"] == "gold") & episodes["task_id"].isin(synthetic)]
     assert set(gold["reward"]) == {1.0}

@@ -118,6 +118,10 @@ class RolloutParams(_Section):
     group_size: int = Field(4, ge=1)
     eval_group_size: int = Field(4, ge=0)  # learner episodes per held-out task each iteration (0: no held-out curve)
     reference_group_size: int = Field(1, ge=1)  # episodes per task of the scripted policies (gold, noop: no sampling)
+    # Which tasks the scripted policies (the canary that grading still works) run on each iteration. used: the
+    # tasks whose rewards the iteration uses (the learner's draws and the held-out set); all: every task. A run
+    # without a learner always runs them on every task (they are all it rolls out).
+    reference_tasks: Literal["used", "all"] = "used"
     max_turns: int = Field(12, ge=1)
     observation_cap: int = 8000
     env_retries: int = Field(1, ge=0)

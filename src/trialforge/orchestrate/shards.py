@@ -2,12 +2,15 @@
 
 An iteration (``orchestrate.iterations`` schedules them) rolls out in rounds:
 
-- round 0: the scripted policies (gold, noop) on every task, ``rollout.reference_group_size`` episodes
-  each (they do not sample: one is the canary that grading still gives a fix 1 and no edit 0);
 - the ``eval`` round: the learner on every held-out (eval-split) task, ``rollout.eval_group_size``
   episodes each, with the same seeds every iteration (its held-out curve; never trained on);
 - rounds 1, 2, ...: the learner's groups as its ``BatchSampler`` draws them (a round's rewards decide
-  the next draw).
+  the next draw);
+- round 0: the scripted policies (gold, noop), ``rollout.reference_group_size`` episodes per task (they do
+  not sample: one is the canary that grading still gives a fix 1 and no edit 0), on the tasks the rounds
+  above rolled out (``rollout.reference_tasks: used``), or on every task (``all``, and any run without a
+  learner, which goes first then). A canary beside every reward the iteration uses, not a re-validation of
+  the whole task set each iteration: that was half the demo's episodes.
 
 After the last update one more iteration number runs the eval round alone: the trained policy's held-out
 score. Each round is cut into shards: fixed lists of (task, policy, sample, seed) jobs, tens to hundreds
@@ -198,10 +201,10 @@ def read_iteration(store: ObjectStore, run_id: str, iteration: int) -> Iteration
 def rollout_iteration(
     rt: Runtime, tasks: list[Task], lineage: Lineage, checkpoint: str | None, shard_size: int, run: RunShards
 ) -> tuple[IterationRecord, list[ShardReport]]:
-    """Round 0 (scripted policies, every task), the eval round (the learner on held-out tasks), then the learner's
-    rounds as its sampler draws them; each round's shards through ``run``. Iteration ``train.iterations`` (after
-    the last update) runs the eval round alone. Returns the iteration's record (stored last) and the reports of
-    the shards run now."""
+    """The eval round (the learner on held-out tasks), the learner's rounds as its sampler draws them, then
+    round 0 (scripted policies) on the tasks those rounds used, or on every task; each round's shards through
+    ``run``. Iteration ``train.iterations`` (after the last update) runs the eval round alone. Returns the
+    iteration's record (stored last) and the reports of the shards run now."""
     done = read_iteration(rt.store, lineage.run_id, lineage.iteration)
     if done is not None:
         return done, []
@@ -217,12 +220,15 @@ def rollout_iteration(
         reports.extend(run(pending_shards(rt.store, plan, lineage)))
         return plan
 
-    scripted = [n for n in params.rollout.policies if n != name]
-    if scripted and not final:
+    scripted = [n for n in params.rollout.policies if n != name] if not final else []
+    every_task = learner is None or params.rollout.reference_tasks == "all"
+    if scripted and every_task:
         roll(tasks, scripted, 0, params.rollout.reference_group_size, round_seed(params, it, 0))
+    used: dict[str, Task] = {}  # the tasks whose learner episodes this iteration rolls out, in order
     held_out = [t for t in tasks if t.split == "eval"]
     if learner is not None and held_out and params.rollout.eval_group_size:
         roll(held_out, [name], EVAL, params.rollout.eval_group_size, eval_seed(params))
+        used |= {t.task_id: t for t in held_out}
     record = IterationRecord()
     if learner is not None and not final:
         previous = read_iteration(rt.store, lineage.run_id, it - 1) if it else None
@@ -231,6 +237,7 @@ def rollout_iteration(
         sampler = BatchSampler(tier_tasks(tasks, measured), params.curate.sampler, params.run.seed * 1000 + it)
         draw, round_, drawn = sampler.begin(rates, policy_key(name, learner.version)), 1, []
         while draw:
+            used |= {t.task_id: t for t in draw}
             plan = roll(draw, [name], round_, group, round_seed(params, it, round_))
             seeds = [job.seed for shard in plan for job in shard.jobs]
             batch = load_episodes(rt.store, lineage.run_id, it, name, seeds=seeds)  # read back: a resume replays
@@ -243,6 +250,8 @@ def rollout_iteration(
             difficulty=measured | measure_difficulty(drawn, name, learner.version, k=k),
             sampler=sampler.stats.as_dict(),
         )
+    if scripted and not every_task and used:
+        roll(list(used.values()), scripted, 0, params.rollout.reference_group_size, round_seed(params, it, 0))
     rt.store.put_bytes(iteration_key(lineage.run_id, it), record.model_dump_json().encode())
     return record, reports
 
