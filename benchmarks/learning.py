@@ -5,7 +5,7 @@ several seeds, against baselines measured in the same run.
                                             [-S key=value ...]
 
 The task set is the demo's (``params.yaml``: the bundled tickets plus bug-injection tasks of every mutation
-family, validated, decontaminated and quality-gated; ``curate.eval_fraction`` holds a whole repository out).
+family, validated, decontaminated and quality-gated; ``curate.eval_fraction`` of each family held out).
 It is built once. Each seed then trains the repair policy from zero weights through the loop ``trialforge run``
 uses (sampler, health gate, GRPO step), scoring it on the held-out tasks every iteration and after the last
 update (the same seeds each time). Baselines, on the same tasks in the same run:
