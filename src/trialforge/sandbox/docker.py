@@ -101,6 +101,7 @@ READ_SCRIPT = """
 p=$(realpath -m -- "$1") || exit 2
 case "$p" in /work|/work/*) ;; *) printf '%s' "$p" >&2; exit 3 ;; esac
 [ -f "$p" ] || { printf 'no such regular file' >&2; exit 1; }
+stat -c %s -- "$p" >&2 || exit 1
 exec cat -- "$p"
 """
 
@@ -119,6 +120,7 @@ cat > "$p" || exit 6
 [ "$(stat -c %s -- "$p")" = "$2" ] || exit 7
 """
 WRITE_ATTEMPTS = 3  # exit 7: stdin arrived short (Podman 4's exec attach can drop what is sent as it starts)
+READ_ATTEMPTS = 3  # fewer bytes than the file's size arrived: output the engine lost on the way (seen under load)
 
 # A clean slate, then the archive on stdin as /work: no processes, empty scratch space, and /work
 # exactly the archive (restore, reset, seeding). ``-p``: the archive's modes, not the umask's.
@@ -527,13 +529,20 @@ class DockerSandbox:
 
     # --- files -----------------------------------------------------------------------
     def read_file(self, path: str) -> bytes:
+        """The file's bytes; the script states its size first, so output the engine lost is asked for again."""
         target = _confined(path)
-        run = self._helper(READ_SCRIPT, target, cap=2 * self.limits.disk_mb * 1024 * 1024 + 2)
-        if run.exit_code == 3:
-            raise SandboxError(f"path {path!r} resolves outside {WORKDIR} (to {run.err_text()})", cause="path")
-        if run.exit_code != 0:
-            raise FileNotFoundError(f"{path}: {run.err_text() or 'cannot read'}")
-        return run.out_bytes()
+        for _ in range(READ_ATTEMPTS):
+            run = self._helper(READ_SCRIPT, target, cap=2 * self.limits.disk_mb * 1024 * 1024 + 2)
+            if run.exit_code == 3:
+                raise SandboxError(f"path {path!r} resolves outside {WORKDIR} (to {run.err_text()})", cause="path")
+            if run.exit_code != 0:
+                raise FileNotFoundError(f"{path}: {run.err_text() or 'cannot read'}")
+            data = run.out_bytes()
+            if str(len(data)) == run.err_text():
+                return data
+            log.warning("%s of %s arrived short (%d bytes, %s stated): reading again", path, self.id, len(data),
+                        run.err_text())  # fmt: skip
+        raise SandboxError(f"cannot read {path!r} in {self.id}: its content arrived short", cause="path")
 
     def write_file(self, path: str, data: bytes) -> None:
         target = _confined(path)
