@@ -7,9 +7,9 @@ An iteration (``orchestrate.iterations`` schedules them) rolls out in rounds:
 - rounds 1, 2, ...: the learner's groups as its ``BatchSampler`` draws them (a round's rewards decide
   the next draw);
 - round 0: the scripted policies (gold, noop), ``rollout.reference_group_size`` episodes per task (they do
-  not sample: one is the canary that grading still gives a fix 1 and no edit 0), on the tasks the rounds
-  above rolled out (``rollout.reference_tasks: used``), or on every task (``all``, and any run without a
-  learner, which goes first then). A canary beside every reward the iteration uses, not a re-validation of
+  not sample: one is the canary that grading still gives a fix 1 and no edit 0), last, on the tasks the
+  rounds above rolled out (``rollout.reference_tasks: used``), or on every task (``all``, and any run
+  without a learner). A canary beside every reward the iteration uses, not a re-validation of
   the whole task set each iteration: that was half the demo's episodes.
 
 After the last update one more iteration number runs the eval round alone: the trained policy's held-out
@@ -220,10 +220,6 @@ def rollout_iteration(
         reports.extend(run(pending_shards(rt.store, plan, lineage)))
         return plan
 
-    scripted = [n for n in params.rollout.policies if n != name] if not final else []
-    every_task = learner is None or params.rollout.reference_tasks == "all"
-    if scripted and every_task:
-        roll(tasks, scripted, 0, params.rollout.reference_group_size, round_seed(params, it, 0))
     used: dict[str, Task] = {}  # the tasks whose learner episodes this iteration rolls out, in order
     held_out = [t for t in tasks if t.split == "eval"]
     if learner is not None and held_out and params.rollout.eval_group_size:
@@ -250,8 +246,10 @@ def rollout_iteration(
             difficulty=measured | measure_difficulty(drawn, name, learner.version, k=k),
             sampler=sampler.stats.as_dict(),
         )
-    if scripted and not every_task and used:
-        roll(list(used.values()), scripted, 0, params.rollout.reference_group_size, round_seed(params, it, 0))
+    scripted = [n for n in params.rollout.policies if n != name]
+    canary = tasks if learner is None or params.rollout.reference_tasks == "all" else list(used.values())
+    if scripted and canary and not final:
+        roll(canary, scripted, 0, params.rollout.reference_group_size, round_seed(params, it, 0))
     rt.store.put_bytes(iteration_key(lineage.run_id, it), record.model_dump_json().encode())
     return record, reports
 
