@@ -3,7 +3,8 @@
 Registered as a pytest plugin (``pytest_plugins = ["chat_server"]`` in a test module or conftest.py).
 ``POST /v1/chat/completions`` answers with the next scripted item: a completion body (see
 ``tool_call`` and ``text_reply``) or a ``Fault``: an HTTP error status, or a hang that outlasts the
-client's timeout. Every request body is kept, in order, for the test to inspect.
+client's timeout; or, for concurrent episodes whose requests interleave, what a function of the request
+answers (``answer_with``). Every request body is kept, in order, for the test to inspect.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import itertools
 import json
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -70,7 +71,9 @@ def text_reply(content: str, usage: tuple[int, int] = (100, 20)) -> dict[str, An
 class ChatServer:
     def __init__(self) -> None:
         self.script: deque[dict[str, Any] | Fault] = deque()
+        self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers, in the same order
         self._release = threading.Event()  # ends every hang when the server stops
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -82,6 +85,10 @@ class ChatServer:
 
     def play(self, *items: dict[str, Any] | Fault) -> None:
         self.script.extend(items)
+
+    def answer_with(self, responder: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Answer every request with ``responder(request body)`` instead of the script."""
+        self.responder = responder
 
     def start(self) -> None:
         self._thread.start()
@@ -101,6 +108,9 @@ class ChatServer:
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 server.requests.append(body)
+                server.headers.append(dict(self.headers))
+                if server.responder is not None:
+                    return self._send(200, server.responder(body))
                 if not server.script:
                     return self._send(400, {"error": {"message": "the test's script is exhausted"}})
                 item = server.script.popleft()

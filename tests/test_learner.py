@@ -103,7 +103,7 @@ def test_the_learner_must_be_among_the_policies_it_is_named_for(tmp_path) -> Non
     params = load_params(None, small(tmp_path, **{"rollout.policies": ["gold", LM]}))
     assert learner_name(params) == RepairPolicy.name  # no train.model: the demo's policy learns
     with pytest.raises(ConfigError, match=r"unknown policies \['lm'\]"):
-        pipeline.make_policies(params.rollout.policies, [], open_learner(params, None, None).policy())  # type: ignore[arg-type]
+        pipeline.make_policies(params.rollout.policies, [], open_learner(params, None, None).policy(), params.rollout)  # type: ignore[arg-type]
 
 
 def test_the_repair_policys_learning_rate_is_refused_for_a_language_model(tmp_path) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from chat_server import tool_call
 from conftest import REPO_ROOT
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ParameterTypeError
@@ -25,6 +26,7 @@ from prefect.states import Failed
 
 from trialforge.errors import ConfigError, SandboxError, StoreError
 from trialforge.orchestrate import runners, shards
+from trialforge.rollout.env import TOOLS
 from trialforge.rollout.loop import Lineage
 from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA
 from trialforge.store import datasets
@@ -298,6 +300,42 @@ def test_the_canary_runs_beside_the_rewards_an_iteration_uses_or_on_every_task(c
     assert len(drawn) == 1
     assert ran["used"]["gold"] == ran["used"]["noop"] == drawn  # beside the learner's rewards, nowhere else
     assert len(ran["all"]["gold"]) == len(ran["all"]["noop"]) == 3  # every task, as a run without a learner
+
+
+def test_a_model_endpoint_named_in_params_rolls_out_beside_the_scripted_policies(
+    curated, params_path, chat_server, tmp_path
+):
+    """``rollout.models`` defines an OpenAI-compatible endpoint; ``rollout.policies`` lists it like ``gold``."""
+
+    def model(request: dict) -> dict:  # first turn: run a command; once it has seen the answer: submit
+        if request["messages"][-1]["role"] == "user":
+            return tool_call("run", {"command": "echo model-was-here"}, logprobs=[-0.5])
+        return tool_call("submit", logprobs=[-0.25])
+
+    chat_server.answer_with(model)
+    overrides, _ = curated
+    knobs = {
+        "rollout.policies": ["gold", "coder"],
+        "rollout.models": {"coder": {"kind": "openai", "base_url": chat_server.url, "model": "scripted-model"}},
+        "rollout.reference_group_size": 2,
+        "run.out_dir": str(tmp_path / "out"),
+    }
+    load_flow("pipeline")(params_path=params_path, overrides={**overrides, **knobs}, run_id="models")
+
+    store = open_store(overrides["run.store"])
+    episodes = episode_frame(store, "models")
+    coder = episodes[episodes["policy"] == "coder"]
+    assert len(coder) == 6 and set(coder["task_id"]) == set(episodes["task_id"])  # 3 tasks x 2 samples
+    assert set(coder["status"]) == {"ok"} and set(coder["reward"]) == {0.0}  # graded: it fixed nothing
+    assert set(coder["policy_version"]) == {"scripted-model"} and set(coder["termination"]) == {"submitted"}
+    assert set(episodes[episodes["policy"] == "gold"]["reward"]) == {1.0}
+    steps = datasets.read_pandas(store, "steps", filters={"run": "models"})
+    mine = steps[steps["episode_id"].isin(coder["episode_id"])]
+    runs = mine[mine["tool"] == "run"]
+    assert len(runs) == 6 and all("model-was-here" in o for o in runs["observation"])  # its commands ran
+    assert set(mine["logprob"]) == {-0.5, -0.25}
+    assert len(chat_server.requests) == 12
+    assert all(r["model"] == "scripted-model" and r["tools"] == TOOLS for r in chat_server.requests)
 
 
 # --- the pieces, without a server --------------------------------------------------------

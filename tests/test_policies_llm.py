@@ -14,7 +14,9 @@ import pytest
 import torch
 from chat_server import ChatServer, Fault, text_reply, tool_call
 
-from trialforge.errors import PolicyError
+from trialforge.config import load_params
+from trialforge.errors import ConfigError, PolicyError
+from trialforge.pipeline import make_policies
 from trialforge.rollout.chat import INVALID_TOOL, Conversation, fit, parse_text_action, parse_tool_call
 from trialforge.rollout.env import TOOLS, Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout
@@ -348,3 +350,117 @@ def test_a_local_lm_trained_to_submit_submits(tiny_lm):
     assert decision.action == Action(tool="submit")
     assert decision.info["token_ids"] == target
     assert decision.logprob > -3.0  # untrained, each of these 31 tokens costs about -5.5
+
+
+# --- language models named in params (rollout.models) ---------------------------------------
+
+
+def test_a_local_model_named_in_params_is_built_once_and_rolls_out(world, tiny_lm, tmp_path):
+    task, rollout = world
+    path = str(tiny_lm[0])
+    overrides = {
+        "rollout.policies": ["noop", "tiny"],
+        "rollout.models": {"tiny": {"kind": "transformers", "model": path, "max_new_tokens": 8}},
+        "rollout.temperature": 0.7,
+    }
+    params = load_params(None, overrides)
+    noop, tiny = make_policies(params.rollout.policies, [task], None, params.rollout)
+    assert (noop.name, tiny.name, tiny.version) == ("noop", "tiny", path)
+    assert (tiny.max_new_tokens, tiny.temperature, tiny.device) == (8, 0.7, "cpu")  # rollout's temperature
+    again = make_policies(["tiny"], [task], None, load_params(None, overrides).rollout)[0]
+    assert again is tiny  # one model per process, whatever the shards ask
+    record = rollout.episode(task, tiny, sample=0, seed=3)
+    assert (record.status, record.policy, record.policy_version) == ("ok", "tiny", path)
+    assert record.reward == 0.0 and record.termination == "max_turns"  # random weights babble: graded, not failed
+    assert record.step_rows and all(s.tool == INVALID_TOOL and s.tokens_out <= 8 for s in record.step_rows)
+
+
+@pytest.mark.parametrize(
+    ("models", "policies", "error"),
+    [
+        ({"gold": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"}}, ["gold"], "shadow"),
+        ({"m": {"kind": "openai", "base_url": "127.0.0.1:8000", "model": "m"}}, ["m"], "http:// or https://"),
+        ({"m": {"kind": "vllm", "model": "m"}}, ["m"], "does not match any of the expected tags"),
+        ({"m": {"kind": "transformers", "model": "x", "temprature": 0.5}}, ["m"], "temprature"),
+        ({"m/1": {"kind": "transformers", "model": "x"}}, ["m/1"], "must be a letter"),
+        ({}, ["gold", "qwen"], r"policies \['qwen'\] are neither built in nor defined in rollout.models"),
+    ],
+)
+def test_model_policies_in_params_are_checked_when_params_load(models, policies, error):
+    with pytest.raises(ConfigError, match=error):
+        load_params(None, {"rollout.models": models, "rollout.policies": policies})
+
+
+def test_a_local_model_that_is_not_there_is_a_clear_error_when_the_rollout_builds_it(tmp_path):
+    params = load_params(None, {"rollout.models": {"m": {"kind": "transformers", "model": str(tmp_path / "no")}},
+                                "rollout.policies": ["m"]})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"rollout.models.m.model: .* is not a directory"):
+        make_policies(["m"], [], None, params.rollout)
+
+
+def test_an_endpoint_named_in_params_takes_its_key_from_the_variable_it_names(chat_server, monkeypatch):
+    monkeypatch.setenv("TF_TEST_MODEL_KEY", "sk-from-the-environment")
+    spec = {"kind": "openai", "base_url": chat_server.url, "model": "m", "api_key_env": "TF_TEST_MODEL_KEY"}
+    params = load_params(None, {"rollout.models": {"keyed": spec}, "rollout.policies": ["keyed"]})
+    (keyed,) = make_policies(["keyed"], [], None, params.rollout)
+    chat_server.play(tool_call("submit"))
+    assert keyed.begin(VIEW, seed=1).act("fix add()").action.tool == "submit"
+    assert chat_server.headers[0]["Authorization"] == "Bearer sk-from-the-environment"
+    assert "sk-from-the-environment" not in params.model_dump_json()  # params name the variable, never the key
+
+
+def test_a_local_model_asked_for_a_gpu_where_there_is_none_is_a_clear_error(tiny_lm):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the device is there")
+    spec = {"kind": "transformers", "model": str(tiny_lm[0]), "device": "cuda"}
+    params = load_params(None, {"rollout.models": {"m": spec}, "rollout.policies": ["m"]})
+    with pytest.raises(ConfigError, match=r"rollout.models.m.device is 'cuda', but torch sees no GPU"):
+        make_policies(["m"], [], None, params.rollout)
+
+
+# A Qwen/Hermes-style template: tool schemas in the system turn, calls as <tool_call> JSON, answers as tool turns.
+TOOL_TEMPLATE = (
+    "[system]{{ messages[0].content }}"
+    "{% if tools %}# Tools{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n"
+    'Call one as <tool_call>{"name": ..., "arguments": ...}</tool_call>{% endif %}'
+    "{% for m in messages[1:] %}"
+    "{% if m.role == 'assistant' %}[assistant]{{ m.content }}{% for c in m.tool_calls or [] %}"
+    '<tool_call>{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}</tool_call>'
+    "{% endfor %}"
+    "{% elif m.role == 'tool' %}[tool]<tool_response>{{ m.content }}</tool_response>"
+    "{% else %}[{{ m.role }}]{{ m.content }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}[assistant]{% endif %}"
+)
+
+
+def test_a_local_lm_whose_template_renders_tools_is_prompted_and_answered_in_its_own_format(tiny_lm):
+    from trialforge.rollout.hf_policy import HFPolicy
+
+    _, model, tokenizer = tiny_lm
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.chat_template = TOOL_TEMPLATE
+    policy = HFPolicy(model, tokenizer, max_new_tokens=8)
+    assert policy.native_tools and "- view(" not in policy.system  # the schemas come through the template
+    prompt = tokenizer.decode(policy.begin(VIEW, seed=1).act("fix add()").info["prompt_ids"])
+    assert '"name": "view"' in prompt and prompt.endswith("[user]fix add()[assistant]")
+
+    # What a model of that family writes, read and kept as its own tool call; the answer comes back as a tool turn.
+    conversation = Conversation(policy.system, native_tools=policy.native_tools)
+    conversation.observe("fix add()")
+    reply = 'Let me look.\n<tool_call>\n{"name": "view", "arguments": {"path": "calc/ops.py"}}\n</tool_call>'
+    assert conversation.reply_text(reply, call_id="call_1") == Action(tool="view", args={"path": "calc/ops.py"})
+    call = conversation.messages[-1]
+    assert call["content"] == "Let me look." and call["tool_calls"][0]["id"] == "call_1"
+    conversation.observe("1  def add(a, b):")
+    assert conversation.messages[-1] == {"role": "tool", "tool_call_id": "call_1", "content": "1  def add(a, b):"}
+    rendered = tokenizer.decode(policy.encode(conversation.messages))
+    assert rendered.count("<tool_call>") == 2  # the instructions' example and the one call: not rendered twice
+    assert '[assistant]Let me look.<tool_call>{"name": "view", "arguments": {"path": "calc/ops.py"}}' in rendered
+    assert rendered.endswith("[tool]<tool_response>1  def add(a, b):</tool_response>[assistant]")
+
+    # A malformed call is a mistake shown back to the model, not a crash.
+    bad = conversation.reply_text('<tool_call>{"name": "view", "arguments": "calc/ops.py"}</tool_call>', "call_2")
+    assert bad.tool == INVALID_TOOL and "tool_calls" not in conversation.messages[-1]
+    conversation.observe("error: unknown tool 'invalid'")
+    assert conversation.messages[-1]["role"] == "user"
+    assert conversation.messages[-1]["content"].startswith("Your reply was not a valid tool call")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trialforge.curate.sampler import SamplerConfig
 from trialforge.errors import ConfigError
 from trialforge.observe.health import HealthThresholds, LearningGate
+from trialforge.rollout.models import ModelSpec
 from trialforge.sandbox.base import Limits
 from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.ingest.caps import IngestCaps
@@ -113,8 +114,13 @@ class QualityParams(_Section):
     min_timeout_s: float = Field(20.0, gt=0)
 
 
+BUILTIN_POLICIES = ("gold", "noop", "random_edit", "repair", "lm")  # scripted ones and the two learners
+_POLICY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
 class RolloutParams(_Section):
-    policies: list[str] = ["gold", "noop", "repair"]
+    policies: list[str] = ["gold", "noop", "repair"]  # built-in names or names defined under `models`
+    models: dict[str, ModelSpec] = {}  # fixed language-model policies by name (rollout/models.py)
     group_size: int = Field(4, ge=1)
     eval_group_size: int = Field(4, ge=0)  # learner episodes per held-out task each iteration (0: no held-out curve)
     reference_group_size: int = Field(1, ge=1)  # episodes per task of the scripted policies (gold, noop: no sampling)
@@ -133,6 +139,20 @@ class RolloutParams(_Section):
     setup_timeout_s: float = Field(600.0, gt=0)
     max_new_tokens: int = Field(256, ge=1)  # per turn of an LM policy
     temperature: float = Field(1.0, ge=0.0)  # an LM policy's sampling temperature (0: greedy)
+
+    @model_validator(mode="after")
+    def _known_policies(self) -> RolloutParams:
+        shadowing = sorted(set(self.models) & set(BUILTIN_POLICIES))
+        if shadowing:
+            raise ValueError(f"models {shadowing} would shadow built-in policies {list(BUILTIN_POLICIES)}: rename them")
+        badly_named = sorted(n for n in self.models if not _POLICY_NAME.match(n))
+        if badly_named:
+            raise ValueError(f"model names {badly_named} must be a letter then up to 63 letters, digits, '_', '.', '-'")
+        unknown = [n for n in self.policies if n not in BUILTIN_POLICIES and n not in self.models]
+        if unknown:
+            known = [*BUILTIN_POLICIES, *self.models]
+            raise ValueError(f"policies {unknown} are neither built in nor defined in rollout.models; known: {known}")
+        return self
 
 
 LM_MAX_LR = 1e-2

@@ -11,7 +11,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trialforge.config import Params
+from trialforge.config import Params, RolloutParams
 from trialforge.curate.decontam import (
     DecontamConfig,
     DecontamIndex,
@@ -29,6 +29,7 @@ from trialforge.observe.metrics import iteration_metrics, load_run
 from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
+from trialforge.rollout.models import model_policy
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
 from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
 from trialforge.rollout.repair import RandomEditPolicy
@@ -187,16 +188,16 @@ def publish_taskset(rt: Runtime, tasks: list[Task]) -> str:
 # --- rollout and training --------------------------------------------------------------
 
 
-def make_policies(names: list[str], tasks: list[Task], learner: Policy | None) -> list[Policy]:
-    """The scripted references by name (``random_edit``: the untrained baseline without localisation), and the
-    learner's policy (``train.learner``) under its own."""
+def make_policies(names: list[str], tasks: list[Task], learner: Policy | None, rp: RolloutParams) -> list[Policy]:
+    """The policies ``names`` lists: the scripted references (``random_edit``: the untrained baseline without
+    localisation), the learner's policy under its own name, and the language models of ``rollout.models``."""
     known: dict[str, Policy] = {"gold": GoldPolicy(tasks), "noop": NoopPolicy(), "random_edit": RandomEditPolicy()}
     if learner is not None:
         known[learner.name] = learner
-    unknown = [n for n in names if n not in known]
+    unknown = [n for n in names if n not in known and n not in rp.models]
     if unknown:
-        raise ConfigError(f"unknown policies {unknown}; known: {sorted(known)}")
-    return [known[n] for n in names]
+        raise ConfigError(f"unknown policies {unknown}; known: {sorted([*known, *rp.models])}")
+    return [known[n] if n in known else model_policy(n, rp.models[n], rp.temperature, rp.max_new_tokens) for n in names]
 
 
 def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:

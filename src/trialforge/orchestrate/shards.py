@@ -157,10 +157,6 @@ _loaded: dict[tuple[str, str | None, str], Policy] = {}
 _loaded_lock = threading.Lock()
 
 
-def policies(names: list[str], tasks: list[Task], learner: Policy | None) -> list[Policy]:
-    return make_policies(names, tasks, learner)
-
-
 def execute_shard(
     rt: Runtime, shard: Shard, tasks: list[Task], checkpoint: str | None, lineage: Lineage
 ) -> ShardReport:
@@ -172,7 +168,7 @@ def execute_shard(
         raise ConfigError(f"shard {shard.id} needs tasks {missing} that were not given to it")
     names = sorted({job.policy for job in shard.jobs})
     learner = learner_policy(rt, checkpoint) if learner_name(rt.params) in names else None
-    by_name = dict(zip(names, policies(names, tasks, learner), strict=True))
+    by_name = dict(zip(names, make_policies(names, tasks, learner, rt.params.rollout), strict=True))
     jobs = [EpisodeJob(by_id[j.task_id], by_name[j.policy], j.sample, j.seed) for j in shard.jobs]
     obtain_images(rt.store, (job.task for job in jobs))  # a worker that did not build them takes them by digest
     episodes = run_jobs(make_rollout(rt, lineage), jobs, rt.params.sandbox.concurrency)
@@ -216,7 +212,7 @@ def rollout_iteration(
     reports: list[ShardReport] = []
 
     def roll(draw: list[Task], names: list[str], round_: Round, size: int, seed: int) -> list[Shard]:
-        plan = plan_shards(draw, policies(names, tasks, learner), size, seed, shard_size, round_)
+        plan = plan_shards(draw, make_policies(names, tasks, learner, params.rollout), size, seed, shard_size, round_)
         reports.extend(run(pending_shards(rt.store, plan, lineage)))
         return plan
 

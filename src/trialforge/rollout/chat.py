@@ -2,9 +2,9 @@
 
 The conversation is kept as OpenAI-style chat messages: a system prompt, the environment's first
 observation as the user's message, then one assistant message per action followed by what the
-environment answered. A model that calls tools natively (an OpenAI-compatible endpoint) sees the answer
-as a ``tool`` message tied to its call; a model that writes its call as text (a local causal LM) sees it
-as the next ``user`` message.
+environment answered. A model that calls tools natively (an OpenAI-compatible endpoint, or a local model
+whose chat template renders tools) sees the answer as a ``tool`` message tied to its call; a model that
+writes its call as plain text sees it as the next ``user`` message.
 
 A model that replies with something that is not a tool call has made a mistake, not failed: its reply
 becomes ``Action(tool="invalid", args={"error": ...})``, the environment answers with an error, and the
@@ -74,9 +74,15 @@ def parse_tool_call(name: str, arguments: str | dict[str, Any] | None) -> Action
 def parse_text_action(text: str) -> Action:
     """The first JSON object ``{"tool": NAME, "args": {...}}`` in a model's text reply, as an Action.
 
-    ``{"name": NAME, "arguments": {...}}``, the shape instruction-tuned models tend to write tool calls in,
-    is read the same way.
+    ``{"name": NAME, "arguments": {...}}``, the shape instruction-tuned models write tool calls in (Hermes and
+    Qwen wrap it in ``<tool_call>`` tags), is read the same way.
     """
+    return text_call(text)[1]
+
+
+def text_call(text: str) -> tuple[str, Action]:
+    """A text reply split at its first tool-call object: the prose before it (a ``<tool_call>`` tag left out)
+    and the call as an Action; the whole text and an invalid action when it holds none."""
     decoder = json.JSONDecoder()
     found_object = False
     start = text.find("{")
@@ -90,11 +96,11 @@ def parse_text_action(text: str) -> Action:
             keys = ("tool", "args") if "tool" in value else ("name", "arguments")
             tool, args = value.get(keys[0]), value.get(keys[1], {})
             if isinstance(tool, str) and isinstance(args, dict):
-                return Action(tool=tool, args=args)
+                return text[:start].rstrip().removesuffix("<tool_call>").rstrip(), Action(tool=tool, args=args)
         start = text.find("{", start + 1)
     if found_object:
-        return invalid('no JSON object in the reply has a string "tool" and an object "args"')
-    return invalid('the reply holds no JSON object {"tool": ..., "args": {...}}')
+        return text, invalid('no JSON object in the reply has a string "tool" and an object "args"')
+    return text, invalid('the reply holds no JSON object {"tool": ..., "args": {...}}')
 
 
 @dataclass
@@ -119,6 +125,17 @@ class Conversation:
                 observation = f"Your reply was not a valid tool call: {self._pending_error}.\n{observation}"
             self.messages.append({"role": "user", "content": observation})
         self._pending_call = self._pending_error = None
+
+    def reply_text(self, text: str, call_id: str) -> Action:
+        """Add a reply a model wrote as text and return its action. With ``native_tools`` (a chat template that
+        renders tool calls, e.g. Hermes or Qwen) a valid call is kept as the message's ``tool_calls``, its prose
+        as the content, and the answer comes back as a ``tool`` message; otherwise the text stays as written."""
+        prose, action = text_call(text)
+        if self.native_tools and action.tool != INVALID_TOOL:
+            self.reply(prose, action, call_id)
+        else:
+            self.reply(text, action)
+        return action
 
     def reply(self, content: str | None, action: Action, call_id: str | None = None) -> None:
         """Add the model's reply; ``call_id`` names a native tool call (answered by a ``tool`` message)."""

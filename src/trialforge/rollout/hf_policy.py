@@ -1,7 +1,11 @@
 """A policy run by a local causal language model (transformers, or any torch module with the same call).
 
-The model writes each action as text, a JSON object ``{"tool": NAME, "args": {...}}``, and sees each
-answer as the next user message. Sampling is our own loop over the model's forward pass (with its KV
+The model writes each action as text. When its tokenizer's chat template renders tools (Hermes, Qwen,
+Llama 3.1 ...), it is prompted in that format: the tool schemas through the template, its call read from
+the ``{"name": ..., "arguments": {...}}`` object it writes (``<tool_call>`` tags or not), kept as the turn's
+tool call, and each answer given back as a ``tool`` message. Otherwise the instructions list the tools and
+it writes ``{"tool": NAME, "args": {...}}``, answered as the next user message. A reply without a valid call
+is an invalid action shown back to the model. Sampling is our own loop over the model's forward pass (with its KV
 cache) rather than ``generate()``, for two reasons: every episode draws from its own ``torch.Generator``
 seeded from the episode's seed and turn, so an episode replays exactly even when many run in threads
 at once; and the log-probability recorded for each sampled token is exactly the one it was drawn from,
@@ -17,6 +21,7 @@ a path is loaded with transformers from local files only.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -24,7 +29,8 @@ from typing import Any
 import torch
 
 from trialforge.errors import ConfigError, PolicyError
-from trialforge.rollout.chat import Conversation, fit, parse_text_action, system_prompt
+from trialforge.rollout.chat import Conversation, fit, system_prompt
+from trialforge.rollout.env import TOOLS
 from trialforge.rollout.policies import Decision, TaskView
 
 
@@ -66,7 +72,8 @@ class HFPolicy:
         self.device = device
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
-        self.system = system if system is not None else system_prompt(native_tools=False)
+        self.native_tools = _renders_tools(tokenizer)
+        self.system = system if system is not None else system_prompt(native_tools=self.native_tools)
         self.name = name
         self.version = version or path or getattr(model, "name_or_path", "") or "local"
         self.stop_ids = _stop_ids(model, tokenizer)
@@ -81,9 +88,13 @@ class HFPolicy:
         return HFEpisode(self, seed)
 
     def encode(self, messages: list[dict[str, Any]]) -> list[int]:
-        """The prompt for the next reply: the tokenizer's chat template if it has one, else a plain one."""
+        """The prompt for the next reply: the tokenizer's chat template if it has one (given the tools when it
+        renders them), else a plain one."""
         tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
+        if self.native_tools:
+            text = tok.apply_chat_template(_for_template(messages), tools=TOOLS, add_generation_prompt=True,
+                                           tokenize=False)  # fmt: skip
+        elif getattr(tok, "chat_template", None):
             text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
             end = tok.eos_token or ""
@@ -131,7 +142,7 @@ class HFEpisode:
         self.policy = policy
         self.seed = seed
         self.turn = 0
-        self.conversation = Conversation(policy.system, native_tools=False)
+        self.conversation = Conversation(policy.system, native_tools=policy.native_tools)
 
     def act(self, observation: str) -> Decision:
         policy = self.policy
@@ -149,8 +160,7 @@ class HFEpisode:
         self.turn += 1
         ids, logprobs, entropy = policy.draw(prompt_ids, generator)
         text = policy.tokenizer.decode([i for i in ids if i not in policy.stop_ids], skip_special_tokens=True)
-        action = parse_text_action(text)
-        self.conversation.reply(text, action)
+        action = self.conversation.reply_text(text, call_id=f"call_{self.turn}")
         total = math.fsum(logprobs)
         if not math.isfinite(total):
             raise PolicyError(f"the model produced a non-finite log-probability ({total}) at turn {self.turn}")
@@ -169,6 +179,29 @@ class HFEpisode:
                 "dropped_turns": fitted.dropped_turns,
             },
         )
+
+
+def _renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template shows the model tool schemas (Hermes, Qwen, Llama 3.1 ...): a probe
+    conversation rendered with and without tools differs. Such a model is prompted in its own tool format."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    probe = [{"role": "user", "content": "probe"}]
+    plain = tokenizer.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+    return plain != tokenizer.apply_chat_template(probe, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+
+
+def _for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool-call arguments as objects: chat templates render them with ``tojson`` (transformers' convention),
+    while the conversation keeps them as JSON text, as the OpenAI API does."""
+    out = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                     for c in message["tool_calls"]]  # fmt: skip
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
 
 
 def _stop_ids(model: Any, tokenizer: Any) -> frozenset[int]:
