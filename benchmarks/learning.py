@@ -14,6 +14,11 @@ update (the same seeds each time). Baselines, on the same tasks in the same run:
 - *random edits*: ``random_edit``, single-token edits drawn uniformly from every line of the library files
   (no localisation), checked against the failing tests like the learner's.
 
+And a ceiling: the policy's own features fitted by supervised learning to the gold edits of the train tasks
+the learner drew (the candidates each episode built, replayed from its recorded observations; L2-regularised
+log-likelihood of the gold edit), scored on the held-out tasks as the expected share solved within the
+policy's attempts. A learner near it is limited by what its features can tell apart, not by its training.
+
 Per family: whether the fixes lie in the policy's action space at all (``rollout.reach``), and the learner's
 held-out and train pass rates at the first and last evaluation. Pass rate: episodes solved over ok episodes.
 """
@@ -29,20 +34,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 import yaml
 
 from trialforge import pipeline
 from trialforge.config import load_params
 from trialforge.orchestrate.iterations import train_in_process
+from trialforge.orchestrate.shards import load_episodes
 from trialforge.rollout.loop import Lineage, run_batch
-from trialforge.rollout.reach import family_reach
-from trialforge.rollout.repair import RandomEditPolicy
+from trialforge.rollout.policies import TaskView
+from trialforge.rollout.reach import family_reach, gold_edit
+from trialforge.rollout.repair import N_FEATURES, RandomEditPolicy, RepairPolicy, candidates_seen
 from trialforge.runtime import code_version, open_runtime
 from trialforge.store import datasets
 from trialforge.tasks.schema import Task, task_set_version
 from trialforge.tasks.taskset import read_tasks, write_tasks
 
 RANDOM_GROUP = 2  # random-edit episodes per task and seed: it never learns, two per seed bound its rate well
+CEILING_DRAWS = 400  # sampled episodes per held-out task when scoring the fitted weights
 
 
 def curated(params) -> list[Task]:
@@ -84,6 +93,57 @@ class Seed:
     curves: dict[str, list[float | None]]
     random_edits: dict[str, float | None]
     families: dict[str, dict[str, float | None]]
+    ceiling: float
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One task's candidate edits as the policy built them, which one is the gold fix, and the attempts allowed."""
+
+    features: torch.Tensor  # [candidates, features]
+    gold: int | None
+    attempts: int
+
+
+def choices(rt, run_id: str, tasks: list[Task]) -> dict[str, Choice]:
+    """Per task the learner rolled out in ``run_id``: its candidates, replayed from the first episode's steps."""
+    by_id, found = {t.task_id: t for t in tasks}, {}
+    for iteration in range(rt.params.train.iterations + 1):
+        for episode in load_episodes(rt.store, run_id, iteration, RepairPolicy.name):
+            task = by_id[episode.task_id]
+            if task.task_id not in found and episode.status == "ok":
+                view = TaskView(task.task_id, task.problem_statement)
+                candidates, attempts = candidates_seen(view, [s.observation for s in episode.step_rows])
+                features = torch.tensor([c.features for c in candidates] or [[0.0] * N_FEATURES], dtype=torch.float64)
+                found[task.task_id] = Choice(features, gold_edit(task, candidates), attempts if candidates else 0)
+    return found
+
+
+def ceiling(seen: dict[str, Choice], tasks: list[Task], seed: int) -> float:
+    """Fit the policy's weights to the drawn train tasks' gold edits; the held-out tasks' expected pass rate."""
+    train = [c for t in tasks if t.split == "train" and (c := seen.get(t.task_id)) and c.gold is not None]
+    weights = torch.zeros(N_FEATURES, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.Adam([weights], lr=0.05)
+    for _ in range(800):
+        nll = sum(-torch.log_softmax(c.features @ weights, 0)[c.gold] for c in train) / max(len(train), 1)
+        loss = nll + 0.01 * (weights**2).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    rng = torch.Generator().manual_seed(seed)
+    held_out = [seen.get(t.task_id) for t in tasks if t.split == "eval"]
+    rates = [solved_within(c, weights.detach(), rng) if c is not None else 0.0 for c in held_out]
+    return sum(rates) / len(rates)
+
+
+def solved_within(choice: Choice, weights: torch.Tensor, rng: torch.Generator) -> float:
+    """Share of sampled episodes whose attempts (drawn without replacement, as the policy draws) hit the gold edit."""
+    if choice.gold is None:
+        return 0.0
+    probs = torch.softmax(choice.features @ weights, 0)
+    k = min(choice.attempts, len(probs))
+    tries = torch.stack([torch.multinomial(probs, k, replacement=False, generator=rng) for _ in range(CEILING_DRAWS)])
+    return float((tries == choice.gold).any(dim=1).double().mean())
 
 
 def run_seed(args: argparse.Namespace, overrides: dict, tasks: list[Task], seed: int) -> Seed:
@@ -94,6 +154,7 @@ def run_seed(args: argparse.Namespace, overrides: dict, tasks: list[Task], seed:
         lineage = Lineage(f"random-s{seed}", 0, task_set_version(tasks), params.digest(), code_version())
         runner = pipeline.make_rollout(rt, lineage)
         baseline = run_batch(runner, tasks, [RandomEditPolicy()], RANDOM_GROUP, seed, params.sandbox.concurrency)
+        fitted = ceiling(choices(rt, f"learn-s{seed}", tasks), tasks, seed)
     episodes["iteration"] = episodes["iteration"].astype(int)
     random_edits = {}
     for split in ("train", "eval"):
@@ -108,7 +169,7 @@ def run_seed(args: argparse.Namespace, overrides: dict, tasks: list[Task], seed:
                 first, last = mine["iteration"].min(), mine["iteration"].max()
                 families[family][f"{split}_first"] = solved(mine[mine["iteration"] == first])
                 families[family][f"{split}_last"] = solved(mine[mine["iteration"] == last])
-    return Seed(curves(episodes), random_edits, families)
+    return Seed(curves(episodes), random_edits, families, fitted)
 
 
 def report(seeds: list[Seed], tasks: list[Task]) -> None:
@@ -125,6 +186,8 @@ def report(seeds: list[Seed], tasks: list[Task]) -> None:
     print(f"baseline untrained (v0): held-out {mean_sd(untrained)}, train {first_train}")
     randoms = {split: mean_sd([s.random_edits[split] for s in seeds]) for split in ("eval", "train")}
     print(f"baseline random edits:   held-out {randoms['eval']}, train {randoms['train']}")
+    fitted = mean_sd([s.ceiling for s in seeds])
+    print(f"ceiling, the policy's features fitted to the drawn train tasks' gold edits: held-out {fitted}")
     pairs = ", ".join(f"{u:.3f} -> {f:.3f}" for u, f in zip(untrained, final, strict=True) if None not in (u, f))
     print(f"held-out per seed, untrained -> trained: {pairs}")
 

@@ -9,17 +9,21 @@ import math
 from trialforge.config import TrainParams
 from trialforge.rollout.env import CodingEnv, EnvLimits
 from trialforge.rollout.policies import TaskView
+from trialforge.rollout.reach import gold_edit
 from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.rollout.repair import (
+    ATTEMPTS,
     FEATURES,
     N_FEATURES,
     RandomEditPolicy,
     RepairPolicy,
+    candidates_seen,
     line_edits,
     score,
     softmax,
 )
 from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.tasks.schema import Source, Task
 from trialforge.train.repair_trainer import RepairTrainer
 
 SPAN = (
@@ -107,6 +111,29 @@ def test_the_policy_localises_by_the_tests_spectrum_and_edits_only_lines_a_faili
         assert c.features[feature("in_return")] == 1.0
     # The chosen edit is sampled uniformly at first: its log-probability is that of one among all candidates.
     assert math.isclose(edit.logprob, -math.log(len(features)))
+
+
+def test_a_recorded_episode_replays_into_the_candidates_it_ranked_and_the_gold_fix_is_found_among_them() -> None:
+    """What the learning benchmark's ceiling is fitted on: candidates rebuilt from a recorded episode's answers."""
+    view = TaskView("t", "between() excludes its upper bound")
+    episode, _ = run_episode(RepairPolicy(), ["", TEST_OUTPUT, SPECTRUM, LISTING])
+    answers = [TEST_OUTPUT, SPECTRUM, LISTING, "rc=1"]  # what the environment answered its four actions
+    candidates, attempts = candidates_seen(view, answers)
+    assert attempts == ATTEMPTS
+    assert sorted(candidates, key=repr) == sorted([*episode.candidates, episode.applied], key=repr)
+    fix = "    return clamp(x, lo, hi) == x and x <= hi"
+    gold = (
+        "diff --git a/pkg/span.py b/pkg/span.py\n--- a/pkg/span.py\n+++ b/pkg/span.py\n@@ -6 +6 @@\n"
+        f"-    return clamp(x, lo, hi) == x and x < hi\n+{fix}\n"
+    )
+    task = Task(task_id="t", source=Source(kind="synthetic", ref="flip_compare:pkg/span.py:6"), repo="r",
+                problem_statement=view.problem_statement, gold_patch=gold, test_patch="")  # fmt: skip
+    assert candidates[gold_edit(task, candidates)].new_line == fix
+    assert gold_edit(task, [c for c in candidates if c.new_line != fix]) is None  # not among them: not found
+    # No test fails (the bug is only described): the functions the issue names, and one edit, judged at submit.
+    passing = "2 passed in 0.02s\n"
+    described, attempts = candidates_seen(view, [passing, "./pkg/span.py:5:def between(x, lo, hi):", LISTING])
+    assert attempts == 1 and {c.line_no for c in described} == {6} and fix in {c.new_line for c in described}
 
 
 def test_the_random_edit_baseline_edits_any_library_line_uniformly_without_localising() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from trialforge.rollout.repair import line_edits, statement
+from trialforge.rollout.repair import Candidate, line_edits, statement
 from trialforge.tasks.patches import is_test_path, touched_paths
 from trialforge.tasks.schema import Task
 
@@ -55,6 +55,18 @@ def fix_in_reach(task: Task) -> Reach:
     if not any(_same(candidate, new) for _, candidate in line_edits(old)):
         return Reach(False, "the one-line fix is not a single-token repair the policy proposes")
     return Reach(True, "")
+
+
+def gold_edit(task: Task, candidates: list[Candidate]) -> int | None:
+    """Which of ``candidates`` is the task's gold fix: None when none is (out of reach, or not localised)."""
+    if not fix_in_reach(task).reachable:
+        return None
+    files = {path: lines for path, lines in _changes(task.gold_patch).items() if not is_test_path(path)}
+    ((path, ([old], [new])),) = files.items()
+    for i, c in enumerate(candidates):
+        if c.path == path and c.old_line.rstrip() == old.rstrip() and _same(c.new_line, new):
+            return i
+    return None
 
 
 def family_reach(tasks: Iterable[Task]) -> dict[str, dict[str, Any]]:

@@ -366,6 +366,19 @@ class RepairEpisode:
         return Decision(Action(tool="submit"))
 
 
+def candidates_seen(view: TaskView, observations: list[str]) -> tuple[list[Candidate], int]:
+    """The candidate edits an episode builds from ``observations`` (what the environment answered it, in
+    order), and how many it may try: its reading replayed, for analyses of recorded episodes."""
+    episode = RepairEpisode([0.0] * N_FEATURES, view, 0, ATTEMPTS)
+    episode.act("")  # the task's first observation: the policy starts with the tests whatever it says
+    for answer in observations:
+        if episode.phase in ("check", "verdict", "submit"):  # past its reading: the candidates are built
+            break
+        episode.act(answer)
+    attempts = ATTEMPTS if episode.evidence.failing_tests else 1
+    return (_candidates(episode.functions, episode.evidence) if episode.functions else []), attempts
+
+
 def score(weights: list[float], features: tuple[float, ...]) -> float:
     return sum(w * f for w, f in zip(weights, features, strict=True))
 
