@@ -24,10 +24,8 @@ from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ParameterTypeError
 from prefect.states import Failed
 
-from trialforge.config import RolloutParams
 from trialforge.errors import ConfigError, SandboxError, StoreError
 from trialforge.orchestrate import runners, shards
-from trialforge.pipeline import make_policies
 from trialforge.rollout.env import TOOLS
 from trialforge.rollout.loop import Lineage
 from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA
@@ -356,7 +354,7 @@ def _task(task_id: str) -> Task:
 
 def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
     tasks = [_task(f"t{i}") for i in range(5)]
-    scripted = make_policies(["gold", "noop"], tasks, None, RolloutParams())
+    scripted = ["gold", "noop"]
     plan = shards.plan_shards(tasks, scripted, group_size=3, seed=7, shard_size=4, round_=0)
     jobs = [job for shard in plan for job in shard.jobs]
     assert len(jobs) == 5 * 2 * 3 == len({(j.task_id, j.policy, j.sample) for j in jobs})
@@ -370,7 +368,7 @@ def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
 def test_a_shard_is_done_once_both_parts_are_published_and_a_foreign_plan_is_refused(tmp_path):
     store = open_store(f"file://{tmp_path}")
     tasks = [_task("t0"), _task("t1")]
-    plan = shards.plan_shards(tasks, make_policies(["noop"], tasks, None, RolloutParams()), 1, 0, 1, round_=0)
+    plan = shards.plan_shards(tasks, ["noop"], 1, 0, 1, round_=0)
     lineage = Lineage("r1", 0, "0" * 16, "p", "c")
     partition = {"run": "r1", "iteration": "0"}
     assert shards.pending_shards(store, plan, lineage) == plan

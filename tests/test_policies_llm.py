@@ -409,11 +409,12 @@ def test_an_endpoint_named_in_params_takes_its_key_from_the_variable_it_names(ch
     assert "sk-from-the-environment" not in params.model_dump_json()  # params name the variable, never the key
 
 
-def test_a_local_model_asked_for_a_gpu_where_there_is_none_is_a_clear_error(tiny_lm):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: the device is there")
+def test_a_local_model_asked_for_a_gpu_gets_one_or_a_clear_error_where_there_is_none(tiny_lm):
     spec = {"kind": "transformers", "model": str(tiny_lm[0]), "device": "cuda"}
     params = load_params(None, {"rollout.models": {"m": spec}, "rollout.policies": ["m"]})
+    if torch.cuda.is_available():
+        assert make_policies(["m"], [], None, params.rollout)[0].device == "cuda"
+        return
     with pytest.raises(ConfigError, match=r"rollout.models.m.device is 'cuda', but torch sees no GPU"):
         make_policies(["m"], [], None, params.rollout)
 

@@ -49,7 +49,7 @@ from trialforge.errors import ConfigError
 from trialforge.observe.health import learning_health
 from trialforge.orchestrate import IterationRecord, ShardReport, StageResult, TrainResult
 from trialforge.pipeline import assert_healthy, eval_seed, make_policies, make_rollout, round_seed, store_episodes
-from trialforge.rollout.loop import EpisodeJob, Lineage, plan_jobs, run_jobs
+from trialforge.rollout.loop import EpisodeJob, Lineage, planned, run_jobs
 from trialforge.rollout.policies import Policy
 from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.runtime import Runtime
@@ -91,10 +91,11 @@ class Shard:
 
 
 def plan_shards(
-    tasks: list[Task], policies: list[Policy], group_size: int, seed: int, shard_size: int, round_: Round
+    tasks: list[Task], policies: list[str], group_size: int, seed: int, shard_size: int, round_: Round
 ) -> list[Shard]:
-    """``plan_jobs``' jobs (G per task and policy, their seeds) cut into shards of ``shard_size``."""
-    jobs = [Job(j.task.task_id, j.policy.name, j.sample, j.seed) for j in plan_jobs(tasks, policies, group_size, seed)]
+    """The jobs ``plan_jobs`` would make (G per task and policy, their seeds), by policy name, cut into shards of
+    ``shard_size``; the policies themselves are built where each shard runs."""
+    jobs = [Job(task.task_id, name, sample, s) for task, name, sample, s in planned(tasks, policies, group_size, seed)]
     blob = json.dumps([task_set_version(tasks), shard_size, [astuple(j) for j in jobs]])
     digest = hashlib.sha256(blob.encode()).hexdigest()[:8]
     starts = range(0, len(jobs), shard_size)
@@ -212,7 +213,7 @@ def rollout_iteration(
     reports: list[ShardReport] = []
 
     def roll(draw: list[Task], names: list[str], round_: Round, size: int, seed: int) -> list[Shard]:
-        plan = plan_shards(draw, make_policies(names, tasks, learner, params.rollout), size, seed, shard_size, round_)
+        plan = plan_shards(draw, names, size, seed, shard_size, round_)
         reports.extend(run(pending_shards(rt.store, plan, lineage)))
         return plan
 

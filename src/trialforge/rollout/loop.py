@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 READ_ONLY_TOOLS = frozenset({"view", "submit"})  # steps that leave the workspace as it was
 _T = TypeVar("_T")
+P = TypeVar("P")  # a policy, or its name
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,14 @@ class EpisodeJob:
 
 def plan_jobs(tasks: list[Task], policies: list[Policy], group_size: int, seed: int) -> list[EpisodeJob]:
     """G jobs per (task, policy), in a stable order, each with its own seed."""
+    return [EpisodeJob(*job) for job in planned(tasks, policies, group_size, seed)]
+
+
+def planned(tasks: list[Task], policies: list[P], group_size: int, seed: int) -> list[tuple[Task, P, int, int]]:
+    """(task, policy, sample, seed) for G samples per (task, policy), in a stable order; ``policies`` may be the
+    policies or only their names (a shard plan names them: the policy is built where the shard runs)."""
     combos = ((t, p, s) for t in tasks for p in policies for s in range(group_size))
-    return [EpisodeJob(task, policy, sample, seed * 1_000_003 + i) for i, (task, policy, sample) in enumerate(combos)]
+    return [(task, policy, sample, seed * 1_000_003 + i) for i, (task, policy, sample) in enumerate(combos)]
 
 
 def episode_id(lineage: Lineage, job: EpisodeJob) -> str:
