@@ -233,6 +233,28 @@ class EnvParams(_Section):
         return repos
 
 
+class EnvServerParams(_Section):
+    """`trialforge serve env`: tasks as online environments for external trainers (docs/env-server.md)."""
+
+    host: str = "127.0.0.1"  # loopback unless told otherwise: anything else is a deliberate choice
+    port: int = Field(8765, ge=0, le=65535)  # 0: any free port (the server prints it)
+    tasks: str = ""  # a task set (Parquet); "": the last run's, OUT_DIR/tasks/taskset.parquet
+    splits: list[Literal["train", "eval"]] = ["train"]  # what clients may reset into; eval only on purpose
+    max_live: int = Field(16, ge=1)  # episodes at once; more resets get 429 with Retry-After
+    idle_timeout_s: float = Field(120.0, gt=0)  # a client silent this long loses its episode (policy_error)
+    verdict_ttl_s: float = Field(600.0, gt=0)  # an ended episode's verdict stays readable this long
+    flush_every: int = Field(16, ge=1)  # ended episodes written to the store together (also every 5 s)
+    max_body_kb: int = Field(1024, ge=1)  # a request body over this is refused (413)
+    token_env: str = "TRIALFORGE_ENV_TOKEN"  # the variable holding the bearer token; unset: one is generated
+
+    @field_validator("splits")
+    @classmethod
+    def _splits(cls, splits: list[str]) -> list[str]:
+        if not splits:
+            raise ValueError("serve at least one split (train, eval)")
+        return splits
+
+
 class Params(_Section):
     run: RunParams = RunParams()
     sources: SourceParams = SourceParams()
@@ -246,11 +268,14 @@ class Params(_Section):
     train: TrainParams = TrainParams()
     observe: ObserveParams = ObserveParams()
     tracking: TrackingParams = TrackingParams()
+    env_server: EnvServerParams = EnvServerParams()
 
     def digest(self) -> str:
         """Hash of every knob: recorded on each episode row so a result names the settings that made it.
-        (Where a run is tracked changes nothing it computes: ``tracking`` is left out.)"""
-        blob = json.dumps(self.model_dump(mode="json", by_alias=True, exclude={"tracking"}), sort_keys=True)
+        (Where a run is tracked or served changes nothing it computes: ``tracking`` and ``env_server`` are left out.)"""
+        blob = json.dumps(
+            self.model_dump(mode="json", by_alias=True, exclude={"tracking", "env_server"}), sort_keys=True
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

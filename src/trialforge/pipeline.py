@@ -36,6 +36,7 @@ from trialforge.rollout.repair import RandomEditPolicy
 from trialforge.rollout.starts import Setup
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
+from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.envdetect import resolve_env
 from trialforge.tasks.envimages import env_image, obtain_images, provide_images, task_image
 from trialforge.tasks.ingest.github import ingest_github_issues
@@ -249,13 +250,13 @@ def rollout(
     return run_batch(make_rollout(rt, lineage), tasks, policies, p.rollout.group_size, seed, p.sandbox.concurrency)
 
 
-def store_episodes(rt: Runtime, episodes: list[EpisodeRecord], lineage: Lineage, part: str) -> list[str]:
+def store_episodes(store: ObjectStore, episodes: list[EpisodeRecord], lineage: Lineage, part: str) -> list[str]:
     partition = {"run": lineage.run_id, "iteration": str(lineage.iteration)}
     rows = [e.row() for e in episodes]
     steps = [s.__dict__ for e in episodes for s in e.step_rows]
     return [
-        datasets.write_rows(rt.store, "episodes", rows, EPISODE_SCHEMA, partition=partition, part=part),
-        datasets.write_rows(rt.store, "steps", steps, STEP_SCHEMA, partition=partition, part=part),
+        datasets.write_rows(store, "episodes", rows, EPISODE_SCHEMA, partition=partition, part=part),
+        datasets.write_rows(store, "steps", steps, STEP_SCHEMA, partition=partition, part=part),
     ]
 
 

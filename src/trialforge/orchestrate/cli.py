@@ -1,4 +1,5 @@
-"""`trialforge serve` and `trialforge flow`: the deployments from one process, and any flow run here.
+"""`trialforge serve` and `trialforge flow`: the deployments from one process (or, `serve env`, tasks as
+environments), and any flow run here.
 
 A typer sub-app, registered on the main one (``app.add_typer(orchestrate.cli.app)``); runnable alone
 as ``python -m trialforge.orchestrate.cli``.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,7 +20,7 @@ import typer
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
-FLOWS = ("ingest", "curate", "rollout", "train", "pipeline")  # flows/NAME.py:NAME
+FLOWS = ("ingest", "curate", "rollout", "train", "pipeline", "env_server")  # flows/NAME.py:NAME
 ParamsOpt = Annotated[Path, typer.Option("--params", "-p", help="params.yaml to read")]
 SetOpt = Annotated[list[str], typer.Option("--set", "-S", help="override a param: section.key=value (YAML value)")]
 
@@ -77,7 +80,7 @@ def run_flow(name: str, parameters: dict[str, Any]) -> Any:
 
 @app.command("flow")
 def flow_command(
-    name: Annotated[str, typer.Argument(help="ingest | curate | rollout | train | pipeline")],
+    name: Annotated[str, typer.Argument(help="ingest | curate | rollout | train | pipeline | env_server")],
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = [],  # noqa: B006
     param: Annotated[
@@ -96,22 +99,57 @@ def flow_command(
     typer.echo(json.dumps(result.model_dump() if hasattr(result, "model_dump") else result, default=str, indent=2))
 
 
-@app.command()
+serve_app = typer.Typer(help="Serve the deployments of prefect.yaml, or (`serve env`) tasks as environments.")
+app.add_typer(serve_app, name="serve")
+
+
+@serve_app.callback(invoke_without_command=True)
 def serve(
+    ctx: typer.Context,
     project: Annotated[Path, typer.Option(help="the prefect.yaml whose deployments to serve")] = Path("prefect.yaml"),
     deployment: Annotated[list[str], typer.Option("--deployment", "-d", help="serve only these (repeatable)")] = [],  # noqa: B006
     limit: Annotated[int | None, typer.Option(help="most flow runs at once")] = None,
 ) -> None:
     """Serve the deployments of prefect.yaml from this process, schedules included (needs PREFECT_API_URL).
 
-    Runs start in the project's directory, where the flows find params.yaml.
+    Runs start in the project's directory, where the flows find params.yaml. `trialforge serve env` serves
+    tasks as environments for external trainers instead.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     prefect_defaults()
     from trialforge.orchestrate.serve import serve as serve_deployments
 
     project = project.resolve()
     os.chdir(project.parent)
     serve_deployments(project, deployment or None, limit)
+
+
+@serve_app.command("env")
+def serve_env(
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = [],  # noqa: B006
+    duration_s: Annotated[float | None, typer.Option("--for", help="stop after this many seconds")] = None,
+) -> None:
+    """Serve tasks as environments (reset/step/close over HTTP, bearer token) until interrupted (docs/env-server.md).
+
+    Settings: the env_server section of params.yaml (address, task set, splits, limits).
+    """
+    from trialforge.config import load_params
+    from trialforge.envserver.server import served_tasks, serving
+    from trialforge.runtime import open_runtime
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a scheduler's stop ends episodes and writes them first
+    with open_runtime(load_params(params, key_values(set_, "--set"))) as rt:
+        version, tasks = served_tasks(rt)
+        with serving(rt, version, tasks) as address:
+            token = address.token_file or f"${rt.params.env_server.token_env}"
+            typer.echo(
+                f"serving {address.tasks} tasks of {version} at {address.url} (token: {token}); {address.run_id}"
+            )
+            with contextlib.suppress(KeyboardInterrupt):
+                stop.wait(duration_s)
 
 
 if __name__ == "__main__":

@@ -173,7 +173,7 @@ def execute_shard(
     jobs = [EpisodeJob(by_id[j.task_id], by_name[j.policy], j.sample, j.seed) for j in shard.jobs]
     obtain_images(rt.store, (job.task for job in jobs))  # a worker that did not build them takes them by digest
     episodes = run_jobs(make_rollout(rt, lineage), jobs, rt.params.sandbox.concurrency)
-    store_episodes(rt, episodes, lineage, part=shard.id)
+    store_episodes(rt.store, episodes, lineage, part=shard.id)
     statuses = dict(Counter(e.status for e in episodes))
     log.info("shard published", extra={"shard": shard.id, "episodes": len(episodes), "statuses": statuses})
     return ShardReport(

@@ -79,6 +79,25 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOLS)
+_PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+_TYPES: dict[str, type] = {"string": str, "integer": int}
+
+
+def argument_problem(tool: str, args: dict[str, Any]) -> str | None:
+    """What is wrong with ``args`` for ``tool`` by its schema (unknown, missing or mistyped), or None.
+
+    Checked before the tool runs: a model's call arrives as arbitrary JSON, and a mistyped argument must be an
+    observation it can correct, never an exception deep in a file operation.
+    """
+    schema = _PARAMETERS[tool]
+    properties = schema.get("properties", {})
+    problems = [f"unknown argument {k!r}" for k in sorted(set(args) - set(properties))]
+    problems += [f"missing argument {k!r}" for k in schema.get("required", []) if k not in args]
+    for key, value in args.items():
+        kind = properties.get(key, {}).get("type")
+        if kind is not None and (not isinstance(value, _TYPES[kind]) or isinstance(value, bool)):
+            problems.append(f"{key!r} must be of type {kind}, not {type(value).__name__}")
+    return "; ".join(problems) or None
 
 
 def opening(problem_statement: str) -> str:
@@ -129,6 +148,8 @@ class CodingEnv:
         start = time.monotonic()
         if action.tool not in TOOL_NAMES:
             return StepOutcome(f"error: unknown tool {action.tool!r}; tools: {sorted(TOOL_NAMES)}", False, True, 0.0)
+        if problem := argument_problem(action.tool, action.args):
+            return StepOutcome(f"error: {action.tool}: {problem}", False, True, 0.0)
         if action.tool == "submit":
             return StepOutcome("submitted", True, False, 0.0)
         try:

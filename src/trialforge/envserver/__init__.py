@@ -1,0 +1,1 @@
+"""The environment server: trialforge tasks as online environments for trainers that drive their own rollouts."""
