@@ -22,21 +22,27 @@ TOKEN_ENV = "TRIALFORGE_TEST_ENV_TOKEN"
 
 @contextlib.contextmanager
 def serve_bundled(
-    root: Path, backend: Any, task_ids: tuple[str, ...] = ("ledgerlite-3",), **env_server: Any
+    root: Path,
+    backend: Any,
+    task_ids: tuple[str, ...] = ("ledgerlite-3",),
+    params: dict[str, Any] | None = None,
+    **env_server: Any,
 ) -> Iterator[SimpleNamespace]:
-    """The server, with ``env_server`` params over the defaults; yields url, token, tasks, store, run_id."""
+    """The server, with ``env_server`` params (and other ``params``) over the defaults; yields url, token, tasks,
+    store, run_id."""
     world = bundled_world(root, backend, task_ids)
     token = secrets.token_urlsafe(24)
     overrides = {
         "run.store": f"file://{root / 'store'}",
         "env_server": {"port": 0, "token_env": TOKEN_ENV, **env_server},
+        **(params or {}),
     }
     old = os.environ.get(TOKEN_ENV)
     os.environ[TOKEN_ENV] = token
     try:
         with open_runtime(load_params(None, overrides)) as rt, serving(rt, "bundled", world.tasks) as address:
             yield SimpleNamespace(
-                url=address.url, token=token, tasks=world.tasks, store=rt.store, run_id=address.run_id, rt=rt
+                url=address.url, token=token, tasks=world.tasks, store=rt.store, run_id=address.run_id, rt=rt, root=root
             )
     finally:
         if old is None:

@@ -23,6 +23,7 @@ from env_server_fixture import TOKEN_ENV, serve_bundled
 from test_recovery import bundled_world
 
 from trialforge.envserver.client import EnvClient, EnvServerError
+from trialforge.observe.report import render_report
 from trialforge.pipeline import make_rollout
 from trialforge.rollout.loop import Lineage
 from trialforge.rollout.policies import ReplayPolicy, patch_to_actions
@@ -96,6 +97,9 @@ def test_an_episode_over_http_scores_as_the_agent_loop_scores_the_same_actions(s
     assert [s["tool"] for s in sorted(mine, key=lambda s: s["step"])] == [a.tool for a in actions] + ["submit"]
     by_close = [s for s in steps if s["episode_id"] == idle.episode_id]
     assert [json.loads(s["info"]) for s in by_close] == [{"via": "close"}]
+    # The run's report reads them like any run's episodes.
+    page = render_report(server.store, server.run_id, server.root / "report.html").read_text()
+    assert "trainer-x" in page and reset.episode_id in page
 
 
 def _stored(server, episode_id: str) -> list[dict]:
@@ -206,6 +210,19 @@ def test_clients_killed_mid_episode_leak_no_sandbox(server, state_dir) -> None:
     wait_until(lambda: live(server) == 0, "the killed clients' episodes to end")
     for episode in episodes:
         assert server.client.close(episode).status == "policy_error"
+    assert sandboxes(state_dir) <= before
+
+
+def test_the_episode_deadline_holds_for_a_client_too(bwrap_backend, tmp_path, state_dir) -> None:
+    """`sandbox.episode_timeout_s` ends a served episode as it ends any other: status timeout, reward unknown."""
+    before = sandboxes(state_dir)
+    with serve_bundled(tmp_path, bwrap_backend, params={"sandbox.episode_timeout_s": 10}) as srv:
+        client = EnvClient(srv.url, srv.token)
+        reset = client.reset(srv.tasks[0].task_id)
+        late = client.step(reset.episode_id, "run", {"command": "sleep 11; echo woke"})
+        assert late.done and "woke" in late.observation
+        verdict = client.close(reset.episode_id)
+        assert (verdict.status, verdict.reward, verdict.termination) == ("timeout", None, "timeout")
     assert sandboxes(state_dir) <= before
 
 
