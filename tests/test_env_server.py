@@ -226,6 +226,19 @@ def test_the_episode_deadline_holds_for_a_client_too(bwrap_backend, tmp_path, st
     assert sandboxes(state_dir) <= before
 
 
+def test_a_reset_whose_sandbox_cannot_start_is_recorded_and_tried_again(bwrap_backend, tmp_path) -> None:
+    """A task setup that fails makes every episode env_error before its first observation: the server answers 503
+    with Retry-After, records the episode, and the client resets again until its patience runs out."""
+    with serve_bundled(tmp_path, bwrap_backend, params={"rollout.setup": "exit 3"}) as srv:
+        client = EnvClient(srv.url, srv.token, max_wait_s=3)
+        with pytest.raises(EnvServerError) as err:
+            client.reset(srv.tasks[0].task_id)
+        assert err.value.status == 503 and "could not start (env_error" in err.value.detail
+    rows = datasets.read_table(srv.store, "episodes", filters={"run": srv.run_id}).to_pylist()
+    assert len(rows) >= 2 and {r["status"] for r in rows} == {"env_error"}  # tried again, each one recorded
+    assert all(r["reward"] is None for r in rows)
+
+
 @pytest.fixture(scope="module")
 def taskset(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
     """Bundled tasks, validated, in a store and a task set file: what `serve env` and the flow are pointed at."""

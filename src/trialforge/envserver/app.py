@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from trialforge.envserver.protocol import CloseRequest, Health, Reset, ResetRequest, StepRequest, StepResult, Verdict
-from trialforge.envserver.sessions import EpisodeHub, Full, HubError
+from trialforge.envserver.sessions import EpisodeHub, HubError
 
 EXPIRE_EVERY_S = 5.0  # how often old verdicts are forgotten and ended episodes written
 
@@ -57,7 +57,7 @@ def make_app(hub: EpisodeHub, token: str, max_body_bytes: int) -> FastAPI:
 
     @app.exception_handler(HubError)
     async def refused(request: Request, exc: HubError) -> JSONResponse:
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, Full) else None
+        headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
         if isinstance(exc, _Unauthorized):
             headers = {"WWW-Authenticate": "Bearer"}
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)

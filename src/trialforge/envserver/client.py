@@ -1,7 +1,8 @@
 """Clients of the environment server, blocking and asyncio, for trainers and their adapters.
 
-A full server (429) is waited for, as its Retry-After says, up to ``max_wait_s``; any other error status
-raises ``EnvServerError`` with the server's reason.
+A full server (429), and a reset whose sandbox could not start (503: the failed episode is recorded, a new
+one may start), are tried again as Retry-After says, up to ``max_wait_s``; any other error status raises
+``EnvServerError`` with the server's reason.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class _Wait:
 
     def after(self, response: httpx.Response) -> float | None:
         """Seconds to wait before retrying ``response``'s request; None: it is final."""
-        if response.status_code != 429:
+        if response.status_code not in (429, 503):  # full; or the episode's sandbox did not start (reset again)
             return None
         delay = float(response.headers.get("Retry-After", "1"))
         return delay if time.monotonic() + delay <= self.deadline else None

@@ -52,16 +52,16 @@ class HubConfig:
 class HubError(Exception):
     """A request the hub refuses; ``status`` is the HTTP status it becomes."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, retry_after_s: int | None = None) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        self.retry_after_s = retry_after_s  # set: the same request may succeed if tried again after this long
 
 
 class Full(HubError):
     def __init__(self, live: int, retry_after_s: int) -> None:
-        super().__init__(429, f"{live} episodes are live, the most this server runs; retry later")
-        self.retry_after_s = retry_after_s
+        super().__init__(429, f"{live} episodes are live, the most this server runs; retry later", retry_after_s)
 
 
 _CLOSE = object()  # the client closed the episode: grade the workspace as it is
@@ -184,7 +184,7 @@ class EpisodeHub:
         prompt = await session.next_observation()
         if prompt is None:
             cause = f"{session.verdict.status}: {session.verdict.cause}" if session.verdict else "an internal error"
-            raise HubError(503, f"episode {episode} could not start ({cause}); reset again")
+            raise HubError(503, f"episode {episode} could not start ({cause}); reset again", retry_after_s=1)
         return Reset(
             episode_id=episode,
             task_id=task.task_id,
