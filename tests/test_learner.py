@@ -52,7 +52,8 @@ def test_a_transformers_lm_is_rolled_out_trained_and_checkpointed_through_the_lo
         keys = sorted(rt.store.list("checkpoints/lm-run/"))
         resumed = open_learner(params, rt.store, loop.checkpoint)
 
-    assert keys == [f"checkpoints/lm-run/lm-v{n}.pt" for n in (1, 2)]
+    manifests = [k for k in keys if k.endswith("/manifest.json")]  # one Hugging Face checkpoint per version
+    assert manifests == [f"checkpoints/lm-run/lm-v{n}/manifest.json" for n in (1, 2)]
     assert resumed.version == 2 and loop.checkpoint == "checkpoints/lm-run/lm-v2.pt"
     assert [(u["policy_version"], u["device"]) for u in loop.updates] == [(1, "cpu float32"), (2, "cpu float32")]
     verdicts = [{v["check"]: v["status"] for v in u["health"]["verdicts"]} for u in loop.updates]

@@ -20,12 +20,14 @@ from fixtures.observe.runs import write_r1, write_r2, write_run
 from plotly.offline import get_plotlyjs
 from typer.testing import CliRunner
 
+from trialforge.config import load_params
 from trialforge.errors import TrialforgeError
 from trialforge.observe import metrics as m
 from trialforge.observe.attribution import CATEGORIES, UnknownStatusError, attribute, category_counts, cause_kind
 from trialforge.observe.charts import bar_chart, line_chart
 from trialforge.observe.cli import app
 from trialforge.observe.compare import MetricDelta, compare_metrics, compare_runs, format_comparison
+from trialforge.observe.cost import CostRates
 from trialforge.observe.health import (
     Health,
     HealthThresholds,
@@ -342,7 +344,9 @@ def _section(html: str, anchor: str) -> str:
 
 @pytest.fixture(scope="module")
 def report(store, tmp_path_factory) -> Path:
-    return render_report(store, "r1", tmp_path_factory.mktemp("report") / "report.html")
+    """The report as `trialforge run` and `trialforge report` write it: costs at the params' rates (defaults here)."""
+    rates = CostRates.from_params(load_params(None))
+    return render_report(store, "r1", tmp_path_factory.mktemp("report") / "report.html", rates=rates)
 
 
 def test_report_draws_every_chart_and_attributes_every_failure(report):

@@ -26,6 +26,8 @@ def demo_run(tmp_path_factory):
         "rollout.group_size": 4,
         "rollout.eval_group_size": 2,
         "train.iterations": 2,
+        "observe.prices.cpu_hour": 0.05,
+        "observe.prices.memory_gb_hour": 0.01,
     }
     argv = [sys.executable, "-m", "trialforge.cli", "run"]
     for key, value in overrides.items():
@@ -56,6 +58,20 @@ def test_gold_scores_one_and_noop_zero_beside_every_task_the_learner_ran(demo_ru
         used = set(rows[rows["policy"] == "repair"]["task_id"])
         assert set(rows[rows["policy"] == "gold"]["task_id"]) == used, iteration  # the canary beside each reward
     assert "gold" in stdout and "Tasks" in stdout
+
+
+def test_the_run_says_what_its_episodes_cost_in_metrics_and_report(demo_run):
+    tmp, _ = demo_run
+    cost = json.loads((tmp / "out" / "metrics.json").read_text())["cost"]["overall"]
+    totals, episodes = cost["totals"], _read(tmp, "episodes")
+    assert cost["episodes"] == len(episodes) and cost["valid"] == int((episodes["status"] == "ok").sum())
+    assert totals["sandbox_s"] == pytest.approx(episodes["duration_s"].sum(), rel=1e-4)
+    priced = totals["reserved_cpu_s"] / 3600 * 0.05 + totals["reserved_memory_gb_s"] / 3600 * 0.01
+    assert cost["money"] == pytest.approx(priced, rel=1e-4) and cost["money"] > 0
+    assert cost["per_valid_trajectory"]["all_in"] == pytest.approx(cost["money"] / cost["valid"], rel=1e-3)
+    assert sum(t["episodes"] for t in cost["by_tier"].values()) == len(episodes)
+    report = (tmp / "out" / "report.html").read_text()
+    assert '<section id="cost">' in report and "USD in all" in report
 
 
 def test_rejected_tasks_are_reported_with_reasons(demo_run):

@@ -158,6 +158,35 @@ class RolloutParams(_Section):
 LM_MAX_LR = 1e-2
 
 
+class LoraParams(_Section):
+    """LoRA adapters (peft) for the LM learner instead of full fine-tuning (``train.lm.LoraSpec``)."""
+
+    r: int = Field(0, ge=0)  # adapter rank; 0: no adapters, every weight trains (full fine-tuning)
+    alpha: int = Field(32, ge=1)  # the adapters' update is scaled by alpha / r
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # on the adapters' input while training
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"  # module names, or every linear layer but the head
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _targets(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "all-linear":
+            raise ValueError(
+                f"{value!r} is neither 'all-linear' nor a list: give module names as a list, e.g. [q_proj, v_proj]"
+            )
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list adapts nothing: name modules, e.g. [q_proj, v_proj], or 'all-linear'")
+            bad = [v for v in value if not isinstance(v, str) or not v.strip()]
+            if bad:
+                raise ValueError(f"module names must be non-empty strings, not {bad}")
+            if len(set(value)) != len(value):
+                raise ValueError(f"{value} names a module more than once")
+        return value
+
+    def targets(self) -> tuple[str, ...] | str:
+        return self.target_modules if isinstance(self.target_modules, str) else tuple(self.target_modules)
+
+
 class TrainParams(_Section):
     iterations: int = Field(1, ge=1)
     lr: float = 0.05
@@ -175,6 +204,7 @@ class TrainParams(_Section):
     max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping (LM)
     gradient_checkpointing: bool = False  # trade compute for activation memory (LM)
     tis_cap: float | None = Field(2.0, gt=0)  # truncated importance weight cap for a stale batch (LM); None: off
+    lora: LoraParams = LoraParams()  # LM: LoRA adapters (r > 0) or full fine-tuning (r = 0)
 
     @model_validator(mode="after")
     def _lm_rate(self) -> TrainParams:
@@ -183,13 +213,29 @@ class TrainParams(_Section):
                 f"train.lr={self.lr:g} is a rate for the demo's 18-weight repair policy; one step of it would wreck "
                 f"a language model: set train.lr with train.model (at most {LM_MAX_LR:g}; GRPO recipes use ~1e-6)"
             )
+        if self.lora.r and not self.model:
+            raise ValueError(
+                f"train.lora.r={self.lora.r} adds LoRA adapters to a language model, but train.model is empty (the "
+                "demo's repair policy has no layers to adapt): set train.model, or train.lora.r to 0"
+            )
         return self
+
+
+class Prices(_Section):
+    """What a unit costs, for the cost figures (``observe.cost``); 0 leaves that part unpriced."""
+
+    cpu_hour: float = Field(0.0, ge=0)  # per reserved CPU-hour of sandboxes
+    memory_gb_hour: float = Field(0.0, ge=0)  # per reserved GB-hour of sandbox memory
+    gpu_hour: float = Field(0.0, ge=0)  # per GPU-hour of the trainer's updates on CUDA
+    per_million_tokens: float = Field(0.0, ge=0)  # policy tokens, prompt and completion
+    currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
 
 
 class ObserveParams(_Section):
     max_env_error_rate: float = Field(0.2, ge=0.0, le=1.0)  # above this an iteration is unhealthy: no training
     max_verifier_error_rate: float = Field(0.05, ge=0.0, le=1.0)
     learning: LearningGate = LearningGate()  # the learner's checks: is there anything to learn from the batch?
+    prices: Prices = Prices()  # never part of a run's digest: pricing changes no result
 
     def thresholds(self) -> HealthThresholds:
         return HealthThresholds(self.max_env_error_rate, self.max_verifier_error_rate)
@@ -272,10 +318,10 @@ class Params(_Section):
 
     def digest(self) -> str:
         """Hash of every knob: recorded on each episode row so a result names the settings that made it.
-        (Where a run is tracked or served changes nothing it computes: ``tracking`` and ``env_server`` are left out.)"""
-        blob = json.dumps(
-            self.model_dump(mode="json", by_alias=True, exclude={"tracking", "env_server"}), sort_keys=True
-        )
+        (Where a run is tracked or served, and what its resources are priced at, change nothing it computes:
+        ``tracking``, ``env_server`` and ``observe.prices`` are left out.)"""
+        knobs = {"tracking": True, "env_server": True, "observe": {"prices": True}}
+        blob = json.dumps(self.model_dump(mode="json", by_alias=True, exclude=knobs), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

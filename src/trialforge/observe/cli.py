@@ -44,13 +44,13 @@ def report(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Write the self-contained HTML report of RUN from its stored episodes."""
+    from trialforge.observe.cost import CostRates
     from trialforge.observe.report import render_report
 
     with _opened(store, params) as (objects, loaded):
         thresholds = loaded.observe.thresholds()
-        path = render_report(
-            objects, run, out or Path(loaded.run.out_dir) / f"report-{run}.html", thresholds=thresholds
-        )
+        out = out or Path(loaded.run.out_dir) / f"report-{run}.html"
+        path = render_report(objects, run, out, thresholds=thresholds, rates=CostRates.from_params(loaded))
     typer.echo(f"report: {path.resolve().as_uri()}")
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 from trialforge.curate.tiers import TIERS
 from trialforge.observe.attribution import attribute, category_counts
 from trialforge.observe.charts import bar_chart, line_chart, plotly_script
+from trialforge.observe.cost import CostRates, run_costs
 from trialforge.observe.health import HealthThresholds, check_health
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
 from trialforge.observe.quality import quality_metrics, read_records
@@ -47,15 +48,17 @@ def render_report(
     *,
     thresholds: HealthThresholds | None = None,
     spot_checks: int = SPOT_CHECKS,
+    rates: CostRates | None = None,
 ) -> Path:
     """Read the run (and its task sets' quality records) from ``store``, write its report to ``out_path``
-    (atomically) and return the path."""
+    (atomically) and return the path. ``rates``: what the cost section prices (none: no cost section)."""
     data = load_run(store, run_id)
     quality = read_records(store, sorted(data.episodes["task_set_version"].unique()))
     training, families = read_training(store, run_id), _read_json(store, families_key(run_id))
     funnel = _read_json(store, funnel_key(run_id))
     thresholds, tracking = thresholds or HealthThresholds(), read_link(store, run_id)
-    html = report_html(data, thresholds, spot_checks, quality, training, families, funnel, tracking)
+    cost = run_costs(data.episodes, rates, training.updates) if rates is not None else None
+    html = report_html(data, thresholds, spot_checks, quality, training, families, funnel, tracking, cost)
     out_path = Path(out_path)
     write_text(out_path, html)
     return out_path
@@ -70,9 +73,10 @@ def report_html(
     families: dict[str, dict[str, Any]] | None = None,
     funnel: dict[str, dict[str, Any]] | None = None,
     tracking: TrackingLink | None = None,
+    cost: dict[str, Any] | None = None,
 ) -> str:
     """``families`` is ``observe.families.family_metrics``' output; ``funnel`` ``observe.metrics.task_metrics``';
-    ``tracking``: the run's MLflow run, linked under the title."""
+    ``tracking``: the run's MLflow run, linked under the title; ``cost``: ``observe.cost.run_costs``'."""
     metrics = process_metrics(data.episodes, data.steps)
     failures = attribute(data.episodes)
     training = training or Training([], {})
@@ -85,6 +89,7 @@ def report_html(
         _training(training),
         _distributions(metrics),
         _attribution(failures),
+        _cost(cost) if cost else "",
         _spot_check(data.episodes, spot_checks),
         _section(
             "Metrics (JSON)", "metrics", f"<details><summary>all metrics</summary><pre>{_json(metrics)}</pre></details>"
@@ -278,6 +283,43 @@ def _distributions(metrics: dict[str, Any]) -> str:
         points = list(zip(cdf[name], cdf["quantiles"], strict=False))
         charts.append(line_chart(f"cdf_{name}", f"{title} latency CDF", {name: points}, "seconds", "quantile"))
     return _section("Distributions", "distributions", f'<div class="charts">{"".join(charts)}</div>')
+
+
+_COST_COLUMNS = ("sandbox_s", "reserved_cpu_s", "reserved_memory_gb_s", "verify_s", "retries", "tokens", "money")
+
+
+def _cost(cost: dict[str, Any]) -> str:
+    overall = cost["overall"]
+    if not overall.get("episodes"):
+        return _section("Cost", "cost", "<p>no episodes</p>")
+    unit = overall["currency"]
+    bases = ("totals", "per_episode", "per_valid_trajectory", "per_unit_reward")
+    per = _table(["", *_COST_COLUMNS], [[b.replace("_", " "), *_cells(overall[b], _COST_COLUMNS)] for b in bases])
+    columns = ("episodes", "valid", "sandbox_s", "money", "money_per_valid", "sandbox_s_per_valid")
+    tiers = _table(["tier", *columns], [[t, *_cells(g, columns)] for t, g in overall["by_tier"].items()])
+    failures = _table(
+        ["failure", *columns[:4]], [[c, *_cells(g, columns[:4])] for c, g in overall["by_failure"].items()]
+    )
+    rows = []
+    for i, c in cost["iterations"].items():
+        valid, reward = c.get("per_valid_trajectory") or {}, c.get("per_unit_reward") or {}
+        rows.append([i, c["episodes"], c.get("valid", 0), _fmt(c.get("money")), _fmt(valid.get("all_in")),
+                     _fmt(reward.get("all_in"))])  # fmt: skip
+    header = ["iteration", "episodes", "valid", f"money ({unit})", "per valid trajectory", "per unit of reward"]
+    head = (
+        f"<p>{overall['episodes']} episodes, {overall['valid']} valid trajectories, reward {_fmt(overall['reward'])}: "
+        f"{_fmt(overall['money'])} {escape(unit)} in all ({_fmt(overall['per_valid_trajectory']['all_in'])} per valid "
+        f"trajectory, {_fmt(overall['per_unit_reward']['all_in'])} per unit of reward); "
+        f"{_pct(overall['wasted_sandbox_share'])} of sandbox time went to episodes that gave none. Resources are "
+        "reservations (the sandbox's CPUs and memory for the episode's duration); prices: <code>observe.prices</code>"
+        f" (training on CUDA: {_fmt(overall['totals']['training_gpu_s'])} GPU-s).</p>"
+    )
+    parts = [head, per, "<h3>By tier</h3>", tiers, "<h3>By failure</h3>", failures, "<h3>By iteration</h3>"]
+    return _section("Cost", "cost", "".join(parts) + _table(header, rows))
+
+
+def _cells(numbers: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    return [_fmt(numbers.get(k)) for k in keys]
 
 
 def _attribution(failures: pd.DataFrame) -> str:

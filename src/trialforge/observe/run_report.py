@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trialforge.observe.cost import CostRates, run_costs
 from trialforge.observe.families import family_metrics
 from trialforge.observe.metrics import episode_metrics, run_metrics, task_metrics, write_metrics
 from trialforge.observe.quality import gather_records, quality_metrics, write_records
@@ -59,6 +60,7 @@ def finish_run(
         "report_path": str(out / "report.html"),
     }
     metrics |= run_metrics(rt.store, run_id)
+    metrics["cost"] = run_costs(episodes, CostRates.from_params(rt.params), updates)
     metrics["tracking"] = tracker.summary()
     write_metrics(out, metrics)
     # The report reads both back from the store: only this step knows the schedule and the task set.
@@ -66,7 +68,7 @@ def finish_run(
     rt.store.put_bytes(families_key(run_id), json.dumps(families, sort_keys=True).encode())
     rt.store.put_bytes(funnel_key(run_id), json.dumps(metrics["tasks"], sort_keys=True).encode())
     thresholds = rt.params.observe.thresholds()
-    render_report(rt.store, run_id, out / "report.html", thresholds=thresholds)
+    render_report(rt.store, run_id, out / "report.html", thresholds=thresholds, rates=CostRates.from_params(rt.params))
     tracker.finish(metrics, tasks, [out / "report.html", out / "metrics.json", out / "plots"])
     metrics["tracking"] = tracker.summary()  # it may have stopped since: the summary says so
     print_summary(metrics)

@@ -208,6 +208,8 @@ class RunTracker:
                 for section in ("overall", "loop", "tasks", "quality")
                 for name, value in scalar_leaves(metrics.get(section) or {}).items()
             }
+            cost = (metrics.get("cost") or {}).get("overall") or {}
+            run_wide |= {f"cost.{name}": value for name, value in scalar_leaves(cost).items()}
             if not self._closed:
                 self._log_metrics(run_wide, step=max(self._logged, default=0))
                 self._closed = True

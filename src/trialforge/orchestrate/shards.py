@@ -312,7 +312,8 @@ def load_episodes(
 
 
 def checkpoint_key(run_id: str, learner: str, version: int) -> str:
-    """Where the train step keeps the learner after update number ``version``."""
+    """Where the train step keeps the learner after update number ``version``: the repair policy's is this
+    object, a language model's the objects under it less ``.pt`` (``train.hf_checkpoint``)."""
     return f"checkpoints/{run_id}/{learner}-v{version}.pt"
 
 

@@ -5,13 +5,14 @@
 out by ``rollout.hf_policy``, trained by ``train.lm``: tool and observation tokens masked out of the loss,
 CUDA with bf16 when present). Either way the learner's episodes carry its name as their policy
 (``repair`` or ``lm``: list it in ``rollout.policies``), its version ``vN`` after N updates, and a
-checkpoint ``checkpoints/RUN/NAME-vN.pt`` follows every update, from which a rollout worker in any process
-loads the policy and the next train step resumes.
+checkpoint named ``checkpoints/RUN/NAME-vN.pt`` follows every update, from which a rollout worker in any
+process loads the policy and the next train step resumes. The repair policy's is that one object; the LM's
+is a Hugging Face directory under ``checkpoints/RUN/lm-vN/`` (``train.hf_checkpoint``), its full weights or,
+with ``train.lora.r`` > 0, its LoRA adapters.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, Protocol
 
@@ -80,9 +81,10 @@ class LMLearner:
     name = LM
 
     def __init__(self, params: Params, store: ObjectStore, checkpoint: str | None) -> None:
-        from trialforge.train.lm import LMTrainer, OptimConfig
+        from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig
 
         tp = params.train
+        lora = tp.lora
         knobs: dict[str, Any] = {
             "optim": OptimConfig(lr=tp.lr),
             "loss": LossConfig(
@@ -91,6 +93,7 @@ class LMLearner:
             "grad_accum_steps": tp.grad_accum_steps,
             "max_grad_norm": tp.max_grad_norm,
             "gradient_checkpointing": tp.gradient_checkpointing,
+            "lora": LoraSpec(lora.r, lora.alpha, lora.dropout, lora.targets()) if lora.r else None,
         }
         if checkpoint:
             self.trainer = LMTrainer.load(store, checkpoint, tp.model, **knobs)  # its data seed is saved
@@ -106,7 +109,7 @@ class LMLearner:
         from trialforge.rollout.hf_policy import HFPolicy
 
         rp = self.params.rollout
-        model = copy.deepcopy(self.trainer.model)  # sampling never sees a half-done update
+        model = self.trainer.sampling_copy()  # sampling never sees a half-done update
         return HFPolicy(
             model,
             self.params.train.model,

@@ -31,18 +31,29 @@ Off-policy batches: a batch produced by an older policy version (``behaviour_ver
 current weights before the step, and the recorded ones passed as behaviour log-probabilities for
 truncated importance sampling. Without ``tis_cap`` the recorded ones serve as old log-probabilities.
 
-Checkpoints (``save``/``load``) hold the model and optimiser state, the version, the data cursor and
-seed, and the torch (CPU and CUDA) and Python RNG states: a run resumed from one continues exactly as
-if it had not stopped.
+LoRA or full fine-tuning. With ``lora`` (a ``LoraSpec`` of rank r > 0) the model is wrapped by peft's
+``get_peft_model``: low-rank adapters on the ``target_modules`` train, every base weight is frozen and the
+optimiser holds the adapters alone. Without it every weight trains. The update, the log-probabilities and
+gradient checkpointing are the same code either way. Rollouts sample with ``sampling_copy()``, the peft
+model itself for LoRA (what trains is what samples), sharing the frozen base weights instead of copying them.
+
+Checkpoints (``save``/``load``, layout in ``train.hf_checkpoint``) are Hugging Face directories in the
+object store: ``model/`` is ``save_pretrained``'s output (full weights, or the adapters alone for LoRA)
+with the base model's tokenizer files, loadable by transformers or peft without trialforge;
+``trainer.pt`` holds the optimiser state, the version, the data cursor and seed, and the torch (CPU and
+CUDA) and Python RNG states; ``manifest.json``, written last, lists every file's sha256. A run resumed from
+a checkpoint continues exactly as if it had not stopped; a checkpoint without its manifest, or with a file
+that differs from it, is refused.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import io
 import json
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +65,7 @@ from torch import Tensor
 from trialforge.errors import ConfigError
 from trialforge.rollout.records import EpisodeRecord
 from trialforge.store.objstore import ObjectStore
+from trialforge.train import hf_checkpoint
 from trialforge.train.device import TrainDevice, pick_device
 from trialforge.train.loss import LossConfig, group_advantages, policy_loss
 
@@ -66,6 +78,69 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     eps: float = 1e-8
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """Low-rank adapters (peft LoRA) on ``target_modules``: the update is ``alpha / r * B @ A`` beside each frozen
+    weight. ``target_modules`` is a list of module names (``q_proj``, ``v_proj``, ...) or ``"all-linear"``: every
+    linear layer but the output head."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0  # dropout on the adapters' input while training (never while sampling)
+    target_modules: tuple[str, ...] | str = "all-linear"
+
+    def __post_init__(self) -> None:
+        if self.r < 1:
+            raise ConfigError(f"LoRA rank r={self.r} must be >= 1 (no LoRA at all is full fine-tuning)")
+        if self.alpha <= 0:
+            raise ConfigError(f"LoRA alpha={self.alpha} must be > 0")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"LoRA dropout={self.dropout} must be in [0, 1)")
+        if isinstance(self.target_modules, str) and self.target_modules != "all-linear":
+            raise ConfigError(
+                f"LoRA target_modules={self.target_modules!r}: give a list of module names or 'all-linear'"
+            )
+        if not isinstance(self.target_modules, str) and not self.target_modules:
+            raise ConfigError("LoRA target_modules is empty: name the modules to adapt, or 'all-linear'")
+
+
+def with_lora(model: Any, spec: LoraSpec) -> Any:
+    """``model`` wrapped by peft with trainable LoRA adapters and every base weight frozen."""
+    from peft import LoraConfig, get_peft_model
+    from transformers.pytorch_utils import Conv1D
+
+    targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
+    config = LoraConfig(
+        task_type="CAUSAL_LM", r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=targets,
+        fan_in_fan_out=any(isinstance(m, Conv1D) for m in model.modules()),  # GPT-2 stores its weights transposed
+    )  # fmt: skip
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:  # e.g. a target module the model does not have
+        raise ConfigError(f"cannot add LoRA adapters to {type(model).__name__}: {exc}") from exc
+
+
+def is_peft(model: Any) -> bool:
+    """Whether ``model`` is a peft model (without importing peft: a model built with it has imported it)."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def _check_lora(key: str, kind: str, model: Any, asked: LoraSpec | None) -> None:
+    """Refuse to resume checkpoint ``key`` with another LoRA setting than it was trained with."""
+    saved = model.peft_config["default"] if kind == "lora" else None
+    if (saved is None) == (asked is None) and (
+        saved is None or asked is None or (saved.r, saved.lora_alpha) == (asked.r, asked.alpha)
+    ):
+        return
+    held = f"LoRA adapters of r={saved.r}, alpha={saved.lora_alpha}" if saved is not None else "a full model"
+    wanted = f"LoRA of r={asked.r}, alpha={asked.alpha}" if asked is not None else "full fine-tuning (no LoRA)"
+    raise ConfigError(
+        f"checkpoint {key!r} holds {held}, but {wanted} was asked for: resume with the setting it was trained "
+        "with, or start a new run"
+    )
 
 
 @dataclass(frozen=True)
@@ -178,8 +253,13 @@ class LMTrainer:
         max_grad_norm: float | None = 1.0,
         gradient_checkpointing: bool = False,
         data_seed: int = 0,
+        lora: LoraSpec | None = None,
+        base_model: str | None = None,
     ) -> None:
-        """``model``: a transformers causal LM, or a local path to one (loaded with ``local_files_only``)."""
+        """``model``: a transformers causal LM, or a local path to one (loaded with ``local_files_only``), or a
+        peft model (its trainable parameters train). ``lora``: wrap ``model`` with these adapters (None: train
+        it as it is). ``base_model``: the base model's directory recorded in checkpoints (default: ``model``'s
+        path, or its ``name_or_path``)."""
         if grad_accum_steps < 1:
             raise ConfigError(f"grad_accum_steps={grad_accum_steps} must be >= 1")
         if max_grad_norm is not None and max_grad_norm <= 0:
@@ -187,16 +267,22 @@ class LMTrainer:
         if isinstance(model, str | Path):
             from transformers import AutoModelForCausalLM
 
+            base_model = base_model if base_model is not None else str(model)
             model = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
+        self.base_model = base_model if base_model is not None else str(getattr(model, "name_or_path", "") or "")
+        if lora is not None:
+            if is_peft(model):
+                raise ConfigError("the model already has peft adapters: give lora=None to train them")
+            model = with_lora(model, lora)
         self.device = device or pick_device()
         self.model = model.to(self.device.torch_device)
         if gradient_checkpointing:  # transformers 5 renamed it; older versions have only the old name
-            model = self.model
+            model = self.model  # (a peft model passes these on to its base model)
             (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         self.optim_cfg = optim or OptimConfig()
         self.loss_cfg = loss or LossConfig()
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],  # LoRA: the adapters alone
             lr=self.optim_cfg.lr,
             betas=self.optim_cfg.betas,
             weight_decay=self.optim_cfg.weight_decay,
@@ -207,6 +293,10 @@ class LMTrainer:
         self.version = 0
         self.data_seed = data_seed
         self.cursor = 0  # batches drawn so far by next_batch
+
+    @property
+    def kind(self) -> hf_checkpoint.Kind:
+        return "lora" if is_peft(self.model) else "full"
 
     # --- data ------------------------------------------------------------------------------------
     def next_batch(self, pool_size: int, batch_size: int) -> list[int]:
@@ -304,15 +394,28 @@ class LMTrainer:
         self.optimizer.step()
         return float(norm)
 
+    def _frozen(self) -> set[str]:
+        """Names of the parameters training never changes (LoRA: every base weight)."""
+        return {name for name, p in self.model.named_parameters() if not p.requires_grad}
+
     def snapshot(self) -> dict[str, Tensor]:
-        """A CPU copy of the weights for a rollout worker (``train.staleness``); detached from training."""
-        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        """A CPU copy of the weights for a rollout worker (``train.staleness``), keyed as ``model.state_dict()``
+        (it loads into a copy of ``model``); later updates leave it alone. Frozen weights (LoRA's base model)
+        are shared, not copied: no update changes them."""
+        frozen = self._frozen()
+        return {k: v.detach().to("cpu", copy=k not in frozen) for k, v in self.model.state_dict().items()}
+
+    def sampling_copy(self) -> Any:
+        """The model for rollouts: a copy later updates leave alone (LoRA: the peft model, so what samples is
+        what trains, its frozen base weights shared with the trainer's model rather than copied)."""
+        shared = {id(p): p for p in self.model.parameters() if not p.requires_grad}
+        return copy.deepcopy(self.model, memo=shared)
 
     # --- checkpoints -----------------------------------------------------------------------------
-    def save(self, store: ObjectStore, key: str) -> None:
-        """Write the checkpoint to ``key`` (``train.learner`` names it ``checkpoints/RUN/lm-vN.pt``)."""
+    def save(self, store: ObjectStore, key: str) -> hf_checkpoint.Manifest:
+        """Write checkpoint ``key`` (``train.learner`` names it ``checkpoints/RUN/lm-vN.pt``; its objects live
+        under ``checkpoints/RUN/lm-vN/``, layout in ``train.hf_checkpoint``)."""
         state = {
-            "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "version": self.version,
             "cursor": self.cursor,
@@ -323,20 +426,31 @@ class LMTrainer:
                 "python": random.getstate(),
             },
         }
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        store.put_bytes(key, buf.getvalue())
+        return hf_checkpoint.write_checkpoint(
+            store, key, self.model, state, kind=self.kind, base_model=self.base_model, version=self.version
+        )
 
     @classmethod
-    def load(cls, store: ObjectStore, key: str, model: Any, **kwargs: Any) -> LMTrainer:
-        """A trainer around ``model`` (same architecture) restored from ``key``; ``kwargs`` as for the constructor.
+    def load(cls, store: ObjectStore, key: str, base: Any = None, **kwargs: Any) -> LMTrainer:
+        """A trainer restored from checkpoint ``key``; ``kwargs`` as for the constructor, but ``lora`` only checks:
+        the checkpoint says whether it holds adapters, and a ``lora`` that disagrees (a spec for a full
+        checkpoint, None for a LoRA one) is refused.
 
+        A full checkpoint is its own model. A LoRA checkpoint's adapters go on ``base``, the base model (an
+        object, which they are injected into, or a local path; None: the directory its manifest names).
         Restores the process's torch and Python RNGs too, as a restarted run needs for its dropout and
         sampling to continue where the saved one left off.
         """
-        state = torch.load(io.BytesIO(store.get_bytes(key)), weights_only=True, map_location="cpu")
+        asked = kwargs.pop("lora", ...)  # absent: whatever the checkpoint holds
+        with hf_checkpoint.downloaded(store, key) as (manifest, root):
+            model = hf_checkpoint.load_model(root / hf_checkpoint.MODEL_DIR, manifest, base)
+            if asked is not ...:
+                _check_lora(key, manifest.kind, model, asked)
+            state = torch.load(root / hf_checkpoint.TRAINER_STATE, weights_only=True, map_location="cpu")
+        if isinstance(base, str | Path):
+            kwargs.setdefault("base_model", str(base))
+        kwargs.setdefault("base_model", manifest.base_model)
         trainer = cls(model, data_seed=state["data_seed"], **kwargs)
-        trainer.model.load_state_dict(state["model"])
         trainer.optimizer.load_state_dict(state["optimizer"])
         trainer.version = state["version"]
         trainer.cursor = state["cursor"]

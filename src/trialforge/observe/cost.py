@@ -1,0 +1,147 @@
+"""What episodes cost: resource-seconds, retries and tokens, per episode, per valid trajectory and per unit of
+reward, by task tier and by failure cause, priced when ``observe.prices`` says what a unit costs.
+
+The basis is what a cluster bills for: **reservations**. An episode holds a sandbox of ``sandbox.cpus`` CPUs
+and ``sandbox.memory_mb`` for its whole duration (its conversation, then the verifier's fresh sandbox while it
+grades), busy or idle (a model thinking keeps the sandbox waiting). So reserved CPU-seconds are
+``duration_s × cpus`` and memory GB-seconds ``duration_s × memory_mb / 1024``; what the code inside used is not
+recorded. Failed episodes cost too: the cost of a *valid* trajectory divides everything spent by the episodes
+that ended ``ok``, so a flaky environment shows up as a dearer valid trajectory. Training is priced per GPU-hour
+of update time on CUDA (``updates``); policy inference per million tokens (scripted policies use none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from trialforge.config import Params
+from trialforge.observe.attribution import CATEGORIES, cause_kind
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class CostRates:
+    cpus: float  # each sandbox's CPU reservation
+    memory_gb: float  # and its memory reservation
+    cpu_hour: float = 0.0
+    memory_gb_hour: float = 0.0
+    gpu_hour: float = 0.0
+    per_million_tokens: float = 0.0
+    currency: str = "USD"
+
+    @classmethod
+    def from_params(cls, params: Params) -> CostRates:
+        prices = params.observe.prices
+        return cls(
+            cpus=params.sandbox.cpus,
+            memory_gb=params.sandbox.memory_mb / 1024,
+            cpu_hour=prices.cpu_hour,
+            memory_gb_hour=prices.memory_gb_hour,
+            gpu_hour=prices.gpu_hour,
+            per_million_tokens=prices.per_million_tokens,
+            currency=prices.currency,
+        )
+
+
+def episode_costs(episodes: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
+    """One row per episode: its resource-seconds, retries, tokens and money (columns ``_SUMMED``)."""
+    held = episodes["duration_s"].astype(float)
+    tokens = episodes["tokens_in"].astype(float) + episodes["tokens_out"].astype(float)
+    frame = pd.DataFrame(
+        {
+            "sandbox_s": held,
+            "reserved_cpu_s": held * rates.cpus,
+            "reserved_memory_gb_s": held * rates.memory_gb,
+            "verify_s": episodes["verify_s"].astype(float),
+            "retries": (episodes["attempt"].astype(int) - 1).clip(lower=0),
+            "tokens": tokens,
+        },
+        index=episodes.index,
+    )
+    frame["money"] = (
+        frame["reserved_cpu_s"] / SECONDS_PER_HOUR * rates.cpu_hour
+        + frame["reserved_memory_gb_s"] / SECONDS_PER_HOUR * rates.memory_gb_hour
+        + tokens / 1e6 * rates.per_million_tokens
+    )
+    return frame
+
+
+_SUMMED = ["sandbox_s", "reserved_cpu_s", "reserved_memory_gb_s", "verify_s", "retries", "tokens", "money"]
+
+
+def cost_metrics(episodes: pd.DataFrame, rates: CostRates, gpu_s: float = 0.0) -> dict[str, Any]:
+    """Totals, per episode, per valid trajectory and per unit of reward; by tier and by failure cause.
+    ``gpu_s``: the trainer's update seconds on CUDA, priced per GPU-hour."""
+    if episodes.empty:
+        return {"episodes": 0}
+    costs = episode_costs(episodes, rates)
+    ok = episodes["status"] == "ok"
+    reward = float(episodes.loc[ok, "reward"].astype(float).sum())
+    totals = _totals(costs)
+    training = gpu_s / SECONDS_PER_HOUR * rates.gpu_hour
+    spent = totals["money"] + training
+    failed = episodes[~ok]
+    by_cause = failed.assign(cause_key=failed["status"].map(CATEGORIES) + ":" + failed["cause"].map(cause_kind))
+    return {
+        "currency": rates.currency,
+        "episodes": len(episodes),
+        "valid": int(ok.sum()),
+        "reward": _round(reward),
+        "totals": totals | {"training_gpu_s": _round(gpu_s), "training_money": _round(training)},
+        "money": _round(spent),
+        "per_episode": {k: _round(v / len(episodes)) for k, v in totals.items()},
+        "per_valid_trajectory": {k: _per(v, int(ok.sum())) for k, v in totals.items()}
+        | {"all_in": _per(spent, ok.sum())},
+        "per_unit_reward": {k: _per(v, reward) for k, v in totals.items()} | {"all_in": _per(spent, reward)},
+        # the share of sandbox time spent on episodes that gave no valid trajectory
+        "wasted_sandbox_share": _per(float(costs.loc[~ok, "sandbox_s"].sum()), totals["sandbox_s"]),
+        "by_tier": _grouped(episodes, costs, episodes["tier"].astype(str)),
+        "by_failure": _grouped(failed, costs.loc[failed.index], by_cause["cause_key"]),
+    }
+
+
+def _grouped(episodes: pd.DataFrame, costs: pd.DataFrame, keys: pd.Series) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(keys.unique()):
+        mine = keys == key
+        valid = int((episodes.loc[mine, "status"] == "ok").sum())
+        totals = _totals(costs[mine])
+        out[str(key)] = {
+            "episodes": int(mine.sum()),
+            "valid": valid,
+            "sandbox_s": totals["sandbox_s"],
+            "money": totals["money"],
+            "money_per_valid": _per(totals["money"], valid),
+            "sandbox_s_per_valid": _per(totals["sandbox_s"], valid),
+        }
+    return out
+
+
+def _totals(costs: pd.DataFrame) -> dict[str, float]:
+    return {k: _round(float(costs[k].sum())) or 0.0 for k in _SUMMED}
+
+
+def _per(value: float, count: float) -> float | None:
+    return _round(value / count) if count else None
+
+
+def _round(value: float) -> float | None:
+    """Six significant digits: a cent's fraction per episode is still a figure, not 0."""
+    return None if value is None else float(f"{float(value):.6g}")
+
+
+def run_costs(episodes: pd.DataFrame, rates: CostRates, updates: list[dict[str, Any]]) -> dict[str, Any]:
+    """``cost_metrics`` over the run and per iteration; ``updates`` (the train step's stats) give GPU time."""
+    gpu = {int(u["iteration"]): float(u["seconds"]) for u in updates if str(u.get("device", "")).startswith("cuda")}
+    numbers = sorted(int(i) for i in episodes["iteration"].unique()) if not episodes.empty else []
+    return {
+        "overall": cost_metrics(episodes, rates, sum(gpu.values())),
+        "iterations": {
+            str(i): cost_metrics(episodes[episodes["iteration"].astype(int) == i], rates, gpu.get(i, 0.0))
+            for i in numbers
+        },
+    }
