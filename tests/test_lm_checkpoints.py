@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import peft
 import pytest
 import torch
+import transformers
+from test_train_lm import episode, sampler, tiny_model
 
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, StoreError
@@ -21,10 +24,6 @@ from trialforge.train.hf_checkpoint import MANIFEST, checkpoint_prefix
 from trialforge.train.learner import LMLearner, open_learner
 from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig
 from trialforge.train.loss import LossConfig
-
-transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
-from test_train_lm import episode, sampler, tiny_model  # noqa: E402
 
 CPU = pick_device("cpu")
 KEY = "checkpoints/run-a/lm-v1.pt"
