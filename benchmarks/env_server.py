@@ -95,7 +95,7 @@ def through_server(url: str, level: int, episodes: int) -> tuple[list[float], fl
         nonlocal closed
         client = EnvClient(url, TOKEN, max_wait_s=300)
         for n in range(episodes):
-            seed = index * 1000 + n
+            seed = (level * 1000 + index) * 1000 + n  # never the same twice in a run: each diff is graded
             reset = client.reset(seed=seed, policy="bench")
             for turn, command in enumerate(COMMANDS):
                 t0 = time.monotonic()
@@ -127,11 +127,19 @@ def kill_clients(url: str, count: int) -> list[str]:
     procs = [subprocess.Popen([sys.executable, "-c", script, url, TOKEN], stdout=subprocess.PIPE, text=True)
              for _ in range(count)]  # fmt: skip
     episodes = [p.stdout.readline().strip() for p in procs]
-    time.sleep(1.0)  # their commands are running
+    deadline = time.monotonic() + 120
+    while _sleeping() < count and time.monotonic() < deadline:  # their commands are running in the sandboxes
+        time.sleep(0.1)
     for p in procs:
         p.kill()
         p.wait()
     return episodes
+
+
+def _sleeping() -> int:
+    """The clients' long commands running now: sandbox processes are host processes, whatever their namespaces."""
+    found = subprocess.run(["pgrep", "-fc", "^sleep 60$"], capture_output=True, text=True)
+    return int(found.stdout.strip() or 0)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 from test_recovery import bundled_world
 
 from trialforge.config import load_params
@@ -18,6 +19,11 @@ from trialforge.envserver.server import serving
 from trialforge.runtime import open_runtime
 
 TOKEN_ENV = "TRIALFORGE_TEST_ENV_TOKEN"
+
+
+def live(server: SimpleNamespace) -> int:
+    """Episodes the server is running now (its health route)."""
+    return httpx.get(f"{server.url}/health").json()["live"]
 
 
 @contextlib.contextmanager

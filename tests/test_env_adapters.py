@@ -12,14 +12,13 @@ import json
 import logging
 import os
 import re
-import time
 from collections import deque
 from typing import Any
 
-import httpx
 import pytest
 from chat_server import text_reply, tool_call
-from env_server_fixture import TOKEN_ENV, serve_bundled
+from env_server_fixture import TOKEN_ENV, live, serve_bundled
+from test_orchestration import wait_for
 
 from trialforge.envserver.client import EnvClient
 from trialforge.rollout.env import Action
@@ -36,18 +35,6 @@ def server(bwrap_backend, tmp_path_factory):
         srv.gold = [*patch_to_actions(srv.tasks[0].gold_patch), Action(tool="submit")]
         yield srv
         srv.client.shutdown()
-
-
-def live(server) -> int:
-    return httpx.get(f"{server.url}/health").json()["live"]
-
-
-def wait_until(predicate, what: str, bound_s: float = 120.0) -> None:
-    """Poll ``predicate`` (a bound against hanging, not a timing assertion)."""
-    deadline = time.monotonic() + bound_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        time.sleep(0.2)
 
 
 # --- verifiers -----------------------------------------------------------------------------------------------------
@@ -116,7 +103,7 @@ def test_verifiers_eval_runner_scores_a_group_with_the_servers_verdicts(server, 
 
 def test_verifiers_episode_without_a_verdict_fails_instead_of_scoring_zero(server, chat_server, tmp_path) -> None:
     def idle_model(body: dict[str, Any]) -> dict[str, Any]:  # thinks until the server gives up on the episode
-        wait_until(lambda: live(server) == 0, "the server to end the idle episode")
+        wait_for(lambda: live(server) == 0, "the server to end the idle episode")
         return {**text_reply("done"), "created": 0}
 
     chat_server.answer_with(idle_model)
@@ -249,7 +236,7 @@ def test_trl_reward_of_an_episode_without_a_verdict_is_none_not_zero(server, cap
     env = factory()
     try:
         env.reset(task_id=server.tasks[0].task_id, prompt=[{"role": "user", "content": ""}])
-        wait_until(lambda: live(server) == 0, "the server to end the idle episode")
+        wait_for(lambda: live(server) == 0, "the server to end the idle episode")
         with caplog.at_level(logging.WARNING, logger="trialforge.envserver.adapters.trl"):
             assert env.get_reward() is None  # GRPOTrainer masks it (NaN); a 0 would teach the policy
     finally:

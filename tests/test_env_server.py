@@ -13,13 +13,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
 import pytest
-from env_server_fixture import TOKEN_ENV, serve_bundled
+from env_server_fixture import TOKEN_ENV, live, serve_bundled
+from test_orchestration import wait_for
 from test_recovery import bundled_world
 
 from trialforge.envserver.client import EnvClient, EnvServerError
@@ -49,18 +49,6 @@ def sandboxes(state: Path) -> set[str]:
     return {p.name for p in (state / "sandboxes").glob("tf-*")}
 
 
-def wait_until(predicate, what: str, bound_s: float = 120.0) -> None:
-    """Poll ``predicate`` (a bound against hanging, not a timing assertion)."""
-    deadline = time.monotonic() + bound_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        time.sleep(0.2)
-
-
-def live(server) -> int:
-    return httpx.get(f"{server.url}/health").json()["live"]
-
-
 def test_an_episode_over_http_scores_as_the_agent_loop_scores_the_same_actions(server) -> None:
     task = server.tasks[0]
     actions = patch_to_actions(task.gold_patch)
@@ -88,7 +76,7 @@ def test_an_episode_over_http_scores_as_the_agent_loop_scores_the_same_actions(s
     assert (closed.status, closed.reward, closed.steps) == ("ok", 0.0, 1)
 
     # Both are in the store, with the lineage the client and the server gave.
-    wait_until(lambda: _stored(server, reset.episode_id) and _stored(server, idle.episode_id), "the episodes' rows")
+    wait_for(lambda: _stored(server, reset.episode_id) and _stored(server, idle.episode_id), "the episodes' rows")
     row = _stored(server, reset.episode_id)[0]
     assert (row["policy"], row["policy_version"], row["task_set_version"]) == ("trainer-x", "step-7", "bundled")
     assert row["reward"] == 1.0 and row["run_id"] == server.run_id and row["image_digest"]
@@ -181,7 +169,7 @@ def test_a_client_that_goes_silent_loses_its_episode_and_its_sandbox(server, sta
     before = sandboxes(state_dir)
     reset = server.client.reset(server.tasks[0].task_id)
     server.client.step(reset.episode_id, "run", {"command": "true"})
-    wait_until(lambda: live(server) == 0, "the silent client's episode to end")
+    wait_for(lambda: live(server) == 0, "the silent client's episode to end")
     with pytest.raises(EnvServerError) as err:
         server.client.step(reset.episode_id, "run", {"command": "true"})
     assert err.value.status == 409 and "has ended" in err.value.detail
@@ -207,7 +195,7 @@ def test_clients_killed_mid_episode_leak_no_sandbox(server, state_dir) -> None:
     for c in clients:
         c.kill()
         c.wait()
-    wait_until(lambda: live(server) == 0, "the killed clients' episodes to end")
+    wait_for(lambda: live(server) == 0, "the killed clients' episodes to end")
     for episode in episodes:
         assert server.client.close(episode).status == "policy_error"
     assert sandboxes(state_dir) <= before
@@ -286,7 +274,7 @@ def test_the_env_server_flow_serves_for_its_duration_then_writes_its_episodes(ta
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=os.environ | {TOKEN_ENV: TOKEN}, stdout=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _answers(url), "the flow's server to listen")
+        wait_for(lambda: _answers(url), "the flow's server to listen", proc)
         client = EnvClient(url, TOKEN)
         reset = client.reset(taskset.tasks[0].task_id)
         assert client.close(reset.episode_id).reward == 0.0

@@ -5,7 +5,6 @@ works and the address is known before the first request), and an orderly end tha
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import ipaddress
 import logging
 import os
@@ -39,8 +38,8 @@ class Address:
     url: str
     token: str
     run_id: str  # the partition its episodes are written under (datasets/episodes/run=RUN_ID)
-    tasks: int = 0  # served
-    token_file: str = ""  # where a generated token was written ("": it came from the environment)
+    tasks: int  # served
+    token_file: str  # where a generated token was written ("": it came from the environment)
 
 
 def hub_config(sp: EnvServerParams) -> HubConfig:
@@ -65,12 +64,12 @@ def served_tasks(rt: Runtime) -> tuple[str, list[Task]]:
 def open_hub(rt: Runtime, version: str, tasks: list[Task], run_id: str) -> EpisodeHub:
     """A hub over ``tasks`` with the run's sandboxes, grader and store; its episodes are iteration 0 of ``run_id``."""
     sp = rt.params.env_server
-    served = [t for t in tasks if t.split in sp.splits and t.validation.valid]
-    if not served:
-        raise ConfigError(f"no valid task in splits {sp.splits} among the {len(tasks)} given: nothing to serve")
-    obtain_images(rt.store, served)
     lineage = Lineage(run_id, 0, version, rt.params.digest(), code_version())
-    return EpisodeHub(make_rollout(rt, lineage), served, rt.store, hub_config(sp))
+    hub = EpisodeHub(make_rollout(rt, lineage), tasks, rt.store, hub_config(sp))  # it keeps the servable ones
+    if not hub.tasks:
+        raise ConfigError(f"no valid task in splits {sp.splits} among the {len(tasks)} given: nothing to serve")
+    obtain_images(rt.store, list(hub.tasks.values()))
+    return hub
 
 
 def bearer_token(sp: EnvServerParams) -> tuple[str, Path | None]:
@@ -90,7 +89,7 @@ def bearer_token(sp: EnvServerParams) -> tuple[str, Path | None]:
 
 
 @contextlib.contextmanager
-def running(hub: EpisodeHub, sp: EnvServerParams, token: str, run_id: str) -> Iterator[Address]:
+def running(hub: EpisodeHub, sp: EnvServerParams, token: str, run_id: str, token_file: str = "") -> Iterator[Address]:
     """The server, serving in a thread of this process until the block ends; then every live episode is
     ended, its sandbox released and every ended episode written."""
     sock = _bind(sp.host, sp.port)
@@ -105,7 +104,7 @@ def running(hub: EpisodeHub, sp: EnvServerParams, token: str, run_id: str) -> It
                 raise ConfigError(f"the environment server did not start on {host}:{port} (its log says why)")
             thread.join(timeout=0.05)
         shown = f"[{host}]" if ":" in host else host
-        yield Address(f"http://{shown}:{port}", token, run_id)
+        yield Address(f"http://{shown}:{port}", token, run_id, len(hub.tasks), token_file)
     finally:
         server.should_exit = True
         thread.join()
@@ -120,9 +119,9 @@ def serving(rt: Runtime, version: str, tasks: list[Task]) -> Iterator[Address]:
     run_id = new_run_id(f"{rt.params.run.name}-env")
     token, token_file = bearer_token(sp)
     hub = open_hub(rt, version, tasks, run_id)
-    with running(hub, sp, token, run_id) as address:
-        log.info("environment server at %s: %d tasks; episodes go to run %s", address.url, len(hub.tasks), run_id)
-        yield dataclasses.replace(address, tasks=len(hub.tasks), token_file=str(token_file or ""))
+    with running(hub, sp, token, run_id, str(token_file or "")) as address:
+        log.info("environment server at %s: %d tasks; episodes go to run %s", address.url, address.tasks, run_id)
+        yield address
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -325,7 +325,7 @@ def verdict(record: EpisodeRecord) -> Verdict:
         episode_id=record.episode_id,
         task_id=record.task_id,
         status=record.status,
-        reward=record.reward if record.status == "ok" else None,
+        reward=record.reward,  # the loop leaves it None for any status but ok
         cause=record.cause,
         flags=json.loads(record.integrity_flags),
         termination=record.termination,
