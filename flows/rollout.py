@@ -39,6 +39,7 @@ def rollout(
             record, reports = shards.rollout_iteration(rt, tasks, lineage, checkpoint, shard_size, run)
         wall_s = time.monotonic() - start
         runners.episode_artifacts(rt.store, run_id, iteration)
+        runners.shard_artifact(reports)
     statuses = sum((Counter(r.statuses) for r in reports), Counter())
     said = f"{statuses.total()} episodes: {counted(statuses)}" if statuses else "no new episodes"
     name = f"rollout {iteration}" + (" (held-out eval)" if iteration >= params.train.iterations else "")

@@ -16,6 +16,10 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# The session's Ray cluster (ray_fixture) takes only this token: its ports listen on every interface. Ray reads
+# the token once, when first imported, so it is set here, before anything imports ray.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: torch's thread pool only adds contention on 2 cores
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from conftest import REPO_ROOT
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ParameterTypeError
 from prefect.states import Failed
+from ray_fixture import RayCluster, RayNode
 
 from trialforge.errors import ConfigError, SandboxError, StoreError
 from trialforge.orchestrate import runners, shards
@@ -207,26 +209,31 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
 
 
 @pytest.mark.slow
-def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(curated, params_path, ray_local):
+def test_rollout_on_a_two_node_ray_cluster_matches_the_default_runner_with_sandboxes_on_each_shards_node(
+    curated, params_path, state_dir, ray_cluster
+):
     from prefect import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
     rollout = load_flow("rollout")
     overrides, version = curated
     store = open_store(overrides["run.store"])
-    common = {"params_path": params_path, "overrides": overrides, "task_set": version}
-    state = rollout(run_id="cmp-default", **common, shard_size=SHARD_SIZE, return_state=True)
+    common = {"params_path": params_path, "overrides": overrides, "task_set": version, "shard_size": SHARD_SIZE}
+    on_ray_args = {"runner": "ray", "ray_address": ray_cluster.address}
+    state = rollout(run_id="cmp-default", **common, return_state=True)
     default = state.result()
     with get_client(sync_client=True) as client:
-        run_filter = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
-        artifacts = {a.key: a for a in client.read_artifacts(flow_run_filter=run_filter)}
-        # sandbox.concurrency is 2: one shard at a time may hold the limit's 2 slots, whichever worker runs it
+        artifacts = flow_run_artifacts(client, state)
+        # sandbox.concurrency is 2: one shard at a time may hold the limit's 2 slots. With a CPU per node Ray runs
+        # two shards at once, one per node: the limit alone keeps their sandboxes from overlapping
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=runners.SANDBOX_LIMIT, limit=2))
         try:
-            on_ray = rollout(run_id="cmp-ray", **common, shard_size=SHARD_SIZE, runner="ray")
+            with sandbox_owners(state_dir, ray_cluster) as made_by:
+                ray_state = rollout(run_id="cmp-ray", **common, **on_ray_args, return_state=True)
         finally:
             client.delete_global_concurrency_limit_by_name(runners.SANDBOX_LIMIT)
+        on_ray = ray_state.result()
+        ray_artifacts = flow_run_artifacts(client, ray_state)
     assert (default.episodes, on_ray.episodes) == (EPISODES, EPISODES)
     assert len(default.reports) == len(on_ray.reports) == EPISODES // SHARD_SIZE
 
@@ -242,6 +249,52 @@ def test_rollout_on_ray_matches_the_default_runner_within_the_sandbox_limit(cura
     assert store.uri("datasets/episodes/run=cmp-default/iteration=0") in artifacts["trialforge-data"].data
     spans = sorted((r.started_at, r.finished_at) for r in on_ray.reports)
     assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), "shards overlapped"
+
+    # placement: the shards ran on both nodes, and each shard's sandboxes were made by a process of its node
+    assert all(r.node.ray_node_id in ray_cluster.nodes for r in on_ray.reports), [str(r.node) for r in on_ray.reports]
+    ran_on = {r.shard_id: ray_cluster.nodes[r.node.ray_node_id] for r in on_ray.reports}
+    assert set(ran_on.values()) == set(ray_cluster.nodes.values()), f"the shards did not spread: {ran_on}"
+    for report in on_ray.reports:
+        node = ran_on[report.shard_id]
+        assert report.node.ray_node_ip == node.ip
+        nodes_of_its_sandboxes = {where for pid, where in made_by.values() if pid == report.node.pid}
+        assert nodes_of_its_sandboxes == {node}, f"{report.shard_id} ran on {node}: {nodes_of_its_sandboxes}"
+    assert {pid for pid, _ in made_by.values()} == {r.node.pid for r in on_ray.reports}  # the driver made none
+    where = {(row["shard"], row["ray_node_id"]) for row in json.loads(ray_artifacts["trialforge-shards"].data)}
+    assert where == {(r.shard_id, r.node.ray_node_id) for r in on_ray.reports}
+    assert {r.node.pid for r in default.reports} == {os.getpid()}  # the default runner: threads of the flow's process
+
+
+def flow_run_artifacts(client, state) -> dict:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    run_filter = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+    return {a.key: a for a in client.read_artifacts(flow_run_filter=run_filter)}
+
+
+@contextlib.contextmanager
+def sandbox_owners(state_dir: Path, cluster: RayCluster) -> Iterator[dict[str, tuple[int, RayNode | None]]]:
+    """While the block runs: each sandbox that appears in the session's state dir, by id, with the process that made
+    it (its signed record's ``owner_pid``) and that process's node, looked up while the sandbox lives (its owner
+    lives at least as long). An episode's sandbox lives for seconds; the state dir is polled every 20 ms."""
+    seen: dict[str, tuple[int, RayNode | None]] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.02):
+            for record in (state_dir / "sandboxes").glob("tf-*/record.json"):
+                if record.parent.name not in seen:
+                    with contextlib.suppress(OSError):  # closed meanwhile
+                        owner = json.loads(record.read_text())["owner_pid"]
+                        seen[record.parent.name] = (owner, cluster.node_running(owner))
+
+    watcher = threading.Thread(target=watch, name="sandbox-owners", daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
 
 
 @pytest.mark.slow

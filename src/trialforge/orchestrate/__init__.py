@@ -15,6 +15,9 @@ Kept light (pydantic only): the CLI imports this package at startup.
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -42,6 +45,28 @@ class StageResult(BaseModel):
     funnels: list[dict[str, Any]]
 
 
+class ShardNode(BaseModel):
+    """Where a shard ran: the process that ran it, which opened its sandboxes (so they live on that machine), and
+    the Ray node of that process when it is connected to a Ray cluster."""
+
+    hostname: str
+    pid: int
+    ray_node_id: str | None = None  # None: a process not connected to Ray
+    ray_node_ip: str | None = None
+
+    @classmethod
+    def here(cls) -> ShardNode:
+        ray = sys.modules.get("ray")  # not imported for this: a process Ray runs, or one connected to it, has it
+        if ray is None or not ray.is_initialized():
+            return cls(hostname=socket.gethostname(), pid=os.getpid())
+        node_id, node_ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+        return cls(hostname=socket.gethostname(), pid=os.getpid(), ray_node_id=node_id, ray_node_ip=node_ip)
+
+    def __str__(self) -> str:
+        on_ray = f" on ray node {self.ray_node_id[:8]} ({self.ray_node_ip})" if self.ray_node_id else ""
+        return f"{self.hostname} pid {self.pid}{on_ray}"
+
+
 class ShardReport(BaseModel):
     """One shard's outcome, timed from when it held its sandbox slots to when its part was published."""
 
@@ -50,6 +75,7 @@ class ShardReport(BaseModel):
     statuses: dict[str, int]
     started_at: float  # epoch seconds
     finished_at: float
+    node: ShardNode
 
     @property
     def work_s(self) -> float:

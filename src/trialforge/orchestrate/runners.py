@@ -3,7 +3,8 @@
 - **Runtimes**: one per params per process. A flow holds it and the flows it calls reuse it; a shard
   running in a Ray worker opens its own once per worker process.
 - **Shards**: submitted as Prefect tasks to threads here (one shard at a time: ``sandbox.concurrency``
-  bounds the sandboxes of this host) or to a Ray cluster through prefect-ray, each on a worker. A shard
+  bounds the sandboxes of this host) or to a Ray cluster through prefect-ray, each on a worker, spread over
+  the nodes; the worker opens the shard's sandboxes, so they live on its node (its report names it). A shard
   retries with exponential backoff and jitter on infrastructure faults only (``SandboxError``,
   ``StoreError``), and holds slots of the global concurrency limit ``sandboxes`` while it runs when the
   Prefect server has one (``prefect gcl create sandboxes --limit N``); without it (ephemeral Prefect)
@@ -130,6 +131,17 @@ def shard_runner(runner: Runner, ray_address: str | None) -> Iterator[TaskRunner
             yield threads
 
 
+def spread_over_nodes(runner: Runner) -> contextlib.AbstractContextManager[object]:
+    """While shards are submitted: on Ray, place them ``SPREAD`` over the nodes. A shard's sandboxes are processes
+    Ray does not count, so its default placement (fill the driver's node first) would crowd them onto one node
+    while the others idle."""
+    if runner != "ray":
+        return contextlib.nullcontext()
+    from prefect_ray.context import remote_options
+
+    return remote_options(scheduling_strategy="SPREAD")
+
+
 def sandbox_slots(params: Params) -> int:
     """Slots of the ``sandboxes`` limit a shard holds (its ``sandbox.concurrency``); 0 when the server has no
     such limit (ephemeral Prefect, or never created), and shards then run bounded per worker only."""
@@ -203,7 +215,8 @@ def shard_submitter(
 
         def run(shards: list[Shard]) -> list[ShardReport]:
             works = [ShardWork(params, lineage, s, [by_id[i] for i in s.task_ids()], checkpoint, slots) for s in shards]
-            futures = [task_runner.submit(rollout_shard, {"work": w}) for w in works]
+            with spread_over_nodes(runner):
+                futures = [task_runner.submit(rollout_shard, {"work": w}) for w in works]
             reports = []
             label = f"rollout iteration {lineage.iteration}" + (f" round {round_of(shards[0].id)}" if shards else "")
             with track(label, len(shards)) as advance:
@@ -211,7 +224,9 @@ def shard_submitter(
                     report = future.result()
                     reports.append(report)
                     advance()
-                    logger.info("shard %s: %d episodes %s", report.shard_id, report.episodes, report.statuses)
+                    logger.info(
+                        "shard %s: %d episodes %s on %s", report.shard_id, report.episodes, report.statuses, report.node
+                    )
             return sorted(reports, key=lambda r: r.shard_id)
 
         yield run
@@ -286,6 +301,15 @@ def episode_artifacts(store: ObjectStore, run_id: str, iteration: int | None = N
         key="trialforge-data",
         description="Where this run's episodes and steps are",
     )
+
+
+def shard_artifact(reports: list[ShardReport]) -> None:
+    """Where each shard of a rollout ran (host, process, Ray node) and how long it worked."""
+    rows = [
+        {"shard": r.shard_id, "episodes": r.episodes, "work_s": round(r.work_s, 2), **r.node.model_dump()}
+        for r in sorted(reports, key=lambda r: r.shard_id)
+    ]
+    create_table_artifact(rows, key="trialforge-shards", description="Where each shard ran")
 
 
 def pass_rate_table(episodes: pd.DataFrame) -> list[dict[str, Any]]:

@@ -47,7 +47,7 @@ from trialforge.curate.sampler import BatchSampler, group_rewards, update_pass_r
 from trialforge.curate.tiers import policy_key, tier_tasks
 from trialforge.errors import ConfigError
 from trialforge.observe.health import learning_health
-from trialforge.orchestrate import IterationRecord, ShardReport, StageResult, TrainResult
+from trialforge.orchestrate import IterationRecord, ShardNode, ShardReport, StageResult, TrainResult
 from trialforge.pipeline import assert_healthy, eval_seed, make_policies, make_rollout, round_seed, store_episodes
 from trialforge.rollout.loop import EpisodeJob, Lineage, planned, run_jobs
 from trialforge.rollout.policies import Policy
@@ -161,7 +161,8 @@ _loaded_lock = threading.Lock()
 def execute_shard(
     rt: Runtime, shard: Shard, tasks: list[Task], checkpoint: str | None, lineage: Lineage
 ) -> ShardReport:
-    """Run the shard's episodes, ``sandbox.concurrency`` at a time, and publish them as part ``shard.id``."""
+    """Run the shard's episodes, ``sandbox.concurrency`` at a time, in sandboxes of ``rt`` (opened by this process,
+    on this machine), and publish them as part ``shard.id``."""
     started = time.time()
     by_id = {t.task_id: t for t in tasks}
     missing = sorted(set(shard.task_ids()) - set(by_id))
@@ -177,7 +178,12 @@ def execute_shard(
     statuses = dict(Counter(e.status for e in episodes))
     log.info("shard published", extra={"shard": shard.id, "episodes": len(episodes), "statuses": statuses})
     return ShardReport(
-        shard_id=shard.id, episodes=len(episodes), statuses=statuses, started_at=started, finished_at=time.time()
+        shard_id=shard.id,
+        episodes=len(episodes),
+        statuses=statuses,
+        started_at=started,
+        finished_at=time.time(),
+        node=ShardNode.here(),
     )
 
 
