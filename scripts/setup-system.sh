@@ -4,7 +4,9 @@
 #   for one), debootstrap (base image), git (patches), podman + runc (the Docker Engine API backend
 #   and its tests), uidmap (rootless Podman, for trialforge run as a normal user), chromium (the
 #   report's browser test), libseccomp2 (the syscall filter), a Python with venv, gcc and the Python
-#   headers (the environment-image tests compile a wheel with a C extension, as an index serves one);
+#   headers (the environment-image tests compile a wheel with a C extension, as an index serves one), socat,
+#   openssh-server and docker-registry (the engine-fleet tests put a Podman socket behind mutual TLS and
+#   behind ssh, as a remote engine would be, and pass images through a registry; none is started here);
 # - the account bwrap sandboxes run as when trialforge is root (src/trialforge/sandbox/identity.py);
 # - subordinate ids for Podman's per-container user namespaces (UsernsMode=auto takes them from the
 #   "containers" entries of /etc/subuid and /etc/subgid): uid 1000 inside a container is then a
@@ -23,6 +25,9 @@ have newuidmap || need+=(uidmap)
 have chromium || need+=(chromium)
 have python3 || need+=(python3)
 have gcc || need+=(gcc)
+have socat || need+=(socat)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+have docker-registry || need+=(docker-registry)
 [ -n "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)" ] \
   && [ -f "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || need+=(python3-dev)
 ldconfig -p 2>/dev/null | grep -q "libseccomp.so.2 " || need+=(libseccomp2)

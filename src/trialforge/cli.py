@@ -162,15 +162,36 @@ def image_spec(
 
 
 @app.command()
-def reap(everything: Annotated[bool, typer.Option(help="remove live sandboxes too")] = False) -> None:
-    """Remove what dead runs left behind: bwrap sandboxes, containers, Podman services and conmons, temp dirs."""
+def reap(
+    everything: Annotated[bool, typer.Option(help="remove live sandboxes too")] = False,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Remove what dead runs left behind: bwrap sandboxes, containers (also on every engine of
+    ``sandbox.engines``), Podman services and conmons, temp dirs."""
     from trialforge.sandbox.leftovers import reap_all
 
-    done = reap_all(everything=everything)
+    done = reap_all(everything=everything, engines=load_params(params).sandbox.engines)
     typer.echo(done.summary())
     for kind, names in vars(done).items():
         if names:
             typer.echo(f"  {kind}: {' '.join(names)}")
+
+
+@app.command()
+def engines(params: ParamsOpt = Path("params.yaml")) -> None:
+    """Ask every engine of ``sandbox.engines`` how it is: answers (or why not), version, whether it holds the
+    base image by digest, trialforge sandboxes running. One JSON line each; exit 1 if one does not answer."""
+    from trialforge.sandbox.fleet import survey
+    from trialforge.sandbox.images import base_image
+
+    endpoints = load_params(params).sandbox.engines
+    if not endpoints:
+        raise typer.BadParameter(f"{params} lists no sandbox.engines", param_hint="--params")
+    rows = survey(endpoints, base_image(build=False))
+    for row in rows:
+        typer.echo(json.dumps(row))
+    if not all(row["answers"] for row in rows):
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -68,7 +68,12 @@ def open_runtime(params: Params) -> Iterator[Runtime]:
         pool = SandboxPool(
             backend,
             sp.limits(),
-            PoolConfig(max_sandboxes=sp.max_live, warm_per_image=sp.warm, warm_lifetime_s=sp.warm_lifetime_s),
+            PoolConfig(
+                max_sandboxes=sp.max_live,
+                warm_per_image=sp.warm,
+                warm_lifetime_s=sp.warm_lifetime_s,
+                elastic=sp.elastic.pool(),
+            ),
         )
         stack.callback(pool.close)  # before the backend's own cleanup (the stack unwinds in reverse)
         runtime = Runtime(params, store, snapshots, backend, image, digest, pool, stack)
@@ -86,6 +91,18 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
         backend = BwrapBackend(image)
         stack.callback(backend.close)
         return backend, image.digest
+    if params.sandbox.engines:
+        from trialforge.sandbox.fleet import open_fleet
+
+        fleet = open_fleet(
+            params.sandbox.engines,
+            image,
+            stack,
+            allow_host_uids=params.sandbox.allow_host_uids,
+            health_s=params.sandbox.engine_health_s,
+            registry=params.sandbox.registry,
+        )
+        return fleet, image.digest
     from trialforge.sandbox.docker import DockerBackend
     from trialforge.sandbox.engine import PodmanService, engine_client
     from trialforge.sandbox.leftovers import reap_containers, reap_services
@@ -96,7 +113,9 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
         host = stack.enter_context(PodmanService()).base_url
     client = engine_client(host)
     reap_containers(client)  # containers of crashed runs (dead owner or deadline passed)
-    backend = DockerBackend(client, image, allow_host_uids=params.sandbox.allow_host_uids)
+    backend = DockerBackend(
+        client, image, allow_host_uids=params.sandbox.allow_host_uids, registry=params.sandbox.registry
+    )
     stack.callback(backend.close)
     backend.ensure_image()  # imported now: a broken engine fails here, not in the first episode
     return backend, image.digest  # the content digest, the same on every backend

@@ -47,7 +47,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -59,11 +59,13 @@ import requests.exceptions
 from trialforge.errors import SandboxError
 from trialforge.sandbox import container_confinement as confine
 from trialforge.sandbox import docker_io
+from trialforge.sandbox import registry as image_registry
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.identity import SANDBOX_UID
 from trialforge.sandbox.images import Image, find_image
 from trialforge.sandbox.proc import _Capture
 from trialforge.sandbox.reaper import SandboxRecord
+from trialforge.sandbox.registry import RegistryParams
 from trialforge.sandbox.seccomp import oci_profile
 from trialforge.sandbox.statedir import private_dir, state_root
 
@@ -105,9 +107,10 @@ stat -c %s -- "$p" >&2 || exit 1
 exec cat -- "$p"
 """
 
-# Resolve $1 as the sandbox user; refuse anything outside /work; create its parents; write stdin
-# to it. An existing file keeps its mode (even a read-only one); anything but a regular file there
-# (a fifo would block the writer) is replaced.
+# Resolve $1 as the sandbox user; refuse anything outside /work; create its parents; write the $2
+# bytes of stdin to it (a byte count, not EOF, ends it: a TLS connection cannot half-close). An
+# existing file keeps its mode (even a read-only one); anything but a regular file there (a fifo
+# would block the writer) is replaced.
 WRITE_SCRIPT = """
 p=$(realpath -m -- "$1") || exit 2
 case "$p" in /work|/work/*) ;; *) printf '%s' "$p" >&2; exit 3 ;; esac
@@ -115,7 +118,7 @@ case "$p" in /work|/work/*) ;; *) printf '%s' "$p" >&2; exit 3 ;; esac
 mkdir -p -- "${p%/*}" || exit 4
 if [ -e "$p" ] && [ ! -f "$p" ]; then rm -f -- "$p" || exit 4; fi
 mode=$(stat -c %a -- "$p" 2>/dev/null) && chmod u+w -- "$p"
-cat > "$p" || exit 6
+head -c "$2" > "$p" || exit 6
 [ -z "$mode" ] || chmod "$mode" -- "$p"
 [ "$(stat -c %s -- "$p")" = "$2" ] || exit 7
 """
@@ -123,7 +126,8 @@ WRITE_ATTEMPTS = 3  # exit 7: stdin arrived short (Podman 4's exec attach can dr
 READ_ATTEMPTS = 3  # fewer bytes than the file's size arrived: output the engine lost on the way (seen under load)
 
 # A clean slate, then the archive on stdin as /work: no processes, empty scratch space, and /work
-# exactly the archive (restore, reset, seeding). ``-p``: the archive's modes, not the umask's.
+# exactly the archive (restore, reset, seeding). tar stops at the archive's end marker, not at EOF.
+# ``-p``: the archive's modes, not the umask's.
 LOAD_SCRIPT = """
 kill -9 -1 2>/dev/null
 for d in /var/tmp /dev/shm; do [ -d "$d" ] && find "$d" -mindepth 1 -delete 2>/dev/null; done
@@ -183,6 +187,7 @@ class DockerBackend:
         *,
         state_dir: Path | None = None,
         allow_host_uids: bool = False,
+        registry: RegistryParams | None = None,
     ) -> None:
         """``allow_host_uids``: accept a Docker daemon without ``userns-remap`` (sandbox uid 1000 = host uid 1000)."""
         self.client = client
@@ -191,11 +196,14 @@ class DockerBackend:
         self.state_dir = state_dir or state_root()
         self.snapshot_dir = self.state_dir / "snapshots" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.allow_host_uids = allow_host_uids
+        self.registry = registry if registry is not None and registry.url else None
         self._images: dict[str, Image] = {}
         self._image_ids: dict[str, str] = {}  # image name -> the engine's id of it
         self._seccomp: str | None = None
         self._engine: confine.Engine | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # ensure_image asks engine() while holding it
+        self.live = 0  # sandboxes of this backend not yet closed (a fleet places by it)
+        self.on_count: Callable[[], None] | None = None  # told when ``live`` changed (a fleet waiting for room)
 
     # --- the engine and the image --------------------------------------------------------
     def engine(self) -> confine.Engine:
@@ -249,20 +257,56 @@ class DockerBackend:
                 self._image_ids[image.name] = self._current_image_id(image)
             return self._image_ids[image.name]
 
+    def has_image(self, name: str) -> bool:
+        """Whether ``name`` is already in the engine (imported and checked by this backend). Without the lock,
+        which an import holds for minutes: a fleet asks while placing sandboxes on every engine."""
+        return name in self._image_ids
+
+    def forget_images(self) -> None:
+        """Check every image again on next use: the engine came back and may have lost its store."""
+        with self._lock:
+            self._image_ids.clear()
+
+    def count(self, delta: int) -> None:
+        with self._lock:
+            self.live += delta
+        if self.on_count is not None:
+            self.on_count()
+
     def _current_image_id(self, image: Image) -> str:
+        """The engine's copy of ``image`` if its digest label is right; else pulled from the registry (if any),
+        else imported from the tarball (and pushed to the registry, for the next engine)."""
         attrs = self._inspect_image(image)
-        labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
-        if attrs is not None and labels.get(LABEL_DIGEST) == image.digest:
-            return str(attrs["Id"])
-        log.info("importing image", extra={"image": image.name, "tarball": str(image.tarball)})
-        self._import_image(image)
-        fresh = self._inspect_image(image)
+        if _holds(attrs, image):
+            return str(attrs["Id"])  # type: ignore[index]  # _holds: not None
+        fresh = self._pulled(image) if self.registry is not None else None
         if fresh is None:
-            raise SandboxError(f"image {image.name} is missing right after its import", cause="image")
+            log.info("importing image", extra={"image": image.name, "tarball": str(image.tarball)})
+            self._import_image(image)
+            fresh = self._inspect_image(image)
+            if fresh is None:
+                raise SandboxError(f"image {image.name} is missing right after its import", cause="image")
+            if self.registry is not None:
+                image_registry.push(self.api, self.registry, image, str(fresh["Id"]))
         if attrs is not None and attrs["Id"] != fresh["Id"]:
             with contextlib.suppress(*_ENGINE_DOWN):  # still used by a container: it stays, untagged
                 self.api.remove_image(attrs["Id"])
         return str(fresh["Id"])
+
+    def _pulled(self, image: Image) -> dict[str, Any] | None:
+        """``image`` pulled from the registry and tagged as its name, if the registry has it with the right digest."""
+        assert self.registry is not None
+        if not image_registry.pull(self.api, self.registry, image, podman=self.engine().podman):
+            return None
+        try:
+            self.api.tag(self.registry.reference(image), *_split_ref(image.name))
+        except _ENGINE_DOWN as exc:
+            raise SandboxError(f"cannot tag the pulled {image.name}: {exc}", cause="engine") from exc
+        pulled = self._inspect_image(image)
+        if not _holds(pulled, image):
+            log.warning("the registry's image is not the tarball's content: importing", extra={"image": image.name})
+            return None
+        return pulled
 
     def _inspect_image(self, image: Image) -> dict[str, Any] | None:
         try:
@@ -328,6 +372,7 @@ class DockerSandbox:
         self.container_id = ""
         self.closed = False
         self._oom_kills = 0
+        owner.count(+1)  # close() gives it back, also when starting fails below
         try:
             self._start()
             if seed_tar is not None:
@@ -374,6 +419,7 @@ class DockerSandbox:
         if self.closed:
             return
         self.closed = True
+        self.owner.count(-1)
         try:
             remove_container(self.api, self.id)
         except _ENGINE_DOWN as exc:  # the reaper removes what we could not
@@ -620,6 +666,12 @@ class DockerSandbox:
 
 
 # --- helpers -----------------------------------------------------------------------------
+def _holds(attrs: dict[str, Any] | None, image: Image) -> bool:
+    """An engine's image (``inspect`` attributes) is ``image``: its digest label is the tarball's digest."""
+    labels = ((attrs or {}).get("Config") or {}).get("Labels") or {}
+    return attrs is not None and labels.get(LABEL_DIGEST) == image.digest
+
+
 def remove_container(api: docker.APIClient, container: str, *, attempts: int = 3) -> bool:
     """Force-remove ``container`` (and its anonymous volumes); True if it existed.
 

@@ -16,6 +16,7 @@ import os
 import posixpath
 import select
 import socket
+import ssl
 import struct
 import tarfile
 import tempfile
@@ -91,6 +92,8 @@ def _start_writer(raw: Any, stdin: IO[bytes] | bytes) -> threading.Thread:
             else:
                 while chunk := stdin.read(1 << 20):
                     raw.sendall(chunk)
+        if isinstance(raw, ssl.SSLSocket):
+            return  # TLS has no half-close here (shutdown() unwraps the socket): our helpers stop at their byte count
         with contextlib.suppress(OSError):
             raw.shutdown(socket.SHUT_WR)
 
@@ -116,9 +119,10 @@ def _read_frames(sock: Any, out: Sink, err: Sink, *, deadline: float, on_deadlin
             on_deadline()
             deadline = time.monotonic() + DRAIN_S
             continue
-        ready, _, _ = select.select([sock], [], [], min(remaining, 1.0))
-        if not ready:
-            continue
+        if not _decrypted_waiting(sock):  # TLS may hold bytes it already read, which select() cannot see
+            ready, _, _ = select.select([sock], [], [], min(remaining, 1.0))
+            if not ready:
+                continue
         chunk = sock.read(65536)
         if not chunk:
             return hit
@@ -129,6 +133,11 @@ def _read_frames(sock: Any, out: Sink, err: Sink, *, deadline: float, on_deadlin
                 break
             (err if stream == 2 else out).feed(bytes(buf[8 : 8 + size]))
             del buf[: 8 + size]
+
+
+def _decrypted_waiting(sock: Any) -> bool:
+    raw = getattr(sock, "_sock", sock)
+    return isinstance(raw, ssl.SSLSocket) and raw.pending() > 0
 
 
 def close_exec_socket(sock: Any) -> None:

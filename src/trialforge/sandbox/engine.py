@@ -11,10 +11,13 @@ chosen an engine, and we use it instead of starting anything.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -91,8 +94,13 @@ class PodmanService:
         containers_conf: Path | None = None,
         start_timeout_s: float = 60.0,
         use_docker_host: bool = True,
+        own_storage: bool = False,
     ) -> None:
+        """``own_storage``: images and containers in a store of the service's own (podman ``--root``/``--runroot``
+        in ``store_dir(home)``) instead of the host's shared one: a second engine on one host behaves as an
+        engine on another machine would (it sees none of the first one's images or containers)."""
         self.state_dir = state_dir
+        self.own_storage = own_storage
         self.conf = containers_conf
         self.start_timeout_s = start_timeout_s
         self.external = os.environ.get("DOCKER_HOST") if use_docker_host else None
@@ -121,9 +129,13 @@ class PodmanService:
         socket = home / "podman.sock"
         socket.unlink(missing_ok=True)
         self.base_url = f"unix://{socket}"
+        store = []
+        if self.own_storage:
+            root = _own_store(home)
+            store = ["--root", str(root / "storage"), "--runroot", str(root / "run")]
         with (home / "service.log").open("ab") as logfile:
             self.proc = subprocess.Popen(
-                ["podman", "system", "service", "--time=0", self.base_url],
+                ["podman", *store, "system", "service", "--time=0", self.base_url],
                 env=self.env,
                 cwd=home,  # conmon drops files (``oom``) into its working directory: keep them in ours
                 stdin=subprocess.DEVNULL,
@@ -154,7 +166,7 @@ class PodmanService:
                 proc.kill()
                 proc.wait(timeout=15)
         if self._made_dir is not None:
-            shutil.rmtree(self._made_dir, ignore_errors=True)
+            remove_home(self._made_dir)
             self._made_dir = None
 
     def __enter__(self) -> PodmanService:
@@ -222,6 +234,67 @@ class ServiceRecord:
 
     def service_alive(self) -> bool:
         return still_running(self.service_pid, self.service_start)
+
+
+def store_dir(home: Path) -> Path:
+    """Where the service homed at ``home`` keeps a store of its own: outside the state dir, since Podman opens a
+    store's parents to every user (o+x, for user namespaces) and the state dir must stay closed; short, since
+    Podman refuses a runroot over 50 characters. Named after the home, so a reaper finds it from the home."""
+    return Path(tempfile.gettempdir()) / f"tf-store-{home.name.removeprefix('podman-')}"
+
+
+def _own_store(home: Path) -> Path:
+    """``store_dir(home)``, made by us now (never one somebody else made first), or ours from an earlier start."""
+    store = store_dir(home)
+    try:
+        store.mkdir(mode=0o700)
+    except FileExistsError:
+        info = os.lstat(store)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise SandboxError(f"refusing Podman store {store}: not a directory of ours", cause="state_dir") from None
+    return store
+
+
+def remove_home(home: Path) -> None:
+    """Remove a service's home and its own store, if any, unmounting first what is mounted there (the overlay
+    driver bind-mounts its layer directory onto itself). Both are ours alone, so is what is mounted in them."""
+    store = store_dir(home)
+    _kill_users(store)
+    for mount in mounts_under(store):
+        subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
+    shutil.rmtree(store, ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _kill_users(store: Path, rounds: int = 50) -> None:
+    """SIGKILL every process that names ``store`` on its command line (conmons, and the ``podman container
+    cleanup`` they start when a container ends, which would otherwise recreate the store after its removal)."""
+    needle = str(store).encode()
+    for _ in range(rounds):
+        users = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if needle in (proc / "cmdline").read_bytes():
+                    users.append(int(proc.name))
+            except OSError:
+                continue
+        if not users:
+            return
+        for pid in users:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)  # poll interval while the killed processes exit
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """Mount points at or below ``root``, deepest first (mountinfo's 5th field, octal escapes decoded)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    points = {Path(line.split()[4].encode().decode("unicode_escape")) for line in lines if len(line.split()) > 4}
+    root = root.resolve()
+    return sorted((p for p in points if p == root or root in p.parents), key=lambda p: len(p.parts), reverse=True)
 
 
 def _tail(path: Path, size: int = 2000) -> str:

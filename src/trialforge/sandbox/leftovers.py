@@ -25,7 +25,7 @@ import shutil
 import signal
 import socket as pysocket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -35,7 +35,8 @@ import docker.errors
 from trialforge.errors import SandboxError
 from trialforge.sandbox import reaper
 from trialforge.sandbox.docker import LABEL_DEADLINE, LABEL_OWNER, remove_container
-from trialforge.sandbox.engine import PodmanService, ServiceRecord, engine_client
+from trialforge.sandbox.endpoints import EngineEndpoint, SshTunnel
+from trialforge.sandbox.engine import PodmanService, ServiceRecord, engine_client, remove_home, store_dir
 from trialforge.sandbox.statedir import check_private, state_root
 from trialforge.scratch import reap_scratch
 
@@ -54,6 +55,7 @@ class Reaped:
     services: list[str] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)
     scratch: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)  # engines of the fleet that did not answer: not reaped
 
     def add(self, other: Reaped) -> Reaped:
         for f in fields(self):
@@ -65,17 +67,28 @@ class Reaped:
             f"removed {len(self.sandboxes)} bwrap sandboxes, {len(self.containers)} containers, "
             f"{len(self.volumes)} volumes, {len(self.services)} podman services, "
             f"{len(self.processes)} processes, {len(self.scratch)} temp dirs"
+            + (f"; engines not reached: {', '.join(self.unreachable)}" if self.unreachable else "")
         )
 
 
-def reap_all(*, everything: bool = False, state_dir: Path | None = None, docker_host: str | None = None) -> Reaped:
-    """Every kind, in order: sandboxes, services (with their containers), the engine's other containers, temp dirs.
+def reap_all(
+    *,
+    everything: bool = False,
+    state_dir: Path | None = None,
+    docker_host: str | None = None,
+    engines: Sequence[EngineEndpoint] = (),
+) -> Reaped:
+    """Every kind, in order: sandboxes, services (with their containers), the engine's other containers, the
+    fleet's engines' containers, temp dirs.
 
     The engine is ``docker_host``, else ``$DOCKER_HOST``, else a short-lived Podman service of our
     own (rootful Podman keeps containers in one store: a fresh service sees what a dead one left).
+    ``engines`` (``sandbox.engines``) are each visited too; one that does not answer is reported, not fatal.
     """
     done = Reaped(sandboxes=reaper.reap(state_dir, everything=everything))
     done.add(reap_services(state_dir, everything=everything))
+    for endpoint in engines:
+        done.add(_reap_engine(endpoint, everything=everything))
     host = docker_host or os.environ.get("DOCKER_HOST")
     if host:
         client = engine_client(host)
@@ -88,6 +101,22 @@ def reap_all(*, everything: bool = False, state_dir: Path | None = None, docker_
                 done.add(reap_containers(client, everything=everything))
     done.scratch = reap_scratch(everything=everything)
     return done
+
+
+def _reap_engine(endpoint: EngineEndpoint, *, everything: bool) -> Reaped:
+    with contextlib.ExitStack() as stack:
+        url = endpoint.url
+        try:
+            if endpoint.scheme == "ssh":
+                tunnel = SshTunnel(endpoint)
+                stack.callback(tunnel.close)
+                url = tunnel.ensure()
+            client = stack.enter_context(contextlib.closing(endpoint.client(url, 30)))
+            client.ping()
+            return reap_containers(client, everything=everything)
+        except (SandboxError, docker.errors.DockerException, OSError) as exc:
+            log.warning("engine %s not reaped: it does not answer (%s)", endpoint.label, exc)
+            return Reaped(unreachable=[endpoint.label])
 
 
 def reap_containers(client: docker.DockerClient, *, everything: bool = False, owner: str | None = None) -> Reaped:
@@ -139,18 +168,24 @@ def reap_services(state_dir: Path | None = None, *, everything: bool = False) ->
         if not _is_our_service(record, home):
             log.warning("not stopping pid %s: it is not the Podman service recorded in %s", record.service_pid, home)
         else:
-            done.add(_stop_service(record, everything=everything))
-        shutil.rmtree(home, ignore_errors=True)
+            done.add(_stop_service(record, home, everything=everything))
+        remove_home(home)
         done.services.append(home.name)
     return done
 
 
-def _stop_service(record: ServiceRecord, *, everything: bool) -> Reaped:
+def _stop_service(record: ServiceRecord, home: Path, *, everything: bool) -> Reaped:
     done = Reaped()
     try:
         client = engine_client(record.url, timeout=30)
     except SandboxError as exc:
         log.warning("Podman service %s does not answer (%s): stopping it anyway", record.url, exc)
+        if store_dir(home).is_dir():  # a store of its own: only a service on that store can remove its containers
+            with (
+                PodmanService(home, use_docker_host=False, own_storage=True) as engine,
+                contextlib.closing(engine.client()) as revived,
+            ):
+                done.add(reap_containers(revived, everything=everything))
     else:
         with contextlib.closing(client):
             done.add(reap_containers(client, everything=everything))

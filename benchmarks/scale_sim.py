@@ -1,0 +1,381 @@
+"""Thousands of concurrent episodes through the real scheduler, pool, agent loop, grader and store writer, on
+simulated sandboxes whose latencies are measured on real bubblewrap in the same run: controller CPU and memory
+per episode as concurrency grows, where one controller process stops scaling and why, and a sizing table.
+
+    .venv/bin/python benchmarks/scale_sim.py [--levels 100@5,500@10,500@40] [--episode-s 120]
+                                             [--engine-batch 64] [--targets 10,100,1000] [--stored] [--seed 0]
+    .venv/bin/python benchmarks/scale_sim.py --levels 100@5,1000@10,10000@10   # 10,000 in flight: ~35 min
+
+1. Measure (real): the bundled tickets are ingested, ``--tasks`` of them validated in real bubblewrap sandboxes,
+   and ``--measure-episodes`` episodes of the agent below run through ``run_jobs`` on bubblewrap and are graded
+   (each must score 1.0: a workload that fails on real sandboxes measures nothing). A ``Recorder`` times every
+   create, reset, command, test run and close; one lognormal per operation is fitted and printed.
+   ``--stored`` draws from ``simulated.BWRAP_2CORE`` instead (a fit stored from an earlier run).
+2. Simulate: a level ``N@R`` runs N episodes at once (``run_jobs`` at concurrency N, each in its own thread) in
+   a fresh process (its peak memory is its own), their thinking stretched so that N in flight offer R episodes/s
+   (Little's law: an episode lasts N/R seconds), then writes them with the real store writer
+   (``pipeline.store_episodes``: Parquet, file store). Real: the scheduler, the elastic ``SandboxPool``, the agent
+   loop (its tools on the in-memory workspace, a checkpoint, the final diff by git), the grader's host side (a
+   copy of the pristine tree, ``git apply`` of the diff and of the test patch, canaries planted, files hashed)
+   and the store writer. Drawn: every sandbox operation (``SimulatedBackend``), the graded test run included (it
+   brings back no report, so simulated episodes score 0), and the policy's thinking (lognormal per turn, sigma
+   0.5; an episode's total from 0.5 to 1.5 times the mean): an assumption standing in for an inference engine,
+   which this machine does not have.
+   The agent: grep the repository, view the file to fix, make the gold patch's edits, leave a note of its own
+   (so every episode's diff differs and every episode is graded, as an RL policy's are), run the tests, submit.
+   A level sustains its rate when N / (its mean episode time) reaches 80% of R; one that does not shows where
+   one process stops scaling, with its CPU: the interpreter's (one Python thread runs at a time) and git's.
+   Every episode's scratch copies (a checkpoint, the final diff, the grading tree) and the store go to
+   ``--scratch``: tmpfs (/dev/shm) by default, as a controller should run; on a disk filesystem (ext4 here) the
+   kernel's share of each episode's CPU grows, and varies with how many files were deleted there lately.
+3. Size: Little's law on the measured per-episode figures, for episodes of ``--episode-s`` (assumed): episodes
+   in flight, sandboxes, inference engines (episodes thinking at once / ``--engine-batch``, assumed: the episodes
+   one engine serves at the turn latency) and controller processes (at the highest rate a level sustained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from trialforge import pipeline
+from trialforge.rollout.env import Action, EnvLimits
+from trialforge.rollout.loop import Lineage, Rollout, plan_jobs, run_jobs
+from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
+from trialforge.sandbox.base import Backend, Limits
+from trialforge.sandbox.images import base_image
+from trialforge.sandbox.pool import ElasticConfig, PoolConfig, SandboxPool
+from trialforge.sandbox.simulated import BWRAP_2CORE, LatencyModel, Lognormal, Recorder, SimulatedBackend
+from trialforge.store.objstore import open_store
+from trialforge.tasks.ingest.github import ingest_github_issues
+from trialforge.tasks.patches import touched_paths
+from trialforge.tasks.schema import Task
+from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.validate import ValidateConfig, validate_task
+from trialforge.verify.grader import Grader
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMITS = Limits()
+TURN_SIGMA = 0.5  # spread of the assumed per-turn policy latency (lognormal)
+SUSTAINED = 0.8  # a level sustains its rate when its episodes' throughput reaches this share of it
+BASELINE = 8  # episodes run one at a time, without thinking: the uncontended episode
+SHM = "/dev/shm"  # tmpfs: scratch files cost the kernel far less (and far more steadily) than on a disk filesystem
+
+
+# --- the workload --------------------------------------------------------------------------------------------
+class SimAgent:
+    """A scripted agent that looks around, fixes the task, tests and submits, thinking ``think_s`` in all on
+    average. Episodes differ in length (from half to one and a half times the mean, uniformly, as episodes of
+    different lengths do), so a batch's episodes end at the rate it offers, not all at once."""
+
+    name = "sim-agent"
+    version = "scripted"
+
+    def __init__(self, tasks: list[Task], think_s: float) -> None:
+        self.patches = {t.task_id: t.gold_patch for t in tasks}
+        self.think_s = think_s
+
+    def begin(self, view: TaskView, seed: int) -> EpisodePolicy:
+        patch = self.patches[view.task_id]
+        actions = [
+            Action(tool="run", args={"command": "grep -rn 'def ' --include=*.py . | head -40"}),
+            Action(tool="view", args={"path": touched_paths(patch)[0]}),
+            *patch_to_actions(patch),
+            Action(tool="create", args={"path": f"notes/episode-{seed}.md", "content": f"episode {seed}: fixed\n"}),
+            Action(tool="run", args={"command": "python3 -m pytest -q -x"}),
+            Action(tool="submit"),
+        ]
+        rng = random.Random(seed)
+        per_turn = self.think_s * rng.uniform(0.5, 1.5) / len(actions)  # a lognormal's mean: median x e^(sigma^2/2)
+        turn = Lognormal(math.log(per_turn) - TURN_SIGMA**2 / 2, TURN_SIGMA, 0) if per_turn > 0 else None
+        return _Thinking(actions, turn, rng)
+
+
+class _Thinking:
+    def __init__(self, actions: list[Action], turn: Lognormal | None, rng: random.Random) -> None:
+        self.actions, self.turn, self.rng = actions, turn, rng
+
+    def act(self, observation: str) -> Decision:
+        if self.turn is not None:
+            time.sleep(self.turn.draw(self.rng))
+        return Decision(self.actions.pop(0))
+
+
+def rollout_for(backend: Backend, pool: SandboxPool, snapshots: SnapshotStore, lineage: Lineage) -> Rollout:
+    image = backend.image_for("")
+    return Rollout(
+        backend=backend,
+        image=image.name,
+        image_digest=image.digest,
+        snapshots=snapshots,
+        grader=Grader(backend, image.name, image.digest, snapshots, LIMITS),
+        limits=LIMITS,
+        env_limits=EnvLimits(max_turns=20, episode_timeout_s=7200),  # contention slows episodes: never cut short
+        lineage=lineage,
+        pool=pool,
+    )
+
+
+# --- 1. measure ----------------------------------------------------------------------------------------------
+def measure(state: Path, n_tasks: int, episodes: int, seed: int) -> tuple[list[Task], LatencyModel]:
+    """Validated tasks, and the latencies of real bubblewrap sandboxes doing this benchmark's work."""
+    from trialforge.sandbox.bwrap import BwrapBackend
+
+    image = base_image()
+    bwrap = BwrapBackend(image)
+    recorder = Recorder(bwrap)
+    snapshots = SnapshotStore(open_store(f"file://{state / 'store'}"), state / "cache")
+    src = ROOT / "tasks_src"
+    ingested, _ = ingest_github_issues(src / "tickets" / "github_issues.jsonl", src / "repos", snapshots)
+    tasks: list[Task] = []
+    pool = SandboxPool(recorder, LIMITS, PoolConfig(max_sandboxes=4, warm_per_image=2))  # warm: resets measured
+    try:
+        for task in ingested:
+            if len(tasks) < n_tasks:
+                checked = validate_task(task, recorder, image.name, snapshots, LIMITS, ValidateConfig(runs=1))
+                tasks += [checked] if checked.validation.valid else []
+        rollout = rollout_for(recorder, pool, snapshots, Lineage("bench-scale-measure", 0, "-", "-", "-"))
+        jobs = plan_jobs(tasks, [SimAgent(tasks, 0.0)], math.ceil(episodes / len(tasks)), seed)[:episodes]
+        done = run_jobs(rollout, jobs, concurrency=2)
+    finally:
+        pool.close()
+        bwrap.close()
+    wrong = [(e.task_id, e.status, e.reward, e.cause) for e in done if e.reward != 1.0]
+    if wrong:
+        raise SystemExit(f"the agent's episodes must score 1.0 on real sandboxes; these did not: {wrong}")
+    return tasks, recorder.model(f"measured now: real bwrap, {len(tasks)} validations, {len(done)} graded episodes")
+
+
+# --- 2. one level, in its own process --------------------------------------------------------------------------
+def filesystem(path: Path) -> str:
+    """The type of the filesystem holding ``path``."""
+    mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    return max((m for m in mounts if str(path.resolve()).startswith(m[0])), key=lambda m: len(m[0]))[1]
+
+
+def cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def sys_s() -> float:
+    """The process's CPU time in the kernel (its file operations, and its threads' handoffs of the GIL)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_level(state: Path, n: int, think_s: float, concurrency: int, max_starting: int, seed: int) -> dict[str, Any]:
+    tasks = [Task.model_validate(t) for t in json.loads((state / "tasks.json").read_text())]
+    model = LatencyModel.from_dict(json.loads((state / "model.json").read_text()))
+    store = open_store(f"file://{state / 'store'}")
+    snapshots = SnapshotStore(store, state / "cache")
+    backend = SimulatedBackend(model, seed=seed)
+    elastic = ElasticConfig(max_warm=max_starting)
+    pool = SandboxPool(backend, LIMITS, PoolConfig(max_sandboxes=n, max_starting=max_starting, elastic=elastic))
+    lineage = Lineage("bench-scale", n, "-", "-", "-")
+    jobs = plan_jobs(tasks, [SimAgent(tasks, think_s)], math.ceil(n / len(tasks)), seed)[:n]
+    for task in tasks:
+        snapshots.materialize(task.snapshot)  # unpacked before the clock starts, as a warm worker has them
+    rollout = rollout_for(backend, pool, snapshots, lineage)
+    rss0, sys0, t0 = rss_mb(), sys_s(), time.perf_counter()
+    cpu0, git0 = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
+    episodes = run_jobs(rollout, jobs, concurrency=concurrency)
+    cpu1, git1, sys1, t1 = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN), sys_s(), time.perf_counter()
+    pipeline.store_episodes(store, episodes, lineage, part=f"level-{n}")
+    cpu2, t2 = cpu_s(resource.RUSAGE_SELF), time.perf_counter()
+    pool.close()
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    mean_s = statistics.fmean(e.duration_s for e in episodes)
+    return {
+        "n": n,
+        "wall_s": t1 - t0,
+        "episode_s": mean_s,
+        "sustained": n / mean_s,  # Little's law: N in flight, each lasting mean_s
+        "policy_s": statistics.fmean(e.policy_s for e in episodes),
+        "cpu_ms": 1000 * (cpu1 - cpu0) / n,
+        "sys_ms": 1000 * (sys1 - sys0) / n,
+        "git_ms": 1000 * (git1 - git0) / n,
+        "cores": (cpu1 - cpu0) / (t1 - t0),
+        "sys_cores": (sys1 - sys0) / (t1 - t0),
+        "git_cores": (git1 - git0) / (t1 - t0),
+        "rss_kb": 1024 * (peak_mb - rss0) / n,
+        "peak_mb": peak_mb,
+        "store_s": t2 - t1,
+        "store_cpu_ms": 1000 * (cpu2 - cpu1) / n,
+        "agent_sandbox_s": backend.sandbox_s[""] / n,
+        "verify_sandbox_s": backend.sandbox_s["verify"] / n,
+        "peak_sandboxes": backend.peak_live,
+        "left_open": len(backend.live),
+        "outcomes": dict(Counter(f"{e.status}/{e.termination}" for e in episodes)),
+        "pool": dataclasses.asdict(pool.stats),
+    }
+
+
+# --- 3. report -------------------------------------------------------------------------------------------------
+def spawn_level(state: Path, n: int, think_s: float, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``run_level`` in a fresh process: its peak memory, CPU and threads are the level's own."""
+    argv = [sys.executable, __file__, "--level", str(n), "--think-s", str(think_s), "--concurrency", str(concurrency),
+            "--state", str(state), "--max-starting", str(args.max_starting), "--seed", str(args.seed)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"level {n} at concurrency {concurrency} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def print_levels(levels: list[dict[str, Any]]) -> None:
+    print(f"\n{'in flight':>9} {'offered':>7} {'sustain':>7} {'ep s':>6} {'wall s':>6} {'CPU ms/ep':>9} {'sys':>5} "
+          f"{'git ms/ep':>9} {'cores':>5} {'sys':>5} {'git':>5} {'RSS KB/ep':>9} {'peak MB':>7} {'store ms/ep':>11} "
+          f"{'sbx s/ep':>8} {'verify':>6}")  # fmt: skip
+    for lv in levels:
+        print(f"{lv['n']:>9} {lv['rate']:>7g} {lv['sustained']:>7.1f} {lv['episode_s']:>6.1f} {lv['wall_s']:>6.0f} "
+              f"{lv['cpu_ms']:>9.1f} {lv['sys_ms']:>5.0f} {lv['git_ms']:>9.1f} {lv['cores']:>5.2f} "
+              f"{lv['sys_cores']:>5.2f} {lv['git_cores']:>5.2f} {lv['rss_kb']:>9.0f} {lv['peak_mb']:>7.0f} "
+              f"{lv['store_cpu_ms']:>11.2f} {lv['agent_sandbox_s']:>8.1f} {lv['verify_sandbox_s']:>6.2f}")  # fmt: skip
+    for lv in levels:
+        pool = lv["pool"]
+        print(f"  {name(lv)}: {lv['outcomes']}; at most {lv['peak_sandboxes']} sandboxes, "
+              f"{lv['left_open']} left open; pool created {pool['created']} (warmed ahead {pool['warmed']}), "
+              f"reused {pool['reused']}; store write {lv['store_s']:.1f}s")  # fmt: skip
+    print("offered: episodes/s; sustain: in flight / mean episode time (Little's law); ep s: mean episode time;\n"
+          "CPU ms/ep: the controller process's CPU per episode (sys: in the kernel), git ms/ep its git processes';\n"
+          "cores, sys, git: the same per wall second; RSS KB/ep: peak resident memory above the idle process, per\n"
+          "episode in flight; store ms/ep: writing the episodes and steps as Parquet; sbx s/ep, verify: sandbox-\n"
+          "seconds per episode, the agent's (idle warm time included) and the grader's")  # fmt: skip
+
+
+def name(lv: dict[str, Any]) -> str:
+    return f"{lv['n']}@{lv['rate']:g}"
+
+
+def sustained(lv: dict[str, Any]) -> bool:
+    return lv["sustained"] >= SUSTAINED * lv["rate"]
+
+
+def where_it_stops(levels: list[dict[str, Any]]) -> str:
+    held = [lv for lv in levels if sustained(lv)]
+    lines = []
+    if held:
+        cpu, rss = [lv["cpu_ms"] + lv["git_ms"] for lv in held], [lv["rss_kb"] for lv in held]
+        names = ", ".join(name(lv) for lv in held)
+        lines.append(f"sustained ({names}): controller CPU {min(cpu):.0f}-{max(cpu):.0f} ms and peak memory "
+                     f"{min(rss):.0f}-{max(rss):.0f} KB per episode")  # fmt: skip
+    for lv in levels:
+        if not sustained(lv):
+            lines.append(
+                f"{name(lv)} does not sustain: {lv['sustained']:.1f} of {lv['rate']:g} episodes/s, "
+                f"episodes {lv['episode_s'] / (lv['n'] / lv['rate']):.1f}x their offered length, controller CPU "
+                f"{lv['cpu_ms'] + lv['git_ms']:.0f} ms per episode. The process is {lv['cores']:.2f} cores busy, "
+                f"{lv['sys_cores']:.2f} of them in the kernel (scratch files, and the GIL's handoffs among "
+                f"{lv['n']} threads), the rest running Python one thread at a time; git {lv['git_cores']:.2f}; of "
+                f"{os.cpu_count()} cores: CPU-bound"
+            )
+    return "\n".join(lines)
+
+
+def print_sizing(
+    base: dict[str, Any], levels: list[dict[str, Any]], targets: list[float], episode_s: float, batch: int
+) -> None:
+    held = [lv for lv in levels if sustained(lv)] or levels[:1]
+    ceiling = max(lv["rate"] for lv in held)  # the highest rate one process sustained here
+    cpu_ms = max(lv["cpu_ms"] + lv["git_ms"] for lv in held)
+    rss_kb = max(lv["rss_kb"] for lv in held)
+    longest = max(held, key=lambda lv: lv["episode_s"])  # the batch's start and end weigh least in it
+    hold = longest["agent_sandbox_s"] / longest["episode_s"]  # agent sandbox-seconds per second of episode
+    verify = longest["verify_sandbox_s"]
+    busy_s = base["episode_s"]  # an episode's time when it thinks for nothing, uncontended
+    sandbox_s = hold * episode_s + verify
+    print(f"\nsizing for episodes of {episode_s:g} s (assumed) by Little's law (in flight = rate x time in the "
+          f"system), with the figures measured above:\n"
+          f"  sandboxes   = rate x ({hold:.2f} x {episode_s:g} + {verify:.2f}) sandbox-seconds "
+          f"(the agent's per second of episode, idle warm time included; the grader's)\n"
+          f"  engines     = rate x ({episode_s:g} - {busy_s:.1f}) s thinking / {batch} episodes per engine "
+          f"(assumed: its batch at the turn latency)\n"
+          f"  controllers = rate / {ceiling:g} episodes/s (the highest rate one process sustained on this "
+          f"{os.cpu_count()}-core machine);\n  memory = in flight x {rss_kb:.0f} KB; cores = rate x {cpu_ms:.0f} ms"
+          )  # fmt: skip
+    print(f"{'episodes/s':>10} {'in flight':>9} {'sandboxes':>9} {'engines':>7} {'controllers':>11} "
+          f"{'ctl GB':>6} {'ctl cores':>9}")  # fmt: skip
+    for rate in [*targets, 5000 / sandbox_s]:
+        in_flight = rate * episode_s
+        print(f"{rate:>10.0f} {in_flight:>9.0f} {math.ceil(rate * sandbox_s):>9} "
+              f"{math.ceil(rate * (episode_s - busy_s) / batch):>7} {math.ceil(rate / ceiling):>11} "
+              f"{in_flight * rss_kb / 2**20:>6.1f} {rate * cpu_ms / 1000:>9.1f}")  # fmt: skip
+    print(f"(the last row: what a 5,000-sandbox cluster sustains, {5000 / sandbox_s:.0f} episodes/s)")
+
+
+def level(spec: str) -> tuple[int, float]:
+    n, _, rate = spec.partition("@")
+    return int(n), float(rate)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levels", default="100@5,500@10,500@40",
+                        help="IN_FLIGHT@EPISODES_PER_S, comma-separated")  # fmt: skip
+    parser.add_argument("--episode-s", type=float, default=120.0, help="episode length to size for (assumed)")
+    parser.add_argument("--engine-batch", type=int, default=64, help="episodes one inference engine serves at once")
+    parser.add_argument("--targets", default="10,100,1000", help="episodes/s to size for, comma-separated")
+    parser.add_argument("--max-starting", type=int, default=32, help="sandbox starts at once (a cluster's nodes)")
+    parser.add_argument("--tasks", type=int, default=4, help="bundled tasks to validate and cycle through")
+    parser.add_argument("--measure-episodes", type=int, default=16, help="real bwrap episodes to measure")
+    parser.add_argument("--stored", action="store_true", help="draw from simulated.BWRAP_2CORE, not this run's fit")
+    parser.add_argument("--measure-only", action="store_true", help="print the fit as Python and stop")
+    parser.add_argument("--scratch", default=SHM if Path(SHM).is_dir() else tempfile.gettempdir(),
+                        help="temp dir for the episodes' scratch copies and the store (default: tmpfs)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--level", type=int, help=argparse.SUPPRESS)  # a child process: run one level
+    parser.add_argument("--think-s", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.level:
+        print(
+            json.dumps(run_level(args.state, args.level, args.think_s, args.concurrency, args.max_starting, args.seed))
+        )
+        return
+    os.environ["TMPDIR"] = args.scratch  # where every episode's scratch copies go, the levels' processes included
+    with tempfile.TemporaryDirectory(prefix="tf-bench-scale-", dir=args.scratch) as tmp:
+        state = Path(tmp)
+        start = time.monotonic()
+        tasks, model = measure(state, args.tasks, args.measure_episodes, args.seed)
+        model = BWRAP_2CORE if args.stored else model
+        print(f"{len(tasks)} tasks validated in {time.monotonic() - start:.0f}s; scratch and store in {state} "
+              f"({filesystem(state)})\n{model.table()}")  # fmt: skip
+        if args.measure_only:
+            print(repr(model))
+            return
+        (state / "tasks.json").write_text(json.dumps([t.model_dump(mode="json") for t in tasks]))
+        (state / "model.json").write_text(json.dumps(dataclasses.asdict(model)))
+        base = spawn_level(state, BASELINE, 0.0, 1, args)
+        print(f"\nbaseline, one episode at a time and no thinking: {base['episode_s']:.2f} s and "
+              f"{base['cpu_ms'] + base['git_ms']:.0f} ms of controller CPU ({base['git_ms']:.0f} of it git's) per "
+              f"episode", flush=True)  # fmt: skip
+        levels = []
+        for n, rate in (level(spec) for spec in args.levels.split(",")):
+            think_s = max(0.0, n / rate - base["episode_s"])  # N in flight offer `rate` when an episode lasts N/rate
+            levels.append(spawn_level(state, n, think_s, n, args) | {"rate": rate})
+            print(f"  {name(levels[-1])}: {levels[-1]['wall_s']:.0f}s", flush=True)
+        print_levels(levels)
+        print("\n" + where_it_stops(levels))
+        print_sizing(base, levels, [float(t) for t in args.targets.split(",")], args.episode_s, args.engine_batch)
+
+
+if __name__ == "__main__":
+    main()
