@@ -8,12 +8,11 @@ Waits are on conditions, never on the clock: every assertion holds however loade
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from test_orchestration import wait_for
 
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, SandboxError
@@ -26,14 +25,6 @@ LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20)
 QUICK = Lognormal(-9.0, 0.1, 0)  # ~0.1 ms: sleeps that cost the tests nothing
 FAST = LatencyModel(QUICK, QUICK, QUICK, QUICK, QUICK, source="tests: ~0.1 ms each, not a measurement")
 SLOW_START = LatencyModel(Lognormal(-3.0, 0.1, 0), QUICK, QUICK, QUICK, QUICK, source="tests: ~50 ms starts")
-
-
-def eventually(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def elastic_pool(backend, max_sandboxes: int = 32, **elastic) -> SandboxPool:
@@ -64,7 +55,7 @@ def gated_burst(pool: SandboxPool, backend: Gated, bursts: dict[str, int]) -> li
     backend.gate.clear()
     with ThreadPoolExecutor(sum(bursts.values())) as threads:
         futures = [(image, threads.submit(pool.acquire, image)) for image, n in bursts.items() for _ in range(n)]
-        eventually(lambda: all(pool.waiting(image) == n for image, n in bursts.items()), "the whole burst to wait")
+        wait_for(lambda: all(pool.waiting(image) == n for image, n in bursts.items()), "the whole burst to wait")
         backend.gate.set()
         return [(image, future.result(timeout=120)) for image, future in futures]
 
@@ -92,7 +83,7 @@ def test_warm_capacity_follows_the_peak_backlog_and_serves_the_next_burst_warm()
         for image, sandbox in gated_burst(pool, backend, {"a": 5}):
             pool.release(sandbox, image)
         # Five were in demand at once, plus one for the acquires expected while a sandbox starts (Little's law).
-        eventually(lambda: len(backend.live) == 6, "the peak demand kept warm, and one spare")
+        wait_for(lambda: len(backend.live) == 6, "the peak demand kept warm, and one spare")
         before = pool.stats.reused
         again = burst(pool, "a", 5)
         assert pool.stats.reused == before + 5  # the next burst of five starts warm
@@ -108,10 +99,10 @@ def test_warm_capacity_never_passes_max_warm():
     pool = elastic_pool(backend, max_warm=3, idle_s=0)
     try:
         held = gated_burst(pool, backend, {"a": 6})
-        eventually(lambda: len(backend.live) == 7, "one spare started ahead of the six held")
+        wait_for(lambda: len(backend.live) == 7, "one spare started ahead of the six held")
         for image, sandbox in held:
             pool.release(sandbox, image)
-        eventually(lambda: len(backend.live) == 3, "max_warm idle: the released ones beyond it closed")
+        wait_for(lambda: len(backend.live) == 3, "max_warm idle: the released ones beyond it closed")
     finally:
         pool.close()
     assert backend.peak_live == 7 and not backend.live
@@ -123,7 +114,7 @@ def test_idle_sandboxes_fall_back_to_min_warm_once_the_burst_leaves_the_window()
     try:
         for sandbox in burst(pool, "a", 4):
             pool.release(sandbox, "a")
-        eventually(lambda: len(backend.live) == 1, "the pool to scale down to min_warm")
+        wait_for(lambda: len(backend.live) == 1, "the pool to scale down to min_warm")
         assert pool.stats.scaled_down >= 3
         before = pool.stats.reused
         with pool.sandbox("a"):
@@ -139,7 +130,7 @@ def test_min_warm_is_kept_warm_ahead_of_any_demand_per_image():
     pool = elastic_pool(backend, min_warm=2, max_warm=4)
     try:
         first = pool.acquire("a")  # the image is known from now on
-        eventually(lambda: len(backend.live) == 3, "two warm sandboxes beside the one held")
+        wait_for(lambda: len(backend.live) == 3, "two warm sandboxes beside the one held")
         two = burst(pool, "a", 2)
         assert pool.stats.reused == 2
         for sandbox in [first, *two]:
@@ -158,7 +149,7 @@ def test_each_image_keeps_the_warm_capacity_of_its_own_bursts():
         digests = {backend.image_for(image).digest: image for image in "ab"}
         live = lambda: sorted(digests[s.image_digest] for s in list(backend.live.values()))  # noqa: E731
         # a: its peak of four, max_warm; b: its peak of one and a spare.
-        eventually(lambda: live() == ["a", "a", "a", "a", "b", "b"], "four warm for image a, two for image b")
+        wait_for(lambda: live() == ["a", "a", "a", "a", "b", "b"], "four warm for image a, two for image b")
     finally:
         pool.close()
     assert not backend.live
