@@ -4,7 +4,7 @@ per episode as concurrency grows, where one controller process stops scaling and
 
     .venv/bin/python benchmarks/scale_sim.py [--levels 100@5,500@10,500@40] [--episode-s 120]
                                              [--engine-batch 64] [--targets 10,100,1000] [--stored] [--seed 0]
-    .venv/bin/python benchmarks/scale_sim.py --levels 100@5,1000@10,10000@10   # 10,000 in flight: ~35 min
+    .venv/bin/python benchmarks/scale_sim.py --levels 100@5,1000@10,10000@10 --level-timeout 900  # ~22 min
 
 1. Measure (real): the bundled tickets are ingested, ``--tasks`` of them validated in real bubblewrap sandboxes,
    and ``--measure-episodes`` episodes of the agent below run through ``run_jobs`` on bubblewrap and are graded
@@ -24,7 +24,8 @@ per episode as concurrency grows, where one controller process stops scaling and
    The agent: grep the repository, view the file to fix, make the gold patch's edits, leave a note of its own
    (so every episode's diff differs and every episode is graded, as an RL policy's are), run the tests, submit.
    A level sustains its rate when N / (its mean episode time) reaches 80% of R; one that does not shows where
-   one process stops scaling, with its CPU: the interpreter's (one Python thread runs at a time) and git's.
+   one process stops scaling, with its CPU: the interpreter's (one Python thread runs at a time) and git's. A
+   level still running after ``--level-timeout`` is reported as stalled, with what its threads are doing.
    Every episode's scratch copies (a checkpoint, the final diff, the grading tree) and the store go to
    ``--scratch``: tmpfs (/dev/shm) by default, as a controller should run; on a disk filesystem (ext4 here) the
    kernel's share of each episode's CPU grows, and varies with how many files were deleted there lately.
@@ -36,6 +37,7 @@ per episode as concurrency grows, where one controller process stops scaling and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -46,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -55,10 +58,12 @@ from trialforge import pipeline
 from trialforge.rollout.env import Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, plan_jobs, run_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
+from trialforge.rollout.records import EpisodeRecord
 from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import base_image
 from trialforge.sandbox.pool import ElasticConfig, PoolConfig, SandboxPool
 from trialforge.sandbox.simulated import BWRAP_2CORE, LatencyModel, Lognormal, Recorder, SimulatedBackend
+from trialforge.sandbox.statedir import private_dir
 from trialforge.store.objstore import open_store
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.patches import touched_paths
@@ -72,6 +77,7 @@ LIMITS = Limits()
 TURN_SIGMA = 0.5  # spread of the assumed per-turn policy latency (lognormal)
 SUSTAINED = 0.8  # a level sustains its rate when its episodes' throughput reaches this share of it
 BASELINE = 8  # episodes run one at a time, without thinking: the uncontended episode
+BASELINE_TIMEOUT_S = 600.0
 SHM = "/dev/shm"  # tmpfs: scratch files cost the kernel far less (and far more steadily) than on a disk filesystem
 
 
@@ -181,40 +187,50 @@ def rss_mb() -> float:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def run_level(state: Path, n: int, think_s: float, concurrency: int, max_starting: int, seed: int) -> dict[str, Any]:
+def run_level(state: Path, n: int, think_s: float, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
     tasks = [Task.model_validate(t) for t in json.loads((state / "tasks.json").read_text())]
     model = LatencyModel.from_dict(json.loads((state / "model.json").read_text()))
     store = open_store(f"file://{state / 'store'}")
     snapshots = SnapshotStore(store, state / "cache")
-    backend = SimulatedBackend(model, seed=seed)
-    elastic = ElasticConfig(max_warm=max_starting)
-    pool = SandboxPool(backend, LIMITS, PoolConfig(max_sandboxes=n, max_starting=max_starting, elastic=elastic))
+    backend = SimulatedBackend(model, seed=args.seed)
+    elastic = ElasticConfig(max_warm=args.max_starting)
+    pool = SandboxPool(backend, LIMITS, PoolConfig(max_sandboxes=n, max_starting=args.max_starting, elastic=elastic))
     lineage = Lineage("bench-scale", n, "-", "-", "-")
-    jobs = plan_jobs(tasks, [SimAgent(tasks, think_s)], math.ceil(n / len(tasks)), seed)[:n]
+    jobs = plan_jobs(tasks, [SimAgent(tasks, think_s)], math.ceil(n / len(tasks)), args.seed)[:n]
     for task in tasks:
         snapshots.materialize(task.snapshot)  # unpacked before the clock starts, as a warm worker has them
     rollout = rollout_for(backend, pool, snapshots, lineage)
     rss0, sys0, t0 = rss_mb(), sys_s(), time.perf_counter()
     cpu0, git0 = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN)
-    episodes = run_jobs(rollout, jobs, concurrency=concurrency)
+    done: list[list[EpisodeRecord]] = []
+    batch = threading.Thread(target=lambda: done.append(run_jobs(rollout, jobs, concurrency=concurrency)))
+    batch.start()
+    batch.join(args.level_timeout)
     cpu1, git1, sys1, t1 = cpu_s(resource.RUSAGE_SELF), cpu_s(resource.RUSAGE_CHILDREN), sys_s(), time.perf_counter()
+    common = {
+        "n": n,
+        "wall_s": t1 - t0,
+        "cores": (cpu1 - cpu0) / (t1 - t0),
+        "sys_cores": (sys1 - sys0) / (t1 - t0),
+        "git_cores": (git1 - git0) / (t1 - t0),
+        "rss_mb": rss_mb() - rss0,
+    }
+    if not done:  # stalled: what its threads are doing says why
+        return common | {"stalled": True, "graded": backend.closed["verify"], "threads": thread_states()}
+    (episodes,) = done
     pipeline.store_episodes(store, episodes, lineage, part=f"level-{n}")
     cpu2, t2 = cpu_s(resource.RUSAGE_SELF), time.perf_counter()
     pool.close()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     mean_s = statistics.fmean(e.duration_s for e in episodes)
-    return {
-        "n": n,
-        "wall_s": t1 - t0,
+    return common | {
+        "stalled": False,
         "episode_s": mean_s,
         "sustained": n / mean_s,  # Little's law: N in flight, each lasting mean_s
         "policy_s": statistics.fmean(e.policy_s for e in episodes),
         "cpu_ms": 1000 * (cpu1 - cpu0) / n,
         "sys_ms": 1000 * (sys1 - sys0) / n,
         "git_ms": 1000 * (git1 - git0) / n,
-        "cores": (cpu1 - cpu0) / (t1 - t0),
-        "sys_cores": (sys1 - sys0) / (t1 - t0),
-        "git_cores": (git1 - git0) / (t1 - t0),
         "rss_kb": 1024 * (peak_mb - rss0) / n,
         "peak_mb": peak_mb,
         "store_s": t2 - t1,
@@ -228,11 +244,27 @@ def run_level(state: Path, n: int, think_s: float, concurrency: int, max_startin
     }
 
 
+def thread_states() -> dict[str, int]:
+    """This process's threads by what they are doing: running, waiting on a lock (the GIL, mostly), sleeping out
+    a drawn latency, or else."""
+    states: Counter[str] = Counter()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            running = (task / "stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+            wchan = (task / "wchan").read_text()
+            state = "running" if running else "lock" if "futex" in wchan else "sleep" if "sleep" in wchan else "other"
+            states[state] += 1
+    return dict(states)
+
+
 # --- 3. report -------------------------------------------------------------------------------------------------
-def spawn_level(state: Path, n: int, think_s: float, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
+def spawn_level(
+    state: Path, n: int, think_s: float, concurrency: int, timeout_s: float, args: argparse.Namespace
+) -> dict[str, Any]:
     """``run_level`` in a fresh process: its peak memory, CPU and threads are the level's own."""
     argv = [sys.executable, __file__, "--level", str(n), "--think-s", str(think_s), "--concurrency", str(concurrency),
-            "--state", str(state), "--max-starting", str(args.max_starting), "--seed", str(args.seed)]  # fmt: skip
+            "--state", str(state), "--max-starting", str(args.max_starting), "--seed", str(args.seed),
+            "--level-timeout", str(timeout_s)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"level {n} at concurrency {concurrency} failed:\n{done.stderr[-4000:]}")
@@ -244,11 +276,15 @@ def print_levels(levels: list[dict[str, Any]]) -> None:
           f"{'git ms/ep':>9} {'cores':>5} {'sys':>5} {'git':>5} {'RSS KB/ep':>9} {'peak MB':>7} {'store ms/ep':>11} "
           f"{'sbx s/ep':>8} {'verify':>6}")  # fmt: skip
     for lv in levels:
+        if lv["stalled"]:
+            print(f"{lv['n']:>9} {lv['rate']:>7g} {'stalled':>7} {'-':>6} {lv['wall_s']:>6.0f} {'-':>9} {'-':>5} "
+                  f"{'-':>9} {lv['cores']:>5.2f} {lv['sys_cores']:>5.2f} {lv['git_cores']:>5.2f}")  # fmt: skip
+            continue
         print(f"{lv['n']:>9} {lv['rate']:>7g} {lv['sustained']:>7.1f} {lv['episode_s']:>6.1f} {lv['wall_s']:>6.0f} "
               f"{lv['cpu_ms']:>9.1f} {lv['sys_ms']:>5.0f} {lv['git_ms']:>9.1f} {lv['cores']:>5.2f} "
               f"{lv['sys_cores']:>5.2f} {lv['git_cores']:>5.2f} {lv['rss_kb']:>9.0f} {lv['peak_mb']:>7.0f} "
               f"{lv['store_cpu_ms']:>11.2f} {lv['agent_sandbox_s']:>8.1f} {lv['verify_sandbox_s']:>6.2f}")  # fmt: skip
-    for lv in levels:
+    for lv in (lv for lv in levels if not lv["stalled"]):
         pool = lv["pool"]
         print(f"  {name(lv)}: {lv['outcomes']}; at most {lv['peak_sandboxes']} sandboxes, "
               f"{lv['left_open']} left open; pool created {pool['created']} (warmed ahead {pool['warmed']}), "
@@ -265,7 +301,7 @@ def name(lv: dict[str, Any]) -> str:
 
 
 def sustained(lv: dict[str, Any]) -> bool:
-    return lv["sustained"] >= SUSTAINED * lv["rate"]
+    return not lv["stalled"] and lv["sustained"] >= SUSTAINED * lv["rate"]
 
 
 def where_it_stops(levels: list[dict[str, Any]]) -> str:
@@ -277,14 +313,23 @@ def where_it_stops(levels: list[dict[str, Any]]) -> str:
         lines.append(f"sustained ({names}): controller CPU {min(cpu):.0f}-{max(cpu):.0f} ms and peak memory "
                      f"{min(rss):.0f}-{max(rss):.0f} KB per episode")  # fmt: skip
     for lv in levels:
-        if not sustained(lv):
+        busy = (f"the process is {lv['cores']:.2f} cores busy, {lv['sys_cores']:.2f} of them in the kernel, and git "
+                f"{lv['git_cores']:.2f}, of {os.cpu_count()}")  # fmt: skip
+        if lv["stalled"]:
+            threads = lv["threads"]
             lines.append(
-                f"{name(lv)} does not sustain: {lv['sustained']:.1f} of {lv['rate']:g} episodes/s, "
-                f"episodes {lv['episode_s'] / (lv['n'] / lv['rate']):.1f}x their offered length, controller CPU "
-                f"{lv['cpu_ms'] + lv['git_ms']:.0f} ms per episode. The process is {lv['cores']:.2f} cores busy, "
-                f"{lv['sys_cores']:.2f} of them in the kernel (scratch files, and the GIL's handoffs among "
-                f"{lv['n']} threads), the rest running Python one thread at a time; git {lv['git_cores']:.2f}; of "
-                f"{os.cpu_count()} cores: CPU-bound"
+                f"{name(lv)} stalled: after {lv['wall_s']:.0f} s (its episodes last {lv['n'] / lv['rate']:.0f} s on "
+                f"average) {lv['graded']} of {lv['n']} were graded. Of its {sum(threads.values())} threads, "
+                f"{threads.get('lock', 0)} wait on a lock (the GIL: one thread runs Python at a time, and each one "
+                f"waiting wakes every 5 ms to ask for it), {threads.get('running', 0)} are running and "
+                f"{threads.get('sleep', 0)} sleep out a drawn latency; {busy}; resident memory +{lv['rss_mb']:.0f} MB"
+            )
+        elif not sustained(lv):
+            lines.append(
+                f"{name(lv)} does not sustain: {lv['sustained']:.1f} of {lv['rate']:g} episodes/s, episodes "
+                f"{lv['episode_s'] / (lv['n'] / lv['rate']):.1f}x their offered length, controller CPU "
+                f"{lv['cpu_ms'] + lv['git_ms']:.0f} ms per episode: {busy} (the kernel's share: scratch files, and "
+                f"the GIL's handoffs among {lv['n']} threads): CPU-bound"
             )
     return "\n".join(lines)
 
@@ -292,8 +337,12 @@ def where_it_stops(levels: list[dict[str, Any]]) -> str:
 def print_sizing(
     base: dict[str, Any], levels: list[dict[str, Any]], targets: list[float], episode_s: float, batch: int
 ) -> None:
-    held = [lv for lv in levels if sustained(lv)] or levels[:1]
+    held = [lv for lv in levels if sustained(lv)] or [lv for lv in levels if not lv["stalled"]][:1]
+    if not held:
+        print("\nno level finished: nothing to size from")
+        return
     ceiling = max(lv["rate"] for lv in held)  # the highest rate one process sustained here
+    most = max(lv["n"] for lv in held)  # the most episodes in flight one process sustained here
     cpu_ms = max(lv["cpu_ms"] + lv["git_ms"] for lv in held)
     rss_kb = max(lv["rss_kb"] for lv in held)
     longest = max(held, key=lambda lv: lv["episode_s"])  # the batch's start and end weigh least in it
@@ -307,15 +356,17 @@ def print_sizing(
           f"(the agent's per second of episode, idle warm time included; the grader's)\n"
           f"  engines     = rate x ({episode_s:g} - {busy_s:.1f}) s thinking / {batch} episodes per engine "
           f"(assumed: its batch at the turn latency)\n"
-          f"  controllers = rate / {ceiling:g} episodes/s (the highest rate one process sustained on this "
-          f"{os.cpu_count()}-core machine);\n  memory = in flight x {rss_kb:.0f} KB; cores = rate x {cpu_ms:.0f} ms"
+          f"  controllers = the larger of rate / {ceiling:g} episodes/s and in flight / {most} episodes (the most "
+          f"one process sustained on this {os.cpu_count()}-core machine);\n"
+          f"  controller memory = in flight x {rss_kb:.0f} KB; controller cores = rate x {cpu_ms:.0f} ms"
           )  # fmt: skip
     print(f"{'episodes/s':>10} {'in flight':>9} {'sandboxes':>9} {'engines':>7} {'controllers':>11} "
           f"{'ctl GB':>6} {'ctl cores':>9}")  # fmt: skip
     for rate in [*targets, 5000 / sandbox_s]:
         in_flight = rate * episode_s
+        controllers = math.ceil(max(rate / ceiling, in_flight / most))
         print(f"{rate:>10.0f} {in_flight:>9.0f} {math.ceil(rate * sandbox_s):>9} "
-              f"{math.ceil(rate * (episode_s - busy_s) / batch):>7} {math.ceil(rate / ceiling):>11} "
+              f"{math.ceil(rate * (episode_s - busy_s) / batch):>7} {controllers:>11} "
               f"{in_flight * rss_kb / 2**20:>6.1f} {rate * cpu_ms / 1000:>9.1f}")  # fmt: skip
     print(f"(the last row: what a 5,000-sandbox cluster sustains, {5000 / sandbox_s:.0f} episodes/s)")
 
@@ -339,6 +390,7 @@ def main() -> None:
     parser.add_argument("--measure-only", action="store_true", help="print the fit as Python and stop")
     parser.add_argument("--scratch", default=SHM if Path(SHM).is_dir() else tempfile.gettempdir(),
                         help="temp dir for the episodes' scratch copies and the store (default: tmpfs)")  # fmt: skip
+    parser.add_argument("--level-timeout", type=float, default=1800.0, help="a level still running then: stalled")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", type=int, help=argparse.SUPPRESS)  # a child process: run one level
     parser.add_argument("--think-s", type=float, help=argparse.SUPPRESS)
@@ -346,13 +398,13 @@ def main() -> None:
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.level:
-        print(
-            json.dumps(run_level(args.state, args.level, args.think_s, args.concurrency, args.max_starting, args.seed))
-        )
-        return
-    os.environ["TMPDIR"] = args.scratch  # where every episode's scratch copies go, the levels' processes included
+        print(json.dumps(run_level(args.state, args.level, args.think_s, args.concurrency, args)), flush=True)
+        os._exit(0)  # a stalled level's threads are still running: leave without waiting for them
     with tempfile.TemporaryDirectory(prefix="tf-bench-scale-", dir=args.scratch) as tmp:
         state = Path(tmp)
+        # Every episode's scratch copies, the levels' processes' included, go under the state dir: a stalled
+        # level's are removed with it.
+        os.environ["TMPDIR"] = str(private_dir(state / "tmp"))
         start = time.monotonic()
         tasks, model = measure(state, args.tasks, args.measure_episodes, args.seed)
         model = BWRAP_2CORE if args.stored else model
@@ -363,14 +415,14 @@ def main() -> None:
             return
         (state / "tasks.json").write_text(json.dumps([t.model_dump(mode="json") for t in tasks]))
         (state / "model.json").write_text(json.dumps(dataclasses.asdict(model)))
-        base = spawn_level(state, BASELINE, 0.0, 1, args)
+        base = spawn_level(state, BASELINE, 0.0, 1, BASELINE_TIMEOUT_S, args)
         print(f"\nbaseline, one episode at a time and no thinking: {base['episode_s']:.2f} s and "
               f"{base['cpu_ms'] + base['git_ms']:.0f} ms of controller CPU ({base['git_ms']:.0f} of it git's) per "
               f"episode", flush=True)  # fmt: skip
         levels = []
         for n, rate in (level(spec) for spec in args.levels.split(",")):
             think_s = max(0.0, n / rate - base["episode_s"])  # N in flight offer `rate` when an episode lasts N/rate
-            levels.append(spawn_level(state, n, think_s, n, args) | {"rate": rate})
+            levels.append(spawn_level(state, n, think_s, n, args.level_timeout, args) | {"rate": rate})
             print(f"  {name(levels[-1])}: {levels[-1]['wall_s']:.0f}s", flush=True)
         print_levels(levels)
         print("\n" + where_it_stops(levels))

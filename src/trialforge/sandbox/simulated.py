@@ -155,6 +155,7 @@ class SimulatedBackend:
         self.live: dict[str, SimulatedSandbox] = {}  # the sandboxes open now, by id
         self.peak_live = 0
         self.sandbox_s: dict[str, float] = defaultdict(float)  # closed sandboxes' lifetimes, by purpose label
+        self.closed: dict[str, int] = defaultdict(int)  # closed sandboxes, by purpose label
 
     def image_for(self, name: str) -> Image:
         """Any name is an image here; the backend's own keeps its digest."""
@@ -187,6 +188,7 @@ class SimulatedBackend:
         with self._lock:
             del self.live[sandbox.id]
             self.sandbox_s[sandbox.purpose] += time.monotonic() - sandbox.opened
+            self.closed[sandbox.purpose] += 1
 
 
 class SimulatedSandbox:
