@@ -80,3 +80,16 @@ def test_prices_come_from_params_checked_and_never_change_a_runs_digest() -> Non
     for bad in ({"cpu_hour": -1}, {"currency": "dollars"}, {"per_gpu": 1}):
         with pytest.raises(ConfigError, match=r"observe\.prices"):
             load_params(None, {"observe.prices": bad})
+
+
+def test_used_cpu_is_counted_over_the_measured_episodes_only_and_unknown_is_not_zero() -> None:
+    measured = episodes().assign(cpu_s=[4.0, 2.0, None, 1.0], verify_cpu_s=[2.0, 1.0, 0.0, 0.0])
+    cost = cost_metrics(measured, RATES)
+    assert cost["totals"]["used_cpu_s"] == 10.0 and cost["cpu_measured"] == 3  # the env_error's sandbox was lost
+    assert cost["per_episode"]["used_cpu_s"] == pytest.approx(10 / 3, rel=1e-5)  # six significant digits
+    # the valid ones carry the timeout's CPU too: 10 CPU-s over the 2 valid, and over 1 unit of reward
+    assert cost["per_valid_trajectory"]["used_cpu_s"] == 5.0 and cost["per_unit_reward"]["used_cpu_s"] == 10.0
+    assert cost["cpu_used_share"] == pytest.approx(10 / 340, rel=1e-5)  # of 2 CPUs x (100 + 50 + 20) s reserved
+    unmeasured = cost_metrics(episodes(), RATES)  # rows from before the counters (no columns at all)
+    assert unmeasured["totals"]["used_cpu_s"] is None and unmeasured["cpu_measured"] == 0
+    assert unmeasured["cpu_used_share"] is None and unmeasured["per_episode"]["used_cpu_s"] is None

@@ -70,8 +70,14 @@ def test_the_run_says_what_its_episodes_cost_in_metrics_and_report(demo_run):
     assert cost["money"] == pytest.approx(priced, rel=1e-4) and cost["money"] > 0
     assert cost["per_valid_trajectory"]["all_in"] == pytest.approx(cost["money"] / cost["valid"], rel=1e-3)
     assert sum(t["episodes"] for t in cost["by_tier"].values()) == len(episodes)
+    # used CPU from the sandboxes' cgroups: every episode measured (root), the verifier's part where one graded
+    assert episodes["cpu_s"].notna().all() and cost["cpu_measured"] == len(episodes)
+    graded = episodes[episodes["final_diff"] != ""]
+    assert len(graded) and (graded["verify_cpu_s"] > 0).any()
+    used = episodes["cpu_s"].sum() + episodes["verify_cpu_s"].sum()
+    assert totals["used_cpu_s"] == pytest.approx(used, rel=1e-4) and 0 < cost["cpu_used_share"] < 1
     report = (tmp / "out" / "report.html").read_text()
-    assert '<section id="cost">' in report and "USD in all" in report
+    assert '<section id="cost">' in report and "USD in all" in report and "cgroups counted" in report
 
 
 def test_rejected_tasks_are_reported_with_reasons(demo_run):

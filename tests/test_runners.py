@@ -347,6 +347,15 @@ def test_an_honest_unittest_fix_scores_one_without_flags(unittest_grading):
     assert verdict.outcomes == dict.fromkeys(task.fail_to_pass + task.pass_to_pass, "passed")
 
 
+def test_a_grading_reports_the_cpu_its_sandbox_used_and_a_cached_verdict_costs_nothing(unittest_grading):
+    grader, task, *_ = unittest_grading
+    diff = _fix(unittest_grading, "measured", FIXED + "\n# graded once, measured once\n")
+    first, again = grader.grade(task, diff), grader.grade(task, diff)
+    assert first.reward == again.reward == 1.0
+    assert first.cpu_s > 0.01  # a Python interpreter started and ran the suite inside the verifier's cgroup
+    assert again.cpu_s == 0.0  # the same code diff is graded once: the second asker ran nothing
+
+
 # --- unittest canaries ------------------------------------------------------------------------------------------
 
 CANARY_FILES = {

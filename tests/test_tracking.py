@@ -253,6 +253,13 @@ def test_the_learners_steps_and_the_run_wide_figures_are_logged(tracked):
     assert history(client, run_id, "overall.episodes") == [(1, overall["episodes"])]
     kept = tracked.metrics["tasks"]["validate"]["kept"]
     assert history(client, run_id, "tasks.validate.kept") == [(1, kept)]
+    cost = tracked.metrics["cost"]["overall"]
+    assert cost["totals"]["used_cpu_s"] > 0 and cost["cpu_measured"] == cost["episodes"]
+    for name in ("totals.used_cpu_s", "totals.reserved_cpu_s", "per_valid_trajectory.sandbox_s", "cpu_used_share"):
+        value = cost
+        for key in name.split("."):
+            value = value[key]
+        assert history(client, run_id, f"cost.{name}") == [(1, pytest.approx(value))], name
 
 
 def test_tags_name_the_task_set_and_the_digest_of_every_image(tracked):

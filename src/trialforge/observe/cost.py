@@ -4,8 +4,13 @@ reward, by task tier and by failure cause, priced when ``observe.prices`` says w
 The basis is what a cluster bills for: **reservations**. An episode holds a sandbox of ``sandbox.cpus`` CPUs
 and ``sandbox.memory_mb`` for its whole duration (its conversation, then the verifier's fresh sandbox while it
 grades), busy or idle (a model thinking keeps the sandbox waiting). So reserved CPU-seconds are
-``duration_s × cpus`` and memory GB-seconds ``duration_s × memory_mb / 1024``; what the code inside used is not
-recorded. Failed episodes cost too: the cost of a *valid* trajectory divides everything spent by the episodes
+``duration_s × cpus`` and memory GB-seconds ``duration_s × memory_mb / 1024``. Beside them, **used** CPU-seconds
+are what the sandboxes' own counters measured (their cgroups, read by the host or the engine: the episode's
+sandbox while it held it, plus the verifier's): their ratio to the reservation says how much of what is paid for
+is used, which is what sizes ``sandbox.cpus``. Episodes whose sandboxes could not be read (unprivileged
+bubblewrap has no cgroup) are left out of the used figures, and ``cpu_measured`` says how many were counted.
+Memory is priced by reservation only: Podman's stats give no per-episode peak.
+Failed episodes cost too: the cost of a *valid* trajectory divides everything spent by the episodes
 that ended ``ok``, so a flaky environment shows up as a dearer valid trajectory. Training is priced per GPU-hour
 of update time on CUDA (``updates``); policy inference per million tokens (scripted policies use none).
 """
@@ -56,6 +61,7 @@ def episode_costs(episodes: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
             "sandbox_s": held,
             "reserved_cpu_s": held * rates.cpus,
             "reserved_memory_gb_s": held * rates.memory_gb,
+            "used_cpu_s": _used_cpu(episodes),
             "verify_s": episodes["verify_s"].astype(float),
             "retries": (episodes["attempt"].astype(int) - 1).clip(lower=0),
             "tokens": tokens,
@@ -70,7 +76,23 @@ def episode_costs(episodes: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
     return frame
 
 
-_SUMMED = ["sandbox_s", "reserved_cpu_s", "reserved_memory_gb_s", "verify_s", "retries", "tokens", "money"]
+_SUMMED = [
+    "sandbox_s",
+    "reserved_cpu_s",
+    "used_cpu_s",
+    "reserved_memory_gb_s",
+    "verify_s",
+    "retries",
+    "tokens",
+    "money",
+]
+
+
+def _used_cpu(episodes: pd.DataFrame) -> pd.Series:
+    """Measured CPU-seconds, sandbox and verifier; NaN where either was not measured (stores before schema 4)."""
+    missing = pd.Series(float("nan"), index=episodes.index)
+    sandbox = pd.to_numeric(episodes.get("cpu_s", missing), errors="coerce")
+    return sandbox + pd.to_numeric(episodes.get("verify_cpu_s", missing), errors="coerce")
 
 
 def cost_metrics(episodes: pd.DataFrame, rates: CostRates, gpu_s: float = 0.0) -> dict[str, Any]:
@@ -85,6 +107,13 @@ def cost_metrics(episodes: pd.DataFrame, rates: CostRates, gpu_s: float = 0.0) -
     training = gpu_s / SECONDS_PER_HOUR * rates.gpu_hour
     spent = totals["money"] + training
     failed = episodes[~ok]
+    # used CPU per episode, valid trajectory and unit of reward: over the episodes whose use was measured
+    measured = costs["used_cpu_s"].notna()
+    used, n = totals["used_cpu_s"], int(measured.sum())
+    measured_reward = float(episodes.loc[ok & measured, "reward"].astype(float).sum())
+    billed = {k: v for k, v in totals.items() if k != "used_cpu_s"}
+    if not n:
+        totals["used_cpu_s"] = None  # unknown, not zero
     by_cause = failed.assign(cause_key=failed["status"].map(CATEGORIES) + ":" + failed["cause"].map(cause_kind))
     return {
         "currency": rates.currency,
@@ -93,12 +122,16 @@ def cost_metrics(episodes: pd.DataFrame, rates: CostRates, gpu_s: float = 0.0) -
         "reward": _round(reward),
         "totals": totals | {"training_gpu_s": _round(gpu_s), "training_money": _round(training)},
         "money": _round(spent),
-        "per_episode": {k: _round(v / len(episodes)) for k, v in totals.items()},
-        "per_valid_trajectory": {k: _per(v, int(ok.sum())) for k, v in totals.items()}
-        | {"all_in": _per(spent, ok.sum())},
-        "per_unit_reward": {k: _per(v, reward) for k, v in totals.items()} | {"all_in": _per(spent, reward)},
+        "per_episode": {k: _round(v / len(episodes)) for k, v in billed.items()} | {"used_cpu_s": _per(used, n)},
+        "per_valid_trajectory": {k: _per(v, int(ok.sum())) for k, v in billed.items()}
+        | {"all_in": _per(spent, ok.sum()), "used_cpu_s": _per(used, int((ok & measured).sum()))},
+        "per_unit_reward": {k: _per(v, reward) for k, v in billed.items()}
+        | {"all_in": _per(spent, reward), "used_cpu_s": _per(used, measured_reward)},
         # the share of sandbox time spent on episodes that gave no valid trajectory
         "wasted_sandbox_share": _per(float(costs.loc[~ok, "sandbox_s"].sum()), totals["sandbox_s"]),
+        "cpu_measured": n,
+        # of the CPU reserved for the episodes whose use was measured, the share their code used
+        "cpu_used_share": _per(used, float(costs.loc[measured, "reserved_cpu_s"].sum())),
         "by_tier": _grouped(episodes, costs, episodes["tier"].astype(str)),
         "by_failure": _grouped(failed, costs.loc[failed.index], by_cause["cause_key"]),
     }
@@ -125,8 +158,8 @@ def _totals(costs: pd.DataFrame) -> dict[str, float]:
     return {k: _round(float(costs[k].sum())) or 0.0 for k in _SUMMED}
 
 
-def _per(value: float, count: float) -> float | None:
-    return _round(value / count) if count else None
+def _per(value: float | None, count: float) -> float | None:
+    return _round(value / count) if count and value is not None else None
 
 
 def _round(value: float) -> float | None:

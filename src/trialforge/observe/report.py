@@ -285,7 +285,9 @@ def _distributions(metrics: dict[str, Any]) -> str:
     return _section("Distributions", "distributions", f'<div class="charts">{"".join(charts)}</div>')
 
 
-_COST_COLUMNS = ("sandbox_s", "reserved_cpu_s", "reserved_memory_gb_s", "verify_s", "retries", "tokens", "money")
+_COST_COLUMNS = (
+    "sandbox_s", "reserved_cpu_s", "used_cpu_s", "reserved_memory_gb_s", "verify_s", "retries", "tokens", "money",
+)  # fmt: skip
 
 
 def _cost(cost: dict[str, Any]) -> str:
@@ -312,7 +314,9 @@ def _cost(cost: dict[str, Any]) -> str:
         f"trajectory, {_fmt(overall['per_unit_reward']['all_in'])} per unit of reward); "
         f"{_pct(overall['wasted_sandbox_share'])} of sandbox time went to episodes that gave none. Resources are "
         "reservations (the sandbox's CPUs and memory for the episode's duration); prices: <code>observe.prices</code>"
-        f" (training on CUDA: {_fmt(overall['totals']['training_gpu_s'])} GPU-s).</p>"
+        f" (training on CUDA: {_fmt(overall['totals']['training_gpu_s'])} GPU-s). Used CPU is what the sandboxes' "
+        f"cgroups counted, for {overall['cpu_measured']} of the {overall['episodes']} episodes: "
+        f"{_pct(overall['cpu_used_share'])} of the CPU reserved for them.</p>"
     )
     parts = [head, per, "<h3>By tier</h3>", tiers, "<h3>By failure</h3>", failures, "<h3>By iteration</h3>"]
     return _section("Cost", "cost", "".join(parts) + _table(header, rows))

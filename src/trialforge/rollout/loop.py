@@ -192,6 +192,7 @@ class Rollout:
         record.final_diff = diff
         verdict = self.grader.grade(task, diff)
         record.verify_s += verdict.duration_s  # after the time taken to extract the diff
+        record.verify_cpu_s = verdict.cpu_s
         record.reward = verdict.reward
         record.verifier_report = json.dumps(verdict.report(), sort_keys=True)
         record.integrity_flags = json.dumps(verdict.flags)
@@ -209,7 +210,7 @@ class Rollout:
             cause="", termination="", reward=None, verifier_version=VERIFIER_VERSION, verifier_report="{}",
             integrity_flags="[]", final_diff="", steps=0, tool_calls=0, tokens_in=0, tokens_out=0, duration_s=0.0,
             sandbox_s=0.0, policy_s=0.0, exec_s=0.0, verify_s=0.0, params_hash=lin.params_hash,
-            code_version=lin.code_version, split=task.split,
+            code_version=lin.code_version, split=task.split, cpu_s=0.0, verify_cpu_s=0.0,
         )  # fmt: skip
 
     @staticmethod
@@ -255,6 +256,7 @@ class _Episode:
         prefix = episode_prefix(record.run_id, record.episode_id)
         self.checkpoints = Checkpoints(base, rollout.store, prefix, keep_all=rollout.allow_rollback)
         self.sandbox: Sandbox | None = None
+        self.cpu_start: float | None = None  # the sandbox's CPU counter when the episode took it
         self.dirty = False  # the workspace changed since the latest checkpoint
 
     def run(self, state: EpisodeState | None) -> str | EpisodeState:
@@ -487,6 +489,7 @@ class _Episode:
         self._close(reusable=False)
         with self.checkpoints.tree(checkpoint) as tree:
             self.sandbox = self.ro.sandboxes.acquire(self.image, tree, labels={"episode": self.record.episode_id})
+        self.cpu_start = self.sandbox.cpu_s()
         self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits)
         self.env.started = self.start  # the episode's clock, not this sandbox's
 
@@ -509,10 +512,17 @@ class _Episode:
         """Give the sandbox back: to be reused if the episode ended with it healthy, else to be closed."""
         if self.sandbox is not None:
             sandbox, self.sandbox = self.sandbox, None
+            self._count_cpu(sandbox)
             if reusable:
                 self.ro.sandboxes.release(sandbox, self.image)
             else:
                 self.ro.sandboxes.discard(sandbox)
+
+    def _count_cpu(self, sandbox: Sandbox) -> None:
+        """Add what ``sandbox`` used since the episode took it; one unreadable sandbox makes the episode unmeasured."""
+        end, start, total = sandbox.cpu_s(), self.cpu_start, self.record.cpu_s
+        used = None if end is None or start is None or end < start else end - start
+        self.record.cpu_s = None if total is None or used is None else round(total + used, 4)
 
     def _view(self) -> TaskView:
         return TaskView(self.job.task.task_id, self.job.task.problem_statement)

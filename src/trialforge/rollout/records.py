@@ -7,7 +7,8 @@ from typing import Literal
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3  # 2: episodes gained ``recoveries``; 3: ``split`` (train, or eval: held out, never trained on)
+SCHEMA_VERSION = 4  # 2: episodes gained ``recoveries``; 3: ``split`` (train, or eval: held out, never trained on);
+# 4: ``cpu_s`` and ``verify_cpu_s``, CPU measured by the sandboxes' cgroups
 
 Status = Literal["ok", "env_error", "timeout", "policy_error", "verifier_error"]
 
@@ -67,6 +68,10 @@ class EpisodeRecord:
     code_version: str
     recoveries: str = "[]"  # JSON list: every restore after a sandbox failure, resume and restart (rollout.checkpoints)
     split: str = "train"  # the task's split: an eval episode measures the policy and never reaches the loss
+    # CPU seconds its sandboxes' cgroups counted while the episode held them, and the verifier's sandbox; None
+    # when a sandbox could not be read (no cgroup: unprivileged bwrap; a dead container) or it was never measured.
+    cpu_s: float | None = None
+    verify_cpu_s: float | None = None
     step_rows: list[StepRecord] = field(default_factory=list, repr=False)
 
     def row(self) -> dict:
@@ -120,6 +125,8 @@ EPISODE_SCHEMA = pa.schema(
         ("code_version", pa.string()),
         ("recoveries", pa.string()),
         ("split", pa.string()),
+        ("cpu_s", pa.float64()),
+        ("verify_cpu_s", pa.float64()),
     ],
     metadata={b"trialforge.schema_version": str(SCHEMA_VERSION).encode()},
 )

@@ -113,6 +113,11 @@ class Sandbox(Protocol):
         """Copy the current /work tree into the host directory ``dest``."""
         ...
 
+    def cpu_s(self) -> float | None:
+        """CPU seconds used so far by everything that ran in the sandbox, read where its code cannot write (its
+        cgroup's counter, the engine's stats); None where it cannot be measured. Callers take differences."""
+        ...
+
     def close(self) -> None: ...
 
 

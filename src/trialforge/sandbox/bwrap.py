@@ -159,6 +159,15 @@ class BwrapSandbox:
     def alive(self) -> bool:
         return not self.closed and self.workspace.is_dir() and (self.cgroup is None or self.cgroup.dirs[0].is_dir())
 
+    def cpu_s(self) -> float | None:
+        """The sandbox cgroup's CPU counter; None without a cgroup (unprivileged: rlimits bound, nothing counts)."""
+        if self.cgroup is None:
+            return None
+        try:
+            return self.cgroup.cpu_s()
+        except (OSError, KeyError, ValueError):
+            return None
+
     # --- commands --------------------------------------------------------------------
     def exec(
         self,

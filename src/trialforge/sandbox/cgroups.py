@@ -1,8 +1,10 @@
-"""Per-sandbox cgroups: memory, process count and CPU bounds for bubblewrap sandboxes.
+"""Per-sandbox cgroups: memory, process count and CPU bounds for bubblewrap sandboxes, and their CPU use.
 
 Container engines set these themselves; bubblewrap does not, so the bwrap backend
 creates one child group per sandbox below this process's own groups (cgroup v1,
 as on hybrid hosts, or the unified v2 hierarchy) and starts every command inside it.
+The group's CPU counter is kept by the kernel, out of the sandboxed code's reach: what
+an episode used is read there (``cpu_s``), not from anything the sandbox reports.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from trialforge.errors import SandboxError
 log = logging.getLogger(__name__)
 ROOT = Path("/sys/fs/cgroup")
 REMOVE_WAIT_S = 10.0
-CONTROLLERS = ("memory", "pids", "cpu")
+CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # v1: cpuacct counts the CPU used
 
 
 def _own_path(controller: str) -> str:
@@ -74,7 +76,7 @@ class SandboxCgroup:
         mem = str(memory_mb * 1024 * 1024)
         quota = str(int(cpus * 100_000))
         if self.v1:
-            memory, pid_dir, cpu = self.dirs
+            memory, pid_dir, cpu, _ = self.dirs
             (memory / "memory.limit_in_bytes").write_text(mem)
             swap = memory / "memory.memsw.limit_in_bytes"
             if swap.exists():  # absent when swap accounting is off; then there is no swap to escape to
@@ -96,6 +98,13 @@ class SandboxCgroup:
         """
         procs = " ".join(f"echo $$ > {d}/cgroup.procs &&" for d in self.dirs)
         return ["/bin/sh", "-c", f'{procs} exec "$@"', "cgroup-enter"]
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by every process that ran in this group (user and system, children included)."""
+        if self.v1:
+            return int((self.dirs[3] / "cpuacct.usage").read_text()) / 1e9
+        fields = dict(line.split() for line in (self.dirs[0] / "cpu.stat").read_text().splitlines())
+        return int(fields["usage_usec"]) / 1e6
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this group so far."""

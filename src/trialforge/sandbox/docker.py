@@ -440,6 +440,16 @@ class DockerSandbox:
         except _ENGINE_DOWN:
             return False
 
+    def cpu_s(self) -> float | None:
+        """The engine's CPU counter for the container (its cgroup's), one API call; None if it cannot say."""
+        if self.closed:
+            return None
+        try:  # one_shot: Docker Engine otherwise waits for a second sample to compute a percentage
+            stats = self.api.stats(self.container_id, stream=False, one_shot=True)
+            return int(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+        except (*_ENGINE_DOWN, KeyError, TypeError, ValueError):
+            return None
+
     # --- commands --------------------------------------------------------------------
     def exec(
         self,

@@ -251,6 +251,9 @@ class SimulatedSandbox:
     def alive(self) -> bool:
         return not self.closed
 
+    def cpu_s(self) -> float | None:
+        return None  # nothing runs here: the simulation measures the controller, not the sandboxes
+
     def export_workspace(self, dest: Path) -> None:
         self._require_alive()
         write_tree(self._files, dest)

@@ -155,6 +155,9 @@ class TimedSandbox:
     def alive(self) -> bool:
         return self.inner.alive()
 
+    def cpu_s(self) -> float | None:
+        return self.inner.cpu_s()
+
     def export_workspace(self, dest: Path) -> None:
         with self.timings.measure("sandbox_s"):
             self.inner.export_workspace(dest)

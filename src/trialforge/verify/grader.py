@@ -31,6 +31,7 @@ from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, te
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.testrun import prepare, report_limits, run_tests
+from trialforge.testrun.report import TestReport
 from trialforge.verify.integrity import integrity_flags
 
 VERIFIER_VERSION = "2"  # 2: runtime tamper evidence and canaries; diff patterns audit only
@@ -45,6 +46,7 @@ class Verdict:
     flags: list[str] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
     duration_s: float = 0.0
+    cpu_s: float | None = 0.0  # what its sandbox's counter says it used; 0 for a verdict this caller did not compute
 
     def report(self) -> dict:
         return asdict(self)
@@ -96,8 +98,15 @@ class Grader:
 
     def _cached(self, task: Task, code_diff: str, diff_sha: str) -> Verdict:
         """One grading per (task, code diff); concurrent askers wait for the first. Infra faults are not kept."""
-        verdict = self._verdicts.get(f"{task.content_hash()}:{diff_sha}", lambda: self._grade(task, code_diff))
-        return replace(verdict)  # each caller fills in its own flags and provenance
+        graded_here: list[bool] = []
+
+        def grade() -> Verdict:
+            graded_here.append(True)
+            return self._grade(task, code_diff)
+
+        verdict = self._verdicts.get(f"{task.content_hash()}:{diff_sha}", grade)
+        # each caller fills in its own flags and provenance, and pays only for a grading it ran
+        return replace(verdict) if graded_here else replace(verdict, cpu_s=0.0)
 
     def _grade(self, task: Task, code_diff: str) -> Verdict:
         with scratch_dir("grade") as tmp:
@@ -131,22 +140,30 @@ class Grader:
             sandbox = self.backend.create(spec)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
+        cpu_start = sandbox.cpu_s()
         try:
             report = run_tests(sandbox, tests, timeout=self.timeout_for(task), guard=guard, stop_early=True, env=env)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         finally:
+            cpu_end = sandbox.cpu_s()
             sandbox.close()
-        outcomes = {t: report.outcome(t) for t in tests}
-        if report.tampered:
-            return Verdict(0.0, "ok", f"tampered: {', '.join(report.evidence[:5])}", outcomes, report.flags())
-        if not report.reported:
-            reason = "timed_out" if report.timed_out else "no_report: the test process died before reporting"
-            return Verdict(0.0, "ok", reason, outcomes)
-        if report.all_passed(tests):  # pytest exits 1 (the must-fail canaries): report.py checks it agrees
-            return Verdict(1.0, "ok", "all_tests_passed", outcomes)
-        failing = sorted(t for t, o in outcomes.items() if o != "passed")
-        return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}", outcomes)
+        verdict = _judge(report, tests)
+        verdict.cpu_s = None if cpu_start is None or cpu_end is None else round(cpu_end - cpu_start, 4)
+        return verdict
+
+
+def _judge(report: TestReport, tests: list[str]) -> Verdict:
+    outcomes = {t: report.outcome(t) for t in tests}
+    if report.tampered:
+        return Verdict(0.0, "ok", f"tampered: {', '.join(report.evidence[:5])}", outcomes, report.flags())
+    if not report.reported:
+        reason = "timed_out" if report.timed_out else "no_report: the test process died before reporting"
+        return Verdict(0.0, "ok", reason, outcomes)
+    if report.all_passed(tests):  # pytest exits 1 (the must-fail canaries): report.py checks it agrees
+        return Verdict(1.0, "ok", "all_tests_passed", outcomes)
+    failing = sorted(t for t, o in outcomes.items() if o != "passed")
+    return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}", outcomes)
 
 
 def _syntax_errors(tree: Path, paths: list[str]) -> list[str]:
