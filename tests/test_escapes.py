@@ -430,3 +430,20 @@ def test_the_host_clock_cannot_be_set(sandbox):
     result = sandbox.exec(["sh", "-c", "date -s '2001-01-01 00:00:00'; echo rc=$?"])
     assert "rc=0" not in result.stdout
     assert os.popen("date +%Y").read() == before
+
+
+# --- the CPU counter cost is computed from ---------------------------------------------------------------
+def test_cpu_used_is_counted_outside_the_sandbox_children_included_and_its_code_cannot_reset_it(sandbox):
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
+    before = sandbox.cpu_s()
+    assert before is not None  # root: a bwrap sandbox has its cgroup; a container, the engine's stats
+    result = sandbox.exec(["sh", "-c", f"python3 -c '{burn}' & python3 -c '{burn}'; wait"])
+    assert result.ok, result.stderr
+    used = sandbox.cpu_s() - before
+    assert used >= 0.8  # two processes of 0.4 s each, one of them a background child
+    # cgroup v1 lets a writer zero cpuacct.usage: bwrap mounts no cgroup filesystem, a container's is read-only
+    reset = "for f in /sys/fs/cgroup/cpuacct/cpuacct.usage /sys/fs/cgroup/cpu.stat; do echo 0 > $f; done"
+    sandbox.exec(["sh", "-c", reset])
+    assert sandbox.cpu_s() - before >= used
+    sandbox.close()
+    assert sandbox.cpu_s() is None  # closed: nothing to ask
