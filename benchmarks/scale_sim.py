@@ -4,7 +4,7 @@ per episode as concurrency grows, where one controller process stops scaling and
 
     .venv/bin/python benchmarks/scale_sim.py [--levels 100@5,500@10,500@40] [--episode-s 120]
                                              [--engine-batch 64] [--targets 10,100,1000] [--stored] [--seed 0]
-    .venv/bin/python benchmarks/scale_sim.py --levels 100@5,1000@10,10000@10 --level-timeout 900  # ~22 min
+    .venv/bin/python benchmarks/scale_sim.py --levels 100@5,1000@10,3000@10,10000@20x4   # 10,000 in flight
 
 1. Measure (real): the bundled tickets are ingested, ``--tasks`` of them validated in real bubblewrap sandboxes,
    and ``--measure-episodes`` episodes of the agent below run through ``run_jobs`` on bubblewrap and are graded
@@ -23,9 +23,11 @@ per episode as concurrency grows, where one controller process stops scaling and
    which this machine does not have.
    The agent: grep the repository, view the file to fix, make the gold patch's edits, leave a note of its own
    (so every episode's diff differs and every episode is graded, as an RL policy's are), run the tests, submit.
+   ``N@RxK`` spreads the N episodes over K such processes at once, N/K each (each its own scheduler, pool and
+   store writer, as Ray shards are): their cores and memory add, per-episode figures are their mean.
    A level sustains its rate when N / (its mean episode time) reaches 80% of R; one that does not shows where
    one process stops scaling, with its CPU: the interpreter's (one Python thread runs at a time) and git's. A
-   level still running after ``--level-timeout`` is reported as stalled, with what its threads are doing.
+   level still running after ``--level-timeout`` is cut off and reported with what its threads are doing.
    Every episode's scratch copies (a checkpoint, the final diff, the grading tree) and the store go to
    ``--scratch``: tmpfs (/dev/shm) by default, as a controller should run; on a disk filesystem (ext4 here) the
    kernel's share of each episode's CPU grows, and varies with how many files were deleted there lately.
@@ -162,7 +164,7 @@ def measure(state: Path, n_tasks: int, episodes: int, seed: int) -> tuple[list[T
     wrong = [(e.task_id, e.status, e.reward, e.cause) for e in done if e.reward != 1.0]
     if wrong:
         raise SystemExit(f"the agent's episodes must score 1.0 on real sandboxes; these did not: {wrong}")
-    return tasks, recorder.model(f"measured now: real bwrap, {len(tasks)} validations, {len(done)} graded episodes")
+    return tasks, recorder.model(f"measured now: real bwrap, {len(tasks)} tasks validated, {len(done)} episodes graded")
 
 
 # --- 2. one level, in its own process --------------------------------------------------------------------------
@@ -192,11 +194,12 @@ def run_level(state: Path, n: int, think_s: float, concurrency: int, args: argpa
     model = LatencyModel.from_dict(json.loads((state / "model.json").read_text()))
     store = open_store(f"file://{state / 'store'}")
     snapshots = SnapshotStore(store, state / "cache")
-    backend = SimulatedBackend(model, seed=args.seed)
+    seed = args.seed + 1000 * args.shard  # the processes of one level draw different episodes
+    backend = SimulatedBackend(model, seed=seed)
     elastic = ElasticConfig(max_warm=args.max_starting)
     pool = SandboxPool(backend, LIMITS, PoolConfig(max_sandboxes=n, max_starting=args.max_starting, elastic=elastic))
-    lineage = Lineage("bench-scale", n, "-", "-", "-")
-    jobs = plan_jobs(tasks, [SimAgent(tasks, think_s)], math.ceil(n / len(tasks)), args.seed)[:n]
+    lineage = Lineage(f"bench-scale-{args.shard}", n, "-", "-", "-")  # each process of a level its own run
+    jobs = plan_jobs(tasks, [SimAgent(tasks, think_s)], math.ceil(n / len(tasks)), seed)[:n]
     for task in tasks:
         snapshots.materialize(task.snapshot)  # unpacked before the clock starts, as a warm worker has them
     rollout = rollout_for(backend, pool, snapshots, lineage)
@@ -215,7 +218,7 @@ def run_level(state: Path, n: int, think_s: float, concurrency: int, args: argpa
         "git_cores": (git1 - git0) / (t1 - t0),
         "rss_mb": rss_mb() - rss0,
     }
-    if not done:  # stalled: what its threads are doing says why
+    if not done:  # cut off: what its threads are doing says how it was faring
         return common | {"stalled": True, "graded": backend.closed["verify"], "threads": thread_states()}
     (episodes,) = done
     pipeline.store_episodes(store, episodes, lineage, part=f"level-{n}")
@@ -259,37 +262,79 @@ def thread_states() -> dict[str, int]:
 
 # --- 3. report -------------------------------------------------------------------------------------------------
 def spawn_level(
-    state: Path, n: int, think_s: float, concurrency: int, timeout_s: float, args: argparse.Namespace
+    state: Path, n: int, think_s: float, timeout_s: float, args: argparse.Namespace, procs: int = 1
 ) -> dict[str, Any]:
-    """``run_level`` in a fresh process: its peak memory, CPU and threads are the level's own."""
-    argv = [sys.executable, __file__, "--level", str(n), "--think-s", str(think_s), "--concurrency", str(concurrency),
-            "--state", str(state), "--max-starting", str(args.max_starting), "--seed", str(args.seed),
-            "--level-timeout", str(timeout_s)]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"level {n} at concurrency {concurrency} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """``run_level`` in fresh processes, ``procs`` of them at once with n / procs episodes each (as Ray shards
+    spread a batch over controller processes): their peak memory, CPU and threads are the level's own."""
+    if n % procs:
+        raise SystemExit(f"level {n}x{procs}: {n} episodes do not split evenly over {procs} processes")
+    children = []
+    for shard in range(procs):
+        argv = [sys.executable, __file__, "--level", str(n // procs), "--think-s", str(think_s), "--concurrency",
+                str(n // procs), "--state", str(state), "--max-starting", str(args.max_starting), "--seed",
+                str(args.seed), "--shard", str(shard), "--level-timeout", str(timeout_s)]  # fmt: skip
+        children.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = []
+    for child in children:
+        out, err = child.communicate()
+        if child.returncode != 0:
+            raise SystemExit(f"level {n}x{procs} failed:\n{err[-4000:]}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return combined(results) | {"procs": procs}
+
+
+# How the figures of a level's processes add up: per-episode figures are means (the processes run equal shares),
+# the processes' cores, memory and sandboxes add, wall time is the slowest process's.
+_SUMMED = ("n", "cores", "sys_cores", "git_cores", "rss_mb", "graded", "peak_mb", "peak_sandboxes", "left_open")
+_LONGEST = ("wall_s", "store_s")
+
+
+def combined(results: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(results) == 1:
+        return results[0]
+    out: dict[str, Any] = {"stalled": any(r["stalled"] for r in results)}
+    for key in results[0]:
+        values = [r[key] for r in results if key in r]
+        if key == "stalled":
+            continue
+        if isinstance(values[0], dict):
+            out[key] = dict(sum((Counter(v) for v in values), Counter()))
+        elif key in _SUMMED:
+            out[key] = sum(values)
+        elif key in _LONGEST:
+            out[key] = max(values)
+        else:
+            out[key] = statistics.fmean(values)
+    if not out["stalled"]:
+        out["sustained"] = out["n"] / out["episode_s"]
+    return out
 
 
 def print_levels(levels: list[dict[str, Any]]) -> None:
-    print(f"\n{'in flight':>9} {'offered':>7} {'sustain':>7} {'ep s':>6} {'wall s':>6} {'CPU ms/ep':>9} {'sys':>5} "
-          f"{'git ms/ep':>9} {'cores':>5} {'sys':>5} {'git':>5} {'RSS KB/ep':>9} {'peak MB':>7} {'store ms/ep':>11} "
-          f"{'sbx s/ep':>8} {'verify':>6}")  # fmt: skip
+    heads = ["in flight", "procs", "offered", "sustain", "ep s", "wall s", "CPU ms/ep", "sys", "git ms/ep", "cores",
+             "sys", "git", "RSS KB/ep", "peak MB", "store ms/ep", "sbx s/ep", "verify"]  # fmt: skip
+    print("\n" + " ".join(f"{h:>{max(5, len(h))}}" for h in heads))
     for lv in levels:
-        if lv["stalled"]:
-            print(f"{lv['n']:>9} {lv['rate']:>7g} {'stalled':>7} {'-':>6} {lv['wall_s']:>6.0f} {'-':>9} {'-':>5} "
-                  f"{'-':>9} {lv['cores']:>5.2f} {lv['sys_cores']:>5.2f} {lv['git_cores']:>5.2f}")  # fmt: skip
-            continue
-        print(f"{lv['n']:>9} {lv['rate']:>7g} {lv['sustained']:>7.1f} {lv['episode_s']:>6.1f} {lv['wall_s']:>6.0f} "
-              f"{lv['cpu_ms']:>9.1f} {lv['sys_ms']:>5.0f} {lv['git_ms']:>9.1f} {lv['cores']:>5.2f} "
-              f"{lv['sys_cores']:>5.2f} {lv['git_cores']:>5.2f} {lv['rss_kb']:>9.0f} {lv['peak_mb']:>7.0f} "
-              f"{lv['store_cpu_ms']:>11.2f} {lv['agent_sandbox_s']:>8.1f} {lv['verify_sandbox_s']:>6.2f}")  # fmt: skip
+        cut = lv["stalled"]
+        cells = [lv["n"], lv["procs"], f"{lv['rate']:g}", "cut off" if cut else f"{lv['sustained']:.1f}"]
+        if cut:
+            cells += ["-", f"{lv['wall_s']:.0f}", "-", "-", "-"]
+        else:
+            cells += [f"{lv[k]:{f}}" for k, f in (("episode_s", ".1f"), ("wall_s", ".0f"), ("cpu_ms", ".1f"),
+                                                  ("sys_ms", ".0f"), ("git_ms", ".1f"))]  # fmt: skip
+        cells += [f"{lv[k]:.2f}" for k in ("cores", "sys_cores", "git_cores")]
+        if not cut:
+            cells += [f"{lv[k]:{f}}" for k, f in (("rss_kb", ".0f"), ("peak_mb", ".0f"), ("store_cpu_ms", ".2f"),
+                                                  ("agent_sandbox_s", ".1f"), ("verify_sandbox_s", ".2f"))]  # fmt: skip
+        print(" ".join(f"{c!s:>{max(5, len(h))}}" for c, h in zip(cells, heads, strict=False)))
     for lv in (lv for lv in levels if not lv["stalled"]):
         pool = lv["pool"]
         print(f"  {name(lv)}: {lv['outcomes']}; at most {lv['peak_sandboxes']} sandboxes, "
               f"{lv['left_open']} left open; pool created {pool['created']} (warmed ahead {pool['warmed']}), "
               f"reused {pool['reused']}; store write {lv['store_s']:.1f}s")  # fmt: skip
-    print("offered: episodes/s; sustain: in flight / mean episode time (Little's law); ep s: mean episode time;\n"
+    print("procs: controller processes the level's episodes were spread over (each its own scheduler, pool and\n"
+          "store writer: as Ray shards); cores and memory are their sum, per-episode figures their mean;\n"
+          "offered: episodes/s; sustain: in flight / mean episode time (Little's law); ep s: mean episode time;\n"
           "CPU ms/ep: the controller process's CPU per episode (sys: in the kernel), git ms/ep its git processes';\n"
           "cores, sys, git: the same per wall second; RSS KB/ep: peak resident memory above the idle process, per\n"
           "episode in flight; store ms/ep: writing the episodes and steps as Parquet; sbx s/ep, verify: sandbox-\n"
@@ -297,7 +342,8 @@ def print_levels(levels: list[dict[str, Any]]) -> None:
 
 
 def name(lv: dict[str, Any]) -> str:
-    return f"{lv['n']}@{lv['rate']:g}"
+    procs = lv.get("procs", 1)
+    return f"{lv['n']}@{lv['rate']:g}" + (f"x{procs}" if procs > 1 else "")
 
 
 def sustained(lv: dict[str, Any]) -> bool:
@@ -317,19 +363,21 @@ def where_it_stops(levels: list[dict[str, Any]]) -> str:
                 f"{lv['git_cores']:.2f}, of {os.cpu_count()}")  # fmt: skip
         if lv["stalled"]:
             threads = lv["threads"]
+            locked = threads.get("lock", 0)
             lines.append(
-                f"{name(lv)} stalled: after {lv['wall_s']:.0f} s (its episodes last {lv['n'] / lv['rate']:.0f} s on "
-                f"average) {lv['graded']} of {lv['n']} were graded. Of its {sum(threads.values())} threads, "
-                f"{threads.get('lock', 0)} wait on a lock (the GIL: one thread runs Python at a time, and each one "
-                f"waiting wakes every 5 ms to ask for it), {threads.get('running', 0)} are running and "
-                f"{threads.get('sleep', 0)} sleep out a drawn latency; {busy}; resident memory +{lv['rss_mb']:.0f} MB"
+                f"{name(lv)} was cut off after {lv['wall_s']:.0f} s (its episodes last {lv['n'] / lv['rate']:.0f} s "
+                f"on average): {lv['graded']} of {lv['n']} graded. Of its {sum(threads.values())} threads "
+                f"{threads.get('sleep', 0)} sleep out a drawn latency (thinking, or a sandbox operation), "
+                f"{threads.get('running', 0)} run, and {locked} wait on a lock: the workers whose episode is done "
+                f"(about {lv['graded']}) and the rest, about {max(0, locked - lv['graded'])}, for the GIL; {busy}; "
+                f"resident memory +{lv['rss_mb']:.0f} MB"
             )
         elif not sustained(lv):
             lines.append(
                 f"{name(lv)} does not sustain: {lv['sustained']:.1f} of {lv['rate']:g} episodes/s, episodes "
                 f"{lv['episode_s'] / (lv['n'] / lv['rate']):.1f}x their offered length, controller CPU "
                 f"{lv['cpu_ms'] + lv['git_ms']:.0f} ms per episode: {busy} (the kernel's share: scratch files, and "
-                f"the GIL's handoffs among {lv['n']} threads): CPU-bound"
+                f"the GIL's handoffs among {lv['n'] // lv['procs']} threads a process): CPU-bound"
             )
     return "\n".join(lines)
 
@@ -341,8 +389,8 @@ def print_sizing(
     if not held:
         print("\nno level finished: nothing to size from")
         return
-    ceiling = max(lv["rate"] for lv in held)  # the highest rate one process sustained here
-    most = max(lv["n"] for lv in held)  # the most episodes in flight one process sustained here
+    ceiling = max(lv["rate"] / lv["procs"] for lv in held)  # the highest rate one process sustained here
+    most = max(lv["n"] // lv["procs"] for lv in held)  # the most episodes in flight one process sustained here
     cpu_ms = max(lv["cpu_ms"] + lv["git_ms"] for lv in held)
     rss_kb = max(lv["rss_kb"] for lv in held)
     longest = max(held, key=lambda lv: lv["episode_s"])  # the batch's start and end weigh least in it
@@ -371,9 +419,11 @@ def print_sizing(
     print(f"(the last row: what a 5,000-sandbox cluster sustains, {5000 / sandbox_s:.0f} episodes/s)")
 
 
-def level(spec: str) -> tuple[int, float]:
-    n, _, rate = spec.partition("@")
-    return int(n), float(rate)
+def level(spec: str) -> tuple[int, float, int]:
+    """``N@R`` or ``N@RxK``: N episodes in flight offering R episodes/s, in one process or spread over K."""
+    n, _, rest = spec.partition("@")
+    rate, _, procs = rest.partition("x")
+    return int(n), float(rate), int(procs or 1)
 
 
 def main() -> None:
@@ -390,12 +440,13 @@ def main() -> None:
     parser.add_argument("--measure-only", action="store_true", help="print the fit as Python and stop")
     parser.add_argument("--scratch", default=SHM if Path(SHM).is_dir() else tempfile.gettempdir(),
                         help="temp dir for the episodes' scratch copies and the store (default: tmpfs)")  # fmt: skip
-    parser.add_argument("--level-timeout", type=float, default=1800.0, help="a level still running then: stalled")
+    parser.add_argument("--level-timeout", type=float, default=1800.0, help="a level still running then: cut off")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--level", type=int, help=argparse.SUPPRESS)  # a child process: run one level
     parser.add_argument("--think-s", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--state", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.level:
         print(json.dumps(run_level(args.state, args.level, args.think_s, args.concurrency, args)), flush=True)
@@ -415,14 +466,14 @@ def main() -> None:
             return
         (state / "tasks.json").write_text(json.dumps([t.model_dump(mode="json") for t in tasks]))
         (state / "model.json").write_text(json.dumps(dataclasses.asdict(model)))
-        base = spawn_level(state, BASELINE, 0.0, 1, BASELINE_TIMEOUT_S, args)
+        base = spawn_level(state, BASELINE, 0.0, BASELINE_TIMEOUT_S, args)
         print(f"\nbaseline, one episode at a time and no thinking: {base['episode_s']:.2f} s and "
               f"{base['cpu_ms'] + base['git_ms']:.0f} ms of controller CPU ({base['git_ms']:.0f} of it git's) per "
               f"episode", flush=True)  # fmt: skip
         levels = []
-        for n, rate in (level(spec) for spec in args.levels.split(",")):
+        for n, rate, procs in (level(spec) for spec in args.levels.split(",")):
             think_s = max(0.0, n / rate - base["episode_s"])  # N in flight offer `rate` when an episode lasts N/rate
-            levels.append(spawn_level(state, n, think_s, n, args.level_timeout, args) | {"rate": rate})
+            levels.append(spawn_level(state, n, think_s, args.level_timeout, args, procs) | {"rate": rate})
             print(f"  {name(levels[-1])}: {levels[-1]['wall_s']:.0f}s", flush=True)
         print_levels(levels)
         print("\n" + where_it_stops(levels))
