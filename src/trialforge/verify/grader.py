@@ -143,8 +143,8 @@ class Grader:
         cpu_start = sandbox.cpu_s()
         try:
             report = run_tests(sandbox, tests, timeout=self.timeout_for(task), guard=guard, stop_early=True, env=env)
-        except SandboxError as exc:
-            return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
+        except SandboxError as exc:  # what the run used before it failed is not counted: unknown, not 0
+            return Verdict(None, "env_error", f"verifier sandbox failed: {exc}", cpu_s=None)
         finally:
             cpu_end = sandbox.cpu_s()
             sandbox.close()
