@@ -62,9 +62,7 @@ def pipeline(
 
         _, tasks = shards.read_taskset(rt.store, shards.TASKS, taskset.version)
         with track_run(params, rt.store, run_id, tasks) as tracker:  # MLflow: params, each iteration, the end
-            loop = run_iterations(
-                params.train.iterations, params.train.max_staleness, roll, learn, tracker.log_iteration
-            )
+            loop = run_iterations(params, roll, learn, tracker.log_iteration)
             metrics = finish_run(rt, run_id, tasks, taskset.funnels, loop.updates, loop.summary(), tracker)
         runners.funnel_artifacts(taskset.funnels)
         runners.episode_artifacts(rt.store, run_id)

@@ -15,7 +15,7 @@ import torch
 from chat_server import ChatServer, Fault, text_reply, tool_call
 
 from trialforge.config import load_params
-from trialforge.errors import ConfigError, PolicyError
+from trialforge.errors import ConfigError, InferenceError, PolicyError
 from trialforge.pipeline import make_policies
 from trialforge.rollout.chat import INVALID_TOOL, Conversation, fit, parse_text_action, parse_tool_call
 from trialforge.rollout.env import TOOLS, Action, EnvLimits
@@ -130,18 +130,19 @@ def test_a_retry_waits_the_servers_retry_after_up_to_the_longest_backoff(chat_se
     assert decision.info["retry_wait_s"] == 0.09  # the waits tenacity chose (0.04, then 3600 capped to 0.05)
 
 
-def test_a_hanging_endpoint_ends_the_episode_as_policy_error_after_retries(world, chat_server, caplog):
+def test_a_hanging_endpoint_is_an_env_error_tried_again_never_the_policys_failure(world, chat_server, caplog):
     task, rollout = world
     # Hangs far past any run (the fixture's teardown ends them); a client that waited one out would
     # have got its HTTP 500 and logged that instead of a timeout: the clock-free proof that it gave up.
-    chat_server.play(Fault(hang_s=3600), Fault(hang_s=3600))
+    chat_server.play(*[Fault(hang_s=3600)] * 4)
     with caplog.at_level(logging.WARNING, logger="trialforge.rollout.openai_policy"):
         record = rollout.episode(task, policy(chat_server, timeout_s=0.5, max_retries=1), sample=0, seed=1)
-    assert (record.status, record.reward, record.termination) == ("policy_error", None, "error")
-    assert "failed 2 times; last: timed out" in record.cause
+    assert (record.status, record.reward, record.termination) == ("env_error", None, "error")
+    assert record.cause.startswith("inference: ") and "failed 2 times; last: timed out" in record.cause
+    assert record.attempt == 2  # the episode was tried again (rollout.env_retries), as for a dead sandbox
     failures = [r.getMessage() for r in caplog.records if "chat completion attempt" in r.getMessage()]
-    assert len(failures) == 2 and all("failed: timed out" in f for f in failures)
-    assert len(chat_server.requests) == 2
+    assert len(failures) == 4 and all("failed: timed out" in f for f in failures)
+    assert len(chat_server.requests) == 4
 
 
 def test_a_client_error_is_not_retried(chat_server):
@@ -149,6 +150,45 @@ def test_a_client_error_is_not_retried(chat_server):
     with pytest.raises(PolicyError, match=r"HTTP 400.*not retried"):
         policy(chat_server).begin(VIEW, seed=1).act("fix it")
     assert len(chat_server.requests) == 1
+
+
+def with_token_ids(reply: dict, prompt: list[int], ids: list[int]) -> dict:
+    """A reply as vLLM writes it when asked for ``return_token_ids``."""
+    reply["prompt_token_ids"] = prompt
+    reply["choices"][0]["token_ids"] = ids
+    return reply
+
+
+def test_a_server_sampled_learner_records_what_the_trainer_scores(chat_server):
+    chat_server.play(with_token_ids(tool_call("submit", logprobs=[-0.5, -1.5]), [5, 6, 7], [8, 9]))
+    decision = policy(chat_server, token_ids=True, temperature=0.7, version="v3").begin(VIEW, seed=1).act("fix it")
+    asked = chat_server.requests[0]
+    assert asked["return_token_ids"] is True and asked["logprobs"] is True
+    info = decision.info
+    assert (info["prompt_ids"], info["token_ids"], info["token_logprobs"]) == ([5, 6, 7], [8, 9], [-0.5, -1.5])
+    assert info["temperature"] == 0.7 and info["entropy"] == 1.0  # -mean log p of the sampled tokens
+    assert decision.logprob == -2.0
+
+
+def test_a_server_that_cannot_give_token_ids_stops_training_with_a_clear_error(chat_server):
+    chat_server.play(tool_call("submit", logprobs=[-0.5]))
+    with pytest.raises(ConfigError, match=r"returned no prompt_token_ids/token_ids: .*return_token_ids"):
+        policy(chat_server, token_ids=True).begin(VIEW, seed=1).act("fix it")
+    chat_server.play(with_token_ids(tool_call("submit", logprobs=[-0.5]), [1], [2, 3]))
+    with pytest.raises(InferenceError, match="2 token ids but 1 log-probabilities"):
+        policy(chat_server, token_ids=True).begin(VIEW, seed=1).act("fix it")
+    with pytest.raises(ConfigError, match="needs the log-probabilities"):
+        policy(chat_server, token_ids=True, logprobs=False)
+
+
+def test_a_model_the_server_lost_is_loaded_again_and_asked_again(chat_server):
+    loads: list[int] = []
+    chat_server.play(Fault(404), tool_call("submit"))
+    decision = policy(chat_server, on_missing_model=lambda: loads.append(1)).begin(VIEW, seed=1).act("fix it")
+    assert decision.action == Action(tool="submit") and loads == [1] and decision.info["attempts"] == 2
+    chat_server.play(Fault(404))
+    with pytest.raises(PolicyError, match=r"HTTP 404.*not retried"):  # no way to load it: the model is unknown
+        policy(chat_server).begin(VIEW, seed=1).act("fix it")
 
 
 def test_malformed_replies_are_invalid_actions_the_episode_survives(world, chat_server):

@@ -233,6 +233,45 @@ class LoraParams(_Section):
         return self.target_modules if isinstance(self.target_modules, str) else tuple(self.target_modules)
 
 
+class InferenceParams(_Section):
+    """Where the LM learner's rollouts sample (``trialforge.inference``): in the rollout's own process, or an
+    OpenAI-compatible server (vLLM, SGLang, ``trialforge serve lm``) that gets each new version's weights."""
+
+    url: str = ""  # the server's API root, e.g. http://127.0.0.1:8000/v1; "": sample in process (transformers)
+    # Starts that server for the run (an argument list, split like a shell but run without one); trialforge waits
+    # until it answers at `url`, restarts it if it dies and stops it at the end. {model} is replaced by the
+    # weights to serve: train.model, or after a restart the latest full-weight version; {name} by model_name (or
+    # train.model), the name to serve them under. "": the server is yours.
+    command: str = ""
+    api: Literal["vllm", "sglang"] = "vllm"  # how weights reach it: vllm loads LoRA adapters at run time,
+    # sglang replaces the full weights in place (/update_weights_from_disk)
+    model_name: str = ""  # the name the server serves train.model under; "": train.model as given (vLLM's default)
+    weights_dir: str = ""  # where each version is written for the server to read; "": OUT_DIR/served-weights
+    ready_timeout_s: float = Field(600.0, gt=0)  # a started server must answer within this
+    max_restarts: int = Field(3, ge=0)  # a started server that dies more often than this stays down
+    timeout_s: float = Field(300.0, gt=0)  # per request
+    max_retries: int = Field(6, ge=0)  # per request, on transport errors, 429 and 5xx: a restart fits in them
+    max_context_chars: int | None = Field(None, ge=1)  # drop the oldest turns past this; None: the server decides
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str) -> str:
+        if url and not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be an http:// or https:// URL, not {url!r}")
+        return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _started_at_url(self) -> InferenceParams:
+        if self.command and not self.url:
+            raise ValueError("a command starts a server, but url (where it will answer) is empty: set both")
+        if self.command and self.api == "sglang" and "{name}" not in self.command:
+            raise ValueError(
+                "a server restarted with api sglang starts from the latest weights' directory, so its command must "
+                "name what to serve them under: add --served-model-name {name}"
+            )
+        return self
+
+
 class TrainParams(_Section):
     iterations: int = Field(1, ge=1)
     lr: float = 0.05
@@ -251,6 +290,29 @@ class TrainParams(_Section):
     gradient_checkpointing: bool = False  # trade compute for activation memory (LM)
     tis_cap: float | None = Field(2.0, gt=0)  # truncated importance weight cap for a stale batch (LM); None: off
     lora: LoraParams = LoraParams()  # LM: LoRA adapters (r > 0) or full fine-tuning (r = 0)
+    inference: InferenceParams = InferenceParams()  # LM: where its rollouts sample
+
+    @model_validator(mode="after")
+    def _served(self) -> TrainParams:
+        served = self.inference
+        if not served.url:
+            return self
+        if not self.model:
+            raise ValueError("train.inference.url serves the LM learner, but train.model is empty: set train.model")
+        if served.api == "vllm" and not self.lora.r:
+            raise ValueError(
+                "train.inference.api vllm takes new weights over HTTP only as LoRA adapters (/v1/load_lora_adapter): "
+                "set train.lora.r, or api: sglang to replace full weights (/update_weights_from_disk)"
+            )
+        if served.api == "sglang" and self.lora.r:
+            raise ValueError("train.inference.api sglang replaces full weights: set train.lora.r to 0, or api: vllm")
+        if served.api == "sglang" and self.max_staleness:
+            raise ValueError(
+                "train.inference.api sglang replaces the weights in place, so a rollout of an older version still "
+                "running would sample from the new ones: set train.max_staleness to 0, or use LoRA (api: vllm), "
+                "where every version is an adapter of its own"
+            )
+        return self
 
     @model_validator(mode="after")
     def _lm_rate(self) -> TrainParams:

@@ -40,3 +40,8 @@ class VerifierError(TrialforgeError):
 
 class PolicyError(TrialforgeError):
     """The policy failed to produce a valid action."""
+
+
+class InferenceError(TrialforgeError):
+    """The inference server a policy samples from did not answer, after retries: infrastructure, like a dead
+    sandbox (the episode ends as ``env_error`` and is tried again), never the policy's failure."""

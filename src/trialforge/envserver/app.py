@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 from fastapi import Depends, FastAPI, Request
@@ -21,6 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from trialforge.envserver.protocol import CloseRequest, Health, Reset, ResetRequest, StepRequest, StepResult, Verdict
 from trialforge.envserver.sessions import EpisodeHub, HubError
+from trialforge.httpserve import BodyCap
 
 EXPIRE_EVERY_S = 5.0  # how often old verdicts are forgotten and ended episodes written
 
@@ -78,29 +77,4 @@ def make_app(hub: EpisodeHub, token: str, max_body_bytes: int) -> FastAPI:
     async def close(body: CloseRequest) -> Verdict:
         return await hub.close(body.episode_id)
 
-    return _BodyCap(app, max_body_bytes)  # type: ignore[return-value]
-
-
-class _BodyCap:
-    """Refuses a request body over the cap (413) before any of it is read; a body must declare its length
-    (411 otherwise), so the cap holds without counting a stream."""
-
-    def __init__(self, app: Any, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            declared = dict(scope.get("headers", [])).get(b"content-length")
-            if declared is None or not declared.isdigit():
-                return await _refuse(send, 411, "a request body must declare its Content-Length")
-            if int(declared) > self.max_bytes:
-                return await _refuse(send, 413, f"request body over {self.max_bytes} bytes")
-        await self.app(scope, receive, send)
-
-
-async def _refuse(send: Any, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    return BodyCap(app, max_body_bytes, lambda _status, detail: {"detail": detail})  # type: ignore[return-value]

@@ -5,12 +5,9 @@ works and the address is known before the first request), and an orderly end tha
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import secrets
-import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +18,7 @@ from trialforge.config import EnvServerParams
 from trialforge.envserver.app import make_app
 from trialforge.envserver.sessions import EpisodeHub, HubConfig
 from trialforge.errors import ConfigError
+from trialforge.httpserve import bind, in_thread
 from trialforge.orchestrate.shards import TASKS, read_taskset
 from trialforge.pipeline import make_rollout, new_run_id
 from trialforge.rollout.loop import Lineage
@@ -92,23 +90,13 @@ def bearer_token(sp: EnvServerParams) -> tuple[str, Path | None]:
 def running(hub: EpisodeHub, sp: EnvServerParams, token: str, run_id: str, token_file: str = "") -> Iterator[Address]:
     """The server, serving in a thread of this process until the block ends; then every live episode is
     ended, its sandbox released and every ended episode written."""
-    sock = _bind(sp.host, sp.port)
-    host, port = sock.getsockname()[:2]
+    sock = bind(sp.host, sp.port, "the environment server listens on %s, beyond this machine: keep its token secret")
     app = make_app(hub, token, sp.max_body_kb * 1024)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="env-server", daemon=True)
-    thread.start()
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     try:
-        while not server.started:
-            if not thread.is_alive():
-                raise ConfigError(f"the environment server did not start on {host}:{port} (its log says why)")
-            thread.join(timeout=0.05)
-        shown = f"[{host}]" if ":" in host else host
-        yield Address(f"http://{shown}:{port}", token, run_id, len(hub.tasks), token_file)
+        with in_thread(config, sock, "environment server") as url:
+            yield Address(url, token, run_id, len(hub.tasks), token_file)
     finally:
-        server.should_exit = True
-        thread.join()
-        sock.close()
         hub.shutdown()
 
 
@@ -122,29 +110,3 @@ def serving(rt: Runtime, version: str, tasks: list[Task]) -> Iterator[Address]:
     with running(hub, sp, token, run_id, str(token_file or "")) as address:
         log.info("environment server at %s: %d tasks; episodes go to run %s", address.url, address.tasks, run_id)
         yield address
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    if not _loopback(host):
-        log.warning("the environment server listens on %s, beyond this machine: keep its token secret", host)
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Accepted connections inherit it: an answer written in two parts is not held back ~40 ms by Nagle's
-    # algorithm waiting on the client's delayed ACK (measured: 45 ms of a 69 ms step without it).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
-    sock.listen(256)
-    sock.set_inheritable(False)
-    return sock
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"

@@ -1,5 +1,5 @@
 """`trialforge serve` and `trialforge flow`: the deployments from one process (or, `serve env`, tasks as
-environments), and any flow run here.
+environments; `serve lm`, a local LM behind vLLM's API), and any flow run here.
 
 A typer sub-app, registered on the main one (``app.add_typer(orchestrate.cli.app)``); runnable alone
 as ``python -m trialforge.orchestrate.cli``.
@@ -99,7 +99,9 @@ def flow_command(
     typer.echo(json.dumps(result.model_dump() if hasattr(result, "model_dump") else result, default=str, indent=2))
 
 
-serve_app = typer.Typer(help="Serve the deployments of prefect.yaml, or (`serve env`) tasks as environments.")
+serve_app = typer.Typer(
+    help="Serve the deployments of prefect.yaml, or tasks as environments (`serve env`), or a local LM (`serve lm`)."
+)
 app.add_typer(serve_app, name="serve")
 
 
@@ -150,6 +152,37 @@ def serve_env(
             )
             with contextlib.suppress(KeyboardInterrupt):
                 stop.wait(duration_s)
+
+
+@serve_app.command("lm")
+def serve_lm(
+    model_dir: Annotated[Path, typer.Argument(help="a transformers causal LM and its tokenizer (save_pretrained)")],
+    host: Annotated[str, typer.Option(help="address to listen on (loopback unless you choose)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on (0: a free one)")] = 8000,
+    served_model_name: Annotated[str | None, typer.Option(help="the name requests use (default: MODEL_DIR)")] = None,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="default and cap of a request's max_tokens")] = 256,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="torch's intra-op threads (default: torch's)")] = None,
+) -> None:
+    """Serve a local causal LM over vLLM's OpenAI-compatible API until stopped (docs/inference-server.md).
+
+    Chat completions with token ids and log-probabilities, runtime LoRA adapters, and SGLang's
+    update_weights_from_disk. Once ready it prints one line, `serving NAME at http://HOST:PORT/v1`.
+    """
+    from trialforge.errors import TrialforgeError
+    from trialforge.inference.server import open_host, running
+
+    try:
+        lm = open_host(model_dir, served_model_name or str(model_dir), max_new_tokens, device, threads)
+        stop = threading.Event()  # a signal while the model loads ends the process at once: nothing to undo yet
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        with running(lm, host, port) as url:
+            typer.echo(f"serving {lm.base} at {url}")  # click flushes it: a parent process reads the URL here
+            stop.wait()
+    except TrialforgeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
 if __name__ == "__main__":

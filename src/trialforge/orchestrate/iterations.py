@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from trialforge.config import Params
+from trialforge.inference.managed import serving
 from trialforge.orchestrate import ShardReport, TrainResult, shards
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, code_version
@@ -38,12 +40,18 @@ class LoopResult:
         return asdict(self.staleness)
 
 
-def run_iterations(
-    iterations: int, max_staleness: int, roll: Roll, learn: Learn, on_iteration: OnIteration | None = None
+def run_iterations(params: Params, roll: Roll, learn: Learn, on_iteration: OnIteration | None = None) -> LoopResult:
+    """``train.iterations`` rollouts (in a background thread) and their updates (here), never more than
+    ``train.max_staleness`` policy versions apart; then the last checkpoint's held-out evaluation. The inference
+    server of ``train.inference.command`` runs meanwhile. ``on_iteration`` hears of each iteration once its
+    update (or the last evaluation) is done."""
+    with serving(params):
+        return _iterate(params.train.iterations, params.train.max_staleness, roll, learn, on_iteration)
+
+
+def _iterate(
+    iterations: int, max_staleness: int, roll: Roll, learn: Learn, on_iteration: OnIteration | None
 ) -> LoopResult:
-    """``iterations`` rollouts (in a background thread) and their updates (here), never more than
-    ``max_staleness`` policy versions apart; then iteration ``iterations``: the last checkpoint's held-out
-    evaluation. ``on_iteration`` hears of each iteration once its update (or the last evaluation) is done."""
     updates: list[dict[str, Any]] = []
     latest: list[str | None] = [None]
     done = on_iteration or (lambda _iteration, _update: None)
@@ -82,4 +90,4 @@ def train_in_process(
     def learn(iteration: int, checkpoint: str | None) -> TrainResult:
         return shards.train_iteration(rt, run_id, iteration, checkpoint)
 
-    return run_iterations(rt.params.train.iterations, rt.params.train.max_staleness, roll, learn, on_iteration)
+    return run_iterations(rt.params, roll, learn, on_iteration)

@@ -58,7 +58,7 @@ from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.envimages import obtain_images
 from trialforge.tasks.schema import Task, task_set_version
 from trialforge.tasks.taskset import from_table, to_table
-from trialforge.train.learner import learner_name, open_learner
+from trialforge.train.learner import learner_name, open_learner, rollout_policy
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def learner_policy(rt: Runtime, checkpoint: str | None) -> Policy:
     with _loaded_lock:
         if key not in _loaded:
             _loaded.clear()
-            _loaded[key] = open_learner(rt.params, rt.store, checkpoint).policy()
+            _loaded[key] = rollout_policy(rt.params, rt.store, checkpoint)
         return _loaded[key]
 
 

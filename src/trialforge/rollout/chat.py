@@ -37,17 +37,20 @@ def system_prompt(native_tools: bool) -> str:
     """The instructions; a text-protocol model also gets each tool's signature, since it sees no schema."""
     if native_tools:
         return _NATIVE_INSTRUCTIONS
-    lines = [_TEXT_INSTRUCTIONS]
-    for tool in TOOLS:
-        fn = tool["function"]
-        params = fn["parameters"]
-        required = set(params.get("required", []))
-        args = ", ".join(
-            f"{name}: {spec['type']}" + ("" if name in required else " (optional)")
-            for name, spec in params["properties"].items()
-        )
-        lines.append(f"- {fn['name']}({args}): {fn['description']}")
-    return "\n".join(lines)
+    return "\n".join([_TEXT_INSTRUCTIONS, *(tool_signature(tool) for tool in TOOLS)])
+
+
+def tool_signature(tool: dict[str, Any]) -> str:
+    """One line for an OpenAI tool schema, ``- name(arg: type, other: type (optional)): description``: what a
+    model that sees no schema is told."""
+    fn = tool["function"]
+    params = fn.get("parameters") or {}
+    required = set(params.get("required", []))
+    args = ", ".join(
+        f"{name}: {spec.get('type', 'any')}" + ("" if name in required else " (optional)")
+        for name, spec in params.get("properties", {}).items()
+    )
+    return f"- {fn['name']}({args}): {fn.get('description') or ''}"
 
 
 def invalid(error: str) -> Action:

@@ -82,17 +82,19 @@ class HFPolicy:
             raise ConfigError(
                 f"context of {limit} tokens leaves no room for the prompt and {max_new_tokens} new tokens"
             )
+        self.context_tokens = limit
         self.prompt_budget = limit - max_new_tokens
 
     def begin(self, view: TaskView, seed: int) -> HFEpisode:
         return HFEpisode(self, seed)
 
-    def encode(self, messages: list[dict[str, Any]]) -> list[int]:
-        """The prompt for the next reply: the tokenizer's chat template if it has one (given the tools when it
-        renders them), else a plain one."""
+    def encode(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = TOOLS) -> list[int]:
+        """The prompt for the next reply: the tokenizer's chat template if it has one (given ``tools`` when it
+        renders them), else a plain one. A template that does not render tools never sees them: the caller
+        describes them in the messages (as ``system_prompt`` does)."""
         tok = self.tokenizer
         if self.native_tools:
-            text = tok.apply_chat_template(_for_template(messages), tools=TOOLS, add_generation_prompt=True,
+            text = tok.apply_chat_template(_for_template(messages), tools=tools or None, add_generation_prompt=True,
                                            tokenize=False)  # fmt: skip
         elif getattr(tok, "chat_template", None):
             text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -105,24 +107,34 @@ class HFPolicy:
         return list(tok.encode(text, add_special_tokens=False))
 
     @torch.inference_mode()
-    def draw(self, prompt_ids: list[int], generator: torch.Generator) -> tuple[list[int], list[float], float]:
+    def draw(
+        self,
+        prompt_ids: list[int],
+        generator: torch.Generator,
+        *,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> tuple[list[int], list[float], float]:
         """Sample up to ``max_new_tokens`` tokens (to a stop token); return them, their log-probabilities and the
         mean entropy (nats) over the sampled tokens of the distribution each came from.
 
         That is ``log_softmax(logits / temperature)``, or at temperature 0 the model's own ``log_softmax(logits)``:
-        the distribution whose log-probabilities are recorded.
+        the distribution whose log-probabilities are recorded. ``max_new_tokens`` and ``temperature`` default to
+        the policy's; given here, they hold for this call alone (concurrent callers may each ask their own).
         """
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        temperature = self.temperature if temperature is None else temperature
         inputs = torch.tensor([prompt_ids], device=self.device)
         past = None
         ids: list[int] = []
         logprobs: list[float] = []
         entropies: list[torch.Tensor] = []
-        for _ in range(self.max_new_tokens):
+        for _ in range(limit):
             out = self.model(input_ids=inputs, past_key_values=past, use_cache=True)
             past = out.past_key_values
             logits = out.logits[0, -1].float()
-            if self.temperature > 0:
-                logp = torch.log_softmax(logits / self.temperature, dim=-1)
+            if temperature > 0:
+                logp = torch.log_softmax(logits / temperature, dim=-1)
                 token = int(torch.multinomial(logp.exp(), 1, generator=generator))
             else:
                 logp = torch.log_softmax(logits, dim=-1)

@@ -4,7 +4,8 @@ Episodes take their sandboxes from a pool (bounded, creation retried, warm reuse
 start from their task's post-setup tree (``rollout.starts``): the G episodes of a group start alike.
 
 Status keeps infrastructure out of rewards: a sandbox fault that recovery cannot absorb ends an episode
-as ``env_error`` (retried), never as reward 0; only ``ok`` episodes carry a reward.
+as ``env_error`` (retried), never as reward 0; so does an inference server that stops answering
+(``InferenceError``); only ``ok`` episodes carry a reward.
 
 Long episodes survive sandbox failures. The loop checkpoints an episode (``rollout.checkpoints``) once
 ``checkpoint_every`` steps have passed since the last checkpoint and the workspace changed, and before a
@@ -36,7 +37,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from trialforge.errors import ConfigError, PolicyError, SandboxError, StoreError
+from trialforge.errors import ConfigError, InferenceError, PolicyError, SandboxError, StoreError
 from trialforge.rollout.checkpoints import (
     RESTORE,
     RESTORE_TOOL,
@@ -171,6 +172,9 @@ class Rollout:
         except SandboxError as exc:
             record = episode.record if episode else record  # a restart replaces the record
             ended = self._finish(record, start, "env_error", f"{exc.cause}: {exc}", "error")
+        except InferenceError as exc:
+            record = episode.record if episode else record
+            ended = self._finish(record, start, "env_error", f"inference: {exc}", "error")
         except PolicyError as exc:
             record = episode.record if episode else record
             ended = self._finish(record, start, "policy_error", str(exc), "error")

@@ -3,21 +3,31 @@
 Each turn posts the whole conversation with ``tools=TOOLS`` to ``{base_url}/chat/completions`` and takes
 the first tool call of the first choice as the action. Transport failures (connection errors, timeouts,
 429 and 5xx answers) are retried (tenacity) with exponential backoff and full jitter, the server's
-Retry-After as a floor, then raised as ``PolicyError`` (the episode ends as ``policy_error``, never with a
-reward). What the model says is never an error: a reply without a tool call, or with arguments that are
-not a JSON object, becomes an invalid action that the environment answers and the trajectory keeps.
+Retry-After as a floor, then raised as ``InferenceError``: the server is infrastructure, so the episode
+ends as ``env_error`` and is tried again, never with a reward. A request the server refuses (another 4xx)
+is ``PolicyError``. What the model says is never an error: a reply without a tool call, or with arguments
+that are not a JSON object, becomes an invalid action that the environment answers and the trajectory keeps.
+
+With ``token_ids`` (a learner sampled by a server) each request asks for vLLM's ``return_token_ids``, and
+the step records what the trainer needs to score the reply again under new weights, as a local HF policy
+does: the prompt's token ids (``prompt_token_ids``), the sampled ids (``choices[0].token_ids``), their
+log-probabilities and the temperature. The server's log-probabilities must be those of the distribution it
+sampled from (vLLM: ``--logprobs-mode processed_logprobs`` when the temperature is not 1). A server that
+answers 404 for the model (a restarted server has lost an adapter loaded at run time) is given the chance to
+load it again (``on_missing_model``) and asked again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from trialforge.errors import PolicyError
+from trialforge.errors import ConfigError, InferenceError, PolicyError
 from trialforge.rollout.chat import Conversation, chars, fit, invalid, parse_tool_call, system_prompt
 from trialforge.rollout.env import TOOLS
 from trialforge.rollout.policies import Decision, TaskView
@@ -46,17 +56,25 @@ class OpenAIPolicy:
         max_backoff_s: float = 30.0,
         system: str | None = None,
         name: str = "openai",
+        version: str | None = None,
+        token_ids: bool = False,
+        on_missing_model: Callable[[], None] | None = None,
     ) -> None:
         """``api_key`` None reads ``OPENAI_API_KEY`` (no Authorization header when neither is set).
 
         ``logprobs`` asks for the sampled tokens' log-probabilities (vLLM and SGLang return them; turn it off
         for an endpoint that rejects the field). ``max_context_chars`` drops the oldest turns of a longer
         conversation before sending it; None sends everything and lets the server refuse what it cannot hold.
-        ``system`` replaces the default instructions.
+        ``system`` replaces the default instructions. ``version`` tags the episodes (default: ``model``).
+        ``token_ids``: record the token ids a trainer needs (module docstring); it needs ``logprobs``.
         """
+        if token_ids and not logprobs:
+            raise ConfigError("recording token ids for training needs the log-probabilities too (logprobs=True)")
         self.system = system if system is not None else system_prompt(native_tools=True)
         self.name = name
-        self.version = model
+        self.version = version or model
+        self.token_ids = token_ids
+        self.on_missing_model = on_missing_model
         self.model = model
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.max_retries = max_retries
@@ -89,6 +107,8 @@ class OpenAIPolicy:
         }
         if self.logprobs:
             body["logprobs"] = True
+        if self.token_ids:
+            body["return_token_ids"] = True
         retrying = Retrying(
             retry=retry_if_exception_type(_Retryable),
             stop=stop_after_attempt(self.max_retries + 1),
@@ -99,7 +119,8 @@ class OpenAIPolicy:
         try:
             data = retrying(self._post, body)
         except _Retryable as exc:
-            raise PolicyError(f"{self.url} failed {retrying.statistics['attempt_number']} times; last: {exc}") from exc
+            attempts = retrying.statistics["attempt_number"]
+            raise InferenceError(f"{self.url} failed {attempts} times; last: {exc}") from exc
         return data, retrying.statistics["attempt_number"], retrying.statistics["idle_for"]
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +133,9 @@ class OpenAIPolicy:
         if response.status_code == 200:
             return _json(response)
         failure = f"HTTP {response.status_code}: {response.text[:500]}"
+        if response.status_code == 404 and self.on_missing_model is not None:
+            self.on_missing_model()  # e.g. load the adapter a restarted server lost, then ask again
+            raise _Retryable(failure)
         if response.status_code not in RETRYABLE_STATUS:
             raise PolicyError(f"{self.url} refused the request ({failure}); not retried")
         raise _Retryable(failure, _retry_after(response))
@@ -182,6 +206,8 @@ class OpenAIEpisode:
             info["content"] = message["content"]
         if token_logprobs is not None:
             info["token_logprobs"] = token_logprobs
+        if self.policy.token_ids:
+            info |= _sampled(data, choice, token_logprobs, self.policy)
         return Decision(
             action=action,
             logprob=sum(token_logprobs) if token_logprobs else None,
@@ -199,6 +225,30 @@ def _json(response: httpx.Response) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise PolicyError(f"{response.url} answered 200 with JSON that is not an object: {str(data)[:300]}")
     return data
+
+
+def _sampled(
+    data: dict[str, Any], choice: dict[str, Any], logprobs: list[float] | None, policy: OpenAIPolicy
+) -> dict[str, Any]:
+    """What the trainer needs from one reply: the token ids of the prompt and of the sample, their
+    log-probabilities, the temperature, and an estimate of the sampling entropy (the mean of -log p over the
+    sampled tokens, unbiased for the mean per-token entropy the health check watches)."""
+    prompt, ids = data.get("prompt_token_ids"), choice.get("token_ids")
+    if not isinstance(prompt, list) or not isinstance(ids, list):
+        raise ConfigError(
+            f"{policy.url} returned no prompt_token_ids/token_ids: training on a server's samples needs a server "
+            "that answers return_token_ids (vLLM >= 0.10.2, or `trialforge serve lm`)"
+        )
+    if logprobs is None or len(logprobs) != len(ids):
+        raise InferenceError(
+            f"{policy.url} returned {len(ids)} token ids but {len(logprobs or [])} log-probabilities for them"
+        )
+    return {
+        "prompt_ids": [int(i) for i in prompt],
+        "token_ids": [int(i) for i in ids],
+        "temperature": policy.temperature,
+        "entropy": -sum(logprobs) / len(logprobs) if logprobs else 0.0,
+    }
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -9,6 +9,8 @@ a lost machine) leaves, per kind:
 * **Podman services** trialforge started, recorded in the state dir with their owner: their
   abandoned containers first, then the service, then what it leaves: **conmon processes**
   of those containers, and the service's state dir (``reap_services``);
+* **processes a run started** for itself (an inference server), recorded in the state dir with
+  their owner: their whole process group (``owned.reap_owned``);
 * **scratch dirs** in the system temp dir named for their owner (``trialforge.scratch``).
 
 ``reap_all`` removes each kind whose owner is dead or whose deadline passed (everything
@@ -33,7 +35,7 @@ import docker
 import docker.errors
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox import reaper
+from trialforge.sandbox import owned, reaper
 from trialforge.sandbox.docker import LABEL_DEADLINE, LABEL_OWNER, remove_container
 from trialforge.sandbox.endpoints import EngineEndpoint, SshTunnel
 from trialforge.sandbox.engine import PodmanService, ServiceRecord, engine_client, remove_home, store_dir
@@ -78,8 +80,8 @@ def reap_all(
     docker_host: str | None = None,
     engines: Sequence[EngineEndpoint] = (),
 ) -> Reaped:
-    """Every kind, in order: sandboxes, services (with their containers), the engine's other containers, the
-    fleet's engines' containers, temp dirs.
+    """Every kind, in order: sandboxes, services (with their containers), processes runs started, the engine's
+    other containers, the fleet's engines' containers, temp dirs.
 
     The engine is ``docker_host``, else ``$DOCKER_HOST``, else a short-lived Podman service of our
     own (rootful Podman keeps containers in one store: a fresh service sees what a dead one left).
@@ -87,6 +89,7 @@ def reap_all(
     """
     done = Reaped(sandboxes=reaper.reap(state_dir, everything=everything))
     done.add(reap_services(state_dir, everything=everything))
+    done.processes.extend(owned.reap_owned(state_dir, everything=everything))
     for endpoint in engines:
         done.add(_reap_engine(endpoint, everything=everything))
     host = docker_host or os.environ.get("DOCKER_HOST")

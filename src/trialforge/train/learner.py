@@ -9,6 +9,10 @@ checkpoint named ``checkpoints/RUN/NAME-vN.pt`` follows every update, from which
 process loads the policy and the next train step resumes. The repair policy's is that one object; the LM's
 is a Hugging Face directory under ``checkpoints/RUN/lm-vN/`` (``train.hf_checkpoint``), its full weights or,
 with ``train.lora.r`` > 0, its LoRA adapters.
+
+``rollout_policy`` is what a rollout samples the learner with: with ``train.inference.url`` an inference
+server that gets each version's weights (``train.served``), so no rollout process loads the model; else the
+learner itself, in the rollout's process.
 """
 
 from __future__ import annotations
@@ -46,6 +50,15 @@ class Learner(Protocol):
 
 def learner_name(params: Params) -> str:
     return LM if params.train.model else RepairPolicy.name
+
+
+def rollout_policy(params: Params, store: ObjectStore, checkpoint: str | None) -> Policy:
+    """The learner as of ``checkpoint`` (None: its initial weights) as a rollout policy."""
+    if params.train.inference.url:
+        from trialforge.train.served import served_policy
+
+        return served_policy(params, store, checkpoint, LM)
+    return open_learner(params, store, checkpoint).policy()
 
 
 def open_learner(params: Params, store: ObjectStore, checkpoint: str | None) -> Learner:
