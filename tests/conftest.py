@@ -82,24 +82,9 @@ def tiny_lm(tmp_path_factory):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from tiny_models import byte_level_gpt2
 
-    byte_chars = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {ch: i for i, ch in enumerate(sorted(byte_chars))}
-    vocab["<|endoftext|>"] = len(vocab)
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>")
-    eos = tokenizer.eos_token_id
-    config = GPT2Config(
-        n_layer=2, n_head=2, n_embd=32, n_positions=2048, vocab_size=len(vocab), bos_token_id=eos, eos_token_id=eos
-    )
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(config).eval()
     path = tmp_path_factory.mktemp("tiny-lm")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    model, tokenizer = byte_level_gpt2(path)
     yield path, model, tokenizer
     torch.set_num_threads(threads)

@@ -83,14 +83,18 @@ def server_pids(state_dir: Path) -> list[int]:
     return [json.loads(p.read_text())["pid"] for p in state_dir.glob("proc-*.json")]
 
 
-def run_served(params, on_iteration=None) -> tuple[dict[int, list[EpisodeRecord]], list[dict], object]:
+def run_served(params, on_iteration=None) -> tuple[dict[int, list[EpisodeRecord]], list[dict], list]:
+    """Episodes by iteration, the updates, and the learner's model at each version (0: the untrained base)."""
+    iterations = params.train.iterations
     with open_runtime(params) as rt:
         ingested, _ = pipeline.ingest(rt)
         tasks, _ = pipeline.validate(rt, [t for t in ingested if t.task_id in TASK_IDS])
         loop = train_in_process(rt, tasks, RUN, on_iteration=on_iteration)
-        episodes = {it: load_episodes(rt.store, RUN, it, LM) for it in (0, 1)}
-        v1 = LMTrainer.load(rt.store, f"checkpoints/{RUN}/lm-v1.pt", params.train.model, device=pick_device("cpu"))
-    return episodes, loop.updates, v1.model
+        episodes = {it: load_episodes(rt.store, RUN, it, LM) for it in range(iterations)}
+        cpu = pick_device("cpu")
+        keys = [f"checkpoints/{RUN}/lm-v{v}.pt" for v in range(1, iterations)]
+        models = [LMTrainer.load(rt.store, key, params.train.model, device=cpu).model for key in keys]
+    return episodes, loop.updates, [None, *models]
 
 
 def test_lora_versions_reach_a_server_the_run_starts_and_restarts_after_a_kill(tiny_lm, tmp_path, state_dir):
@@ -104,9 +108,10 @@ def test_lora_versions_reach_a_server_the_run_starts_and_restarts_after_a_kill(t
             killed.extend(server_pids(state_dir))
             os.kill(killed[0], signal.SIGKILL)
 
-    episodes, updates, v1 = run_served(params, kill_server)
+    episodes, updates, (_, v1) = run_served(params, kill_server)
 
     assert [u["decision"] for u in updates] == ["trained", "trained"]
+    assert all(u["health"]["entropy"] > 0 for u in updates)  # estimated from the server's log-probabilities
     for iteration, rows in episodes.items():
         assert rows and {e.policy_version for e in rows} == {f"v{iteration}"}
         assert all(e.status == "ok" for e in rows)  # the killed server came back before any episode gave up
@@ -121,12 +126,29 @@ def test_lora_versions_reach_a_server_the_run_starts_and_restarts_after_a_kill(t
         httpx.get(f"{params.train.inference.url}/models", timeout=2)
 
 
+def test_rollouts_a_version_behind_the_trainer_each_sample_their_own_version(tiny_lm, tmp_path, state_dir):
+    """train.max_staleness 1: a rollout may run while the trainer takes the next step and the server gets the
+    next adapter; each episode's tokens were still sampled by the version it is tagged with."""
+    path, base, _ = tiny_lm
+    more = {"train.lora.r": 4, "train.max_staleness": 1, "train.iterations": 3}
+    episodes, updates, models = run_served(load_params(None, served(tmp_path, path, free_port(), **more)))
+
+    assert [u["decision"] for u in updates] == ["trained"] * 3 and all(u["behaviour_lag"] <= 1 for u in updates)
+    rows = [e for it in episodes.values() for e in it]
+    assert rows and all(e.status == "ok" for e in rows)
+    models[0] = base
+    for version in {e.policy_version for e in rows}:
+        tagged = [e for e in rows if e.policy_version == version]
+        recorded, scored = recorded_and_scored(tagged, models[int(version.removeprefix("v"))])
+        torch.testing.assert_close(recorded, scored, atol=1e-4, rtol=0)
+
+
 def test_full_weights_replace_the_servers_in_place(tiny_lm, tmp_path, state_dir):
     path, base, _ = tiny_lm
     port = free_port()
     params = load_params(None, served(tmp_path, path, port, **{"train.inference.api": "sglang"}))
 
-    episodes, updates, v1 = run_served(params)
+    episodes, updates, (_, v1) = run_served(params)
 
     assert [u["decision"] for u in updates] == ["trained", "trained"]
     recorded, under_v1 = recorded_and_scored(episodes[1], v1)
