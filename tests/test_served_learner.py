@@ -21,8 +21,10 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from chat_server import tool_call
 from test_inference_server import forward_logprobs
 from test_learner import TASK_IDS, small
+from test_policies_llm import with_token_ids
 
 from trialforge import pipeline
 from trialforge.config import load_params
@@ -301,3 +303,12 @@ def test_a_server_that_never_comes_up_is_a_clear_error_with_its_log(tmp_path, ti
         serving(load_params(None, overrides)),
     ):
         pass
+
+
+def test_the_servers_key_is_read_from_the_variable_params_name(tiny_lm, tmp_path, chat_server, monkeypatch):
+    monkeypatch.setenv("TF_TEST_INFERENCE_KEY", "sk-inference")
+    overrides = served(tmp_path, tiny_lm[0], 1, **{"train.lora.r": 4, "train.inference.command": ""})
+    overrides |= {"train.inference.url": chat_server.url, "train.inference.api_key_env": "TF_TEST_INFERENCE_KEY"}
+    chat_server.play(with_token_ids(tool_call("submit", logprobs=[-1.0]), [1, 2], [3]))
+    decision = served_policy(load_params(None, overrides), None, None, LM).begin(TaskView("t", "fix"), 1).act("fix")
+    assert chat_server.headers[0]["Authorization"] == "Bearer sk-inference" and decision.info["token_ids"] == [3]

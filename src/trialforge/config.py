@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -246,6 +247,16 @@ class InferenceParams(_Section):
     api: Literal["vllm", "sglang"] = "vllm"  # how weights reach it: vllm loads LoRA adapters at run time,
     # sglang replaces the full weights in place (/update_weights_from_disk)
     model_name: str = ""  # the name the server serves train.model under; "": train.model as given (vLLM's default)
+    api_key_env: str = ""  # the variable holding the server's key (vLLM's --api-key); "": no Authorization header
+
+    def api_key(self) -> str:
+        """The server's key, read from ``api_key_env`` where the run starts ("": none)."""
+        return os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+
+    def headers(self) -> dict[str, str]:
+        key = self.api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
     weights_dir: str = ""  # where each version is written for the server to read; "": OUT_DIR/served-weights
     ready_timeout_s: float = Field(600.0, gt=0)  # a started server must answer within this
     max_restarts: int = Field(3, ge=0)  # a started server that dies more often than this stays down

@@ -77,7 +77,7 @@ class ManagedServer:
 
     def start(self) -> None:
         """Start the server and return once it answers (``ConfigError`` with its log's tail if it never does)."""
-        if _answers(self.spec.url):
+        if _answers(self.spec):
             raise ConfigError(
                 f"something already answers at {self.spec.url}: train.inference.command would start a second server "
                 "there; stop it, or leave command empty to use it"
@@ -134,7 +134,7 @@ class ManagedServer:
             )  # fmt: skip
         self._record = owned.record(self._proc.pid, argv)
         deadline = time.monotonic() + self.spec.ready_timeout_s
-        while not _answers(self.spec.url):
+        while not _answers(self.spec):
             if self._proc.poll() is not None:
                 self._halt()
                 raise ConfigError(f"the inference server exited ({self._proc.returncode}) before it answered "
@@ -170,9 +170,9 @@ class ManagedServer:
             return ""
 
 
-def _answers(url: str) -> bool:
+def _answers(spec: InferenceParams) -> bool:
     try:
-        return httpx.get(f"{url}/models", timeout=5.0).status_code == 200
+        return httpx.get(f"{spec.url}/models", headers=spec.headers(), timeout=5.0).status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -73,7 +73,7 @@ class WeightSync:
         self.max_staleness = max_staleness
         self.server = spec.url.removesuffix("/v1")  # SGLang's routes are at the root, vLLM's under /v1
         self._lock = threading.Lock()
-        self._client = httpx.Client(timeout=spec.timeout_s)
+        self._client = httpx.Client(timeout=spec.timeout_s, headers=spec.headers())
 
     def ensure(self, store: ObjectStore | None, checkpoint: str | None) -> str:
         """The name to sample version ``checkpoint`` under, once the server holds it (``InferenceError`` if the
@@ -199,7 +199,7 @@ def served_policy(params: Params, store: ObjectStore | None, checkpoint: str | N
     sync = _sync(params)
     version = 0 if checkpoint is None else int(served_name(checkpoint).rsplit("-v", 1)[1])
     policy = OpenAIPolicy(
-        spec.url, sync.base_name, "", timeout_s=spec.timeout_s, max_retries=spec.max_retries,
+        spec.url, sync.base_name, spec.api_key(), timeout_s=spec.timeout_s, max_retries=spec.max_retries,
         temperature=rp.temperature, max_tokens=rp.max_new_tokens, max_context_chars=spec.max_context_chars, name=name,
         version=f"v{version}", token_ids=True,
     )  # fmt: skip
