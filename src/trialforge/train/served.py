@@ -21,6 +21,7 @@ The version tag on every step row is the learner's (``vN``), whatever name the s
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import threading
@@ -154,7 +155,7 @@ class WeightSync:
         if store is None:
             raise ConfigError(f"checkpoint {checkpoint} is not under {self.root} and no store was given to fetch it")
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.part-{threading.get_ident()}")
+        partial = target.with_name(f".{target.name}.part-{os.getpid()}-{threading.get_ident()}")
         with hf_checkpoint.downloaded(store, checkpoint) as (_, root):
             shutil.copytree(root / hf_checkpoint.MODEL_DIR, partial, dirs_exist_ok=True)
         try:
