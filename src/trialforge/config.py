@@ -248,15 +248,6 @@ class InferenceParams(_Section):
     # sglang replaces the full weights in place (/update_weights_from_disk)
     model_name: str = ""  # the name the server serves train.model under; "": train.model as given (vLLM's default)
     api_key_env: str = ""  # the variable holding the server's key (vLLM's --api-key); "": no Authorization header
-
-    def api_key(self) -> str:
-        """The server's key, read from ``api_key_env`` where the run starts ("": none)."""
-        return os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-
-    def headers(self) -> dict[str, str]:
-        key = self.api_key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
     weights_dir: str = ""  # where each version is written for the server to read; "": OUT_DIR/served-weights
     ready_timeout_s: float = Field(600.0, gt=0)  # a started server must answer within this
     max_restarts: int = Field(3, ge=0)  # a started server that dies more often than this stays down
@@ -270,6 +261,14 @@ class InferenceParams(_Section):
         if url and not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be an http:// or https:// URL, not {url!r}")
         return url.rstrip("/")
+
+    def api_key(self) -> str:
+        """The server's key, read from ``api_key_env`` where the run starts ("": none)."""
+        return os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+
+    def headers(self) -> dict[str, str]:
+        key = self.api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     @model_validator(mode="after")
     def _started_at_url(self) -> InferenceParams:

@@ -237,7 +237,7 @@ def _sampled(
     if not isinstance(prompt, list) or not isinstance(ids, list):
         raise ConfigError(
             f"{policy.url} returned no prompt_token_ids/token_ids: training on a server's samples needs a server "
-            "that answers return_token_ids (vLLM >= 0.10.2, or `trialforge serve lm`)"
+            "that answers return_token_ids (a vLLM release that has it, or `trialforge serve lm`)"
         )
     if logprobs is None or len(logprobs) != len(ids):
         raise InferenceError(
