@@ -198,7 +198,8 @@ def served_policy(params: Params, store: ObjectStore | None, checkpoint: str | N
     """The learner as of ``checkpoint`` (None: untrained), sampled by ``train.inference.url`` (module docstring)."""
     spec, rp = params.train.inference, params.rollout
     sync = _sync(params)
-    version = 0 if checkpoint is None else int(served_name(checkpoint).rsplit("-v", 1)[1])
+    match = _VERSION.match(served_name(checkpoint)) if checkpoint else None
+    version = int(match["version"]) if match else 0
     policy = OpenAIPolicy(
         spec.url, sync.base_name, spec.api_key(), timeout_s=spec.timeout_s, max_retries=spec.max_retries,
         temperature=rp.temperature, max_tokens=rp.max_new_tokens, max_context_chars=spec.max_context_chars, name=name,
