@@ -201,7 +201,7 @@ def report(seeds: list[Seed], tasks: list[Task]) -> None:
             cells.append(f"{mean_sd(first)} -> {mean_sd(last)}" if any(v is not None for v in first) else "-")
         row = reach[family]
         print(f"{family:>18} {row['tasks']:>5} {row['reachable']:>8}  {cells[0]:>31}  {cells[1]:>31}")
-    print("\nout of reach (the repair policy rewrites one line by one token; these fixes need more):")
+    print("\nout of reach (the repair policy changes one token of one line, or puts back an unread name):")
     for family in sorted(reach):
         for reason, count in reach[family]["unreachable_reasons"].items():
             print(f"  {family}: {count} x {reason}")

@@ -108,6 +108,6 @@ def test_the_learner_must_be_among_the_policies_it_is_named_for(tmp_path) -> Non
 
 
 def test_the_repair_policys_learning_rate_is_refused_for_a_language_model(tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"train.lr=20 is a rate for the demo's 18-weight repair policy"):
+    with pytest.raises(ConfigError, match=r"train.lr=20 is a rate for the demo's 21-weight repair policy"):
         load_params(REPO_ROOT / "params.yaml", {"train.model": str(tmp_path)})  # the demo's lr, an LM to train
     assert load_params(REPO_ROOT / "params.yaml", {"train.model": str(tmp_path), "train.lr": 1e-6}).train.lr == 1e-6

@@ -9,6 +9,8 @@ from trialforge.tasks.mutations import mutants_of_source
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Source, Task
 
+NOT_AN_EDIT = "the one-line fix is neither a one-token edit nor an unread name put back"
+
 SPAN = "def between(x, lo, hi):\n    x = float(x)\n    if x < lo:\n        return False\n    return x <= hi\n"
 
 
@@ -56,6 +58,14 @@ def test_a_flipped_comparison_is_in_reach() -> None:
     assert fix_in_reach(task(negated)).reachable
 
 
+def test_a_name_put_back_is_in_reach() -> None:
+    returned = diff("m.py", "@@ -3 +3 @@\n-    return None\n+    return found\n")
+    passed = diff("m.py", "@@ -3 +3 @@\n-    out.extend(wrap(words, n))\n+    out.extend(wrap(words, n, strict))\n")
+    assert fix_in_reach(task(returned)).reachable and fix_in_reach(task(passed)).reachable
+    two_names = diff("m.py", "@@ -3 +3 @@\n-    return None\n+    return found or default\n")
+    assert fix_in_reach(task(two_names)).reason == NOT_AN_EDIT
+
+
 def test_each_kind_of_fix_out_of_reach_says_why() -> None:
     reasons = {name: fix_in_reach(task(patch)) for name, patch in [
         ("dropped", DROPPED), ("extra", EXTRA), ("three", THREE), ("rewrite", REWRITE), ("docs", DOCS),
@@ -67,7 +77,7 @@ def test_each_kind_of_fix_out_of_reach_says_why() -> None:
     )
     assert reasons["extra"].reason == "the fix removes lines"
     assert reasons["three"].reason == "the fix changes 3 lines; the policy rewrites one"
-    assert reasons["rewrite"].reason == "the one-line fix is not a single-token repair the policy proposes"
+    assert reasons["rewrite"].reason == NOT_AN_EDIT
     assert reasons["docs"].reason == reasons["tests"].reason == "the fix touches no Python file"
     assert reasons["two files"].reason == "the fix changes 2 files; the policy edits one"
 
@@ -75,7 +85,7 @@ def test_each_kind_of_fix_out_of_reach_says_why() -> None:
 def test_lines_that_look_like_file_headers_inside_a_hunk_are_changed_lines() -> None:
     # A removed line "-- x" reads "--- x" in the diff: still a line of the hunk, not the next file's header.
     patch = diff("m.py", "@@ -1,2 +1,2 @@\n--- x\n+-- y\n a = 1\n")
-    assert fix_in_reach(task(patch)).reason == "the one-line fix is not a single-token repair the policy proposes"
+    assert fix_in_reach(task(patch)).reason == NOT_AN_EDIT
 
 
 def test_families_tally_reach_and_reasons() -> None:
@@ -87,7 +97,7 @@ def test_families_tally_reach_and_reasons() -> None:
         "drop_branch": {"tasks": 1, "reachable": 0, "unreachable_reasons": {
             "the fix adds lines (a deleted statement or branch); the policy only rewrites a line": 1}},
         "flip_compare": {"tasks": 3, "reachable": 2, "unreachable_reasons": {
-            "the one-line fix is not a single-token repair the policy proposes": 1}},
+            NOT_AN_EDIT: 1}},
         "ticket:github": {"tasks": 1, "reachable": 0, "unreachable_reasons": {
             "the fix adds lines (a deleted statement or branch); the policy only rewrites a line": 1}},
     }  # fmt: skip

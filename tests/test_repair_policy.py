@@ -21,6 +21,7 @@ from trialforge.rollout.repair import (
     line_edits,
     score,
     softmax,
+    viewed_functions,
 )
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.tasks.schema import Source, Task
@@ -75,6 +76,35 @@ def test_line_edits_include_the_inverse_of_single_token_bugs() -> None:
     ]
     for bug, fix in bug_and_fix:
         assert fix in [new for _, new in line_edits(bug)], bug
+
+
+def test_a_name_the_function_binds_and_never_reads_is_put_back_where_a_value_was_dropped() -> None:
+    listing = "\n".join(f"{n:6d}  {text}" for n, text in enumerate([
+        "def fill(words, width, break_long):",
+        "    lines = []",
+        "    for i, word in enumerate(words):",
+        "        lines.extend(wrap(word, width))",
+        "    best = max(lines, key=len)",
+        "    def key(line):",
+        "        return len(line) + i",  # a read in a nested function is a read
+        "    return None",
+    ], 1))  # fmt: skip
+    (fill, key) = viewed_functions("m.py", listing)
+    assert fill.unread == ("break_long", "best") and key.unread == ()
+    returned = line_edits("    return None", fill.unread)
+    assert ("return_name", "    return best") in returned and ("return_name", "    return break_long") in returned
+    passed = [new for family, new in line_edits("        lines.extend(wrap(word, width))", ("break_long",))]
+    assert "        lines.extend(wrap(word, width, break_long))" in passed
+    assert "        lines.extend(wrap(word, width, break_long=break_long))" in passed
+    assert line_edits("    return None") == [("negation", "    return not (None)")]  # nothing unread: nothing put back
+
+
+def test_removing_a_not_and_adding_one_are_told_apart_and_commuting_arguments_are_not_swapped() -> None:
+    assert dict((new, family) for family, new in line_edits("    while key not in seen:")) == {
+        "    while key in seen:": "unnegate",
+        "    while not (key not in seen):": "negation",
+    }
+    assert [new for _, new in line_edits("    low = min(a, b)")] == ["    low = max(a, b)"]  # no min(b, a)
 
 
 def test_line_edits_leave_out_edits_that_break_the_syntax() -> None:

@@ -328,7 +328,7 @@ class TrainParams(_Section):
     def _lm_rate(self) -> TrainParams:
         if self.model and self.lr > LM_MAX_LR:
             raise ValueError(
-                f"train.lr={self.lr:g} is a rate for the demo's 18-weight repair policy; one step of it would wreck "
+                f"train.lr={self.lr:g} is a rate for the demo's 21-weight repair policy; one step of it would wreck "
                 f"a language model: set train.lr with train.model (at most {LM_MAX_LR:g}; GRPO recipes use ~1e-6)"
             )
         if self.lora.r and not self.model:

@@ -19,6 +19,7 @@ from trialforge.tasks.patches import is_test_path, touched_paths
 from trialforge.tasks.schema import Task
 
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 _FILE = re.compile(r"^\+\+\+ (?:b/)?(\S+)|^--- (?:a/)?(\S+)")
 
 
@@ -35,6 +36,10 @@ def fix_in_reach(task: Task) -> Reach:
 
     This is the action space only: the policy must also localise the line (a line of a function body that a
     failing test ran, or of a function the issue names) and rank the edit among its first attempts.
+
+    A fix that puts back a name (returns it, or passes it as a call's last argument) is proposed only when
+    the function binds that name and never reads it. The patch does not show the function, so this check
+    assumes so; ``gold_edit`` on an episode's candidates is exact.
     """
     files = {path: lines for path, lines in _changes(task.gold_patch).items() if not is_test_path(path)}
     python = [path for path in files if path.endswith(".py")]
@@ -52,8 +57,9 @@ def fix_in_reach(task: Task) -> Reach:
     if len(removed) > 1 or len(added) > 1:
         return Reach(False, f"the fix changes {max(len(removed), len(added))} lines; the policy rewrites one")
     old, new = removed[0], added[0]
-    if not any(_same(candidate, new) for _, candidate in line_edits(old)):
-        return Reach(False, "the one-line fix is not a single-token repair the policy proposes")
+    put_back = tuple(dict.fromkeys(n for n in _NAME.findall(new) if n not in _NAME.findall(old)))
+    if not any(_same(candidate, new) for _, candidate in line_edits(old, put_back)):
+        return Reach(False, "the one-line fix is neither a one-token edit nor an unread name put back")
     return Reach(True, "")
 
 

@@ -4,7 +4,8 @@ It sees only what the environment shows. It runs the tests; when some fail it ru
 them again under a line tracer (which lines each failing and passing test executed:
 spectrum-based fault localisation), otherwise it greps for the functions the issue
 names. It views the implicated files, proposes single-line repair edits (flip a
-comparison, shift a constant, swap arguments, ...) on the implicated lines, and
+comparison, shift a constant, swap arguments, put back a name the function binds
+but never reads, ...) on the implicated lines, and
 samples edits from a softmax over a linear score of each edit's features: what kind
 of edit, on what kind of line, how suspicious the line's test coverage is, and how
 its function is tied to the failure. Each edit is checked against the failing tests,
@@ -22,6 +23,7 @@ import itertools
 import math
 import random
 import re
+import textwrap
 import tokenize
 from dataclasses import dataclass, field
 
@@ -29,7 +31,14 @@ from trialforge.rollout.env import Action
 from trialforge.rollout.policies import Decision, TaskView
 from trialforge.tasks.patches import is_test_path
 
-FAMILIES = ("compare", "boolean", "negation", "constant", "arith", "callee", "swap_args", "offset")
+# Kinds of edit. A ``negation`` adds a ``not``, an ``unnegate`` removes one: few lines hold a ``not``, so
+# removing it is a far likelier fix than adding one anywhere, and one weight for both could not say so.
+# ``return_name`` and ``add_argument`` put back a name the function binds but never reads (a dropped
+# return value or argument leaves one behind, the way a linter's "unused variable" points at a bug).
+FAMILIES = (
+    "compare", "boolean", "negation", "constant", "arith", "callee", "swap_args", "offset",
+    "unnegate", "return_name", "add_argument",
+)  # fmt: skip
 CONTEXT_FEATURES = (
     "suspiciousness",  # Ochiai: failing tests that ran the line / sqrt(all failing x all that ran it)
     "most_suspicious",  # the line ties for the highest suspiciousness among the candidates
@@ -136,8 +145,12 @@ class Candidate:
     features: tuple[float, ...]
 
 
-def line_edits(line: str) -> list[tuple[str, str]]:
-    """Single-token repair edits of one source line: (family, new line); edits that break the syntax are left out."""
+def line_edits(line: str, unread: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Single-token repair edits of one source line: (family, new line); edits that break the syntax are left out.
+
+    ``unread``: names the line's function binds (parameters, assignments) and never reads; each may become
+    the value returned, or a call's last argument (positional, or ``name=name``).
+    """
     edits: list[tuple[str, str]] = []
     try:
         tokens = [t for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.start[0] == t.end[0] == 1]
@@ -155,8 +168,9 @@ def line_edits(line: str) -> list[tuple[str, str]]:
             for new in _constant_edits(int(tok.string)):
                 edits.append(("constant", line[:lo] + str(new) + line[hi:]))
         if tok.string == "not":
-            edits.append(("negation", line[:lo] + line[hi:].lstrip()))
-    edits += _negations(line) + _arg_swaps(line, tokens)
+            edits.append(("unnegate", line[:lo] + line[hi:].lstrip()))
+    calls = _calls(line, tokens)
+    edits += _negations(line) + _arg_swaps(line, calls) + _names_put_back(line, calls, unread)
     edits += [("offset", line[: m.start()] + line[m.end() :]) for m in _OFFSET.finditer(line)]
     parses = statement(line) is not None
     return [(fam, new) for fam, new in dict.fromkeys(edits) if new != line and (not parses or statement(new))]
@@ -179,9 +193,17 @@ def _negations(line: str) -> list[tuple[str, str]]:
     return []
 
 
-def _arg_swaps(line: str, tokens: list[tokenize.TokenInfo]) -> list[tuple[str, str]]:
-    """Adjacent positional arguments of a call on this line exchanged (every pair of neighbours)."""
-    edits = []
+@dataclass(frozen=True)
+class _Call:
+    """A call that opens and closes on one line: its name and the column spans of its arguments."""
+
+    name: str
+    args: list[tuple[int, int]]
+    close: int  # column of the closing parenthesis
+
+
+def _calls(line: str, tokens: list[tokenize.TokenInfo]) -> list[_Call]:
+    calls = []
     for i, tok in enumerate(tokens):
         if tok.string != "(" or i == 0 or tokens[i - 1].type != tokenize.NAME or tokens[i - 1].string in ("if", "in"):
             continue
@@ -191,19 +213,49 @@ def _arg_swaps(line: str, tokens: list[tokenize.TokenInfo]) -> list[tuple[str, s
                 depth += 1
             elif t.type == tokenize.OP and t.string in (")", "]", "}"):
                 if depth == 0:
-                    args.append((start, t.start[1]))
+                    if line[start : t.start[1]].strip():
+                        args.append((start, t.start[1]))
+                    calls.append(_Call(tokens[i - 1].string, args, t.start[1]))
                     break
                 depth -= 1
             elif t.string == "," and depth == 0:
                 args.append((start, t.start[1]))
                 start = t.end[1]
-        else:
-            continue  # the call does not close on this line
-        for (a0, a1), (b0, b1) in itertools.pairwise(args):
+    return calls
+
+
+# Calls whose positional arguments commute: swapping them changes nothing, an attempt wasted.
+_COMMUTATIVE = frozenset({"min", "max"})
+
+
+def _arg_swaps(line: str, calls: list[_Call]) -> list[tuple[str, str]]:
+    """Adjacent positional arguments of a call on this line exchanged (every pair of neighbours)."""
+    edits = []
+    for call in calls:
+        if call.name in _COMMUTATIVE:
+            continue
+        for (a0, a1), (b0, b1) in itertools.pairwise(call.args):
             a, b = line[a0:a1].strip(), line[b0:b1].strip()
             if a and b and a != b and "=" not in a + b and "*" not in a[:1] + b[:1]:
                 swapped = line[:a0] + line[a0:a1].replace(a, b) + line[a1:b0] + line[b0:b1].replace(b, a) + line[b1:]
                 edits.append(("swap_args", swapped))
+    return edits
+
+
+def _names_put_back(line: str, calls: list[_Call], unread: tuple[str, ...]) -> list[tuple[str, str]]:
+    """A name bound but never read returned instead of the line's value, or passed as a call's last argument."""
+    edits = []
+    stripped = line.lstrip()
+    if stripped == "return" or stripped.startswith("return "):
+        indent = line[: len(line) - len(stripped)]
+        edits += [("return_name", f"{indent}return {name}") for name in unread]
+    for call in calls:
+        passed = {line[a0:a1].strip() for a0, a1 in call.args}
+        head, tail = line[: call.close].rstrip(), line[call.close :]
+        sep = ", " if call.args else ""
+        for name in unread:
+            if name not in passed:
+                edits += [("add_argument", f"{head}{sep}{arg}{tail}") for arg in (name, f"{name}={name}")]
     return edits
 
 
@@ -226,6 +278,7 @@ class _Function:
     path: str
     name: str
     lines: dict[int, str]
+    unread: tuple[str, ...]  # parameters and locals it binds but never reads
 
 
 @dataclass
@@ -321,7 +374,7 @@ class RepairEpisode:
         return Decision(Action(tool="view", args={"path": self.pending[0]}))
 
     def _read(self, listing: str) -> Decision:
-        self.functions += _functions(self.pending.pop(0), listing)
+        self.functions += viewed_functions(self.pending.pop(0), listing)
         if self.pending:
             return self._view_next()
         self.candidates = _candidates(self.functions, self.evidence)
@@ -399,20 +452,42 @@ def _run(command: str) -> Decision:
     return Decision(Action(tool="run", args={"command": command}))
 
 
-def _functions(path: str, listing: str) -> list[_Function]:
+def viewed_functions(path: str, listing: str) -> list[_Function]:
     """The functions of a viewed file (a ``view`` listing), each with its own lines."""
     lines = {int(n): text for n, text in _LISTING.findall(listing)}
     found = []  # (indent, def line, function)
     for n, text in lines.items():
         if match := _DEF.match(text):
             indent = len(match.group(1))
-            found.append((indent, n, _Function(path, match.group(2), _body(lines, n, indent))))
+            body = _body(lines, n, indent)
+            unread = _unread(lines, n, max(body, default=n))
+            found.append((indent, n, _Function(path, match.group(2), body, unread)))
     for indent, _, fn in found:  # a nested function's lines are its own
         for inner_indent, inner_n, inner in found:
             if inner_indent > indent and inner_n in fn.lines:
                 for m in [inner_n, *inner.lines]:
                     fn.lines.pop(m, None)
     return [fn for _, _, fn in found]
+
+
+def _unread(lines: dict[int, str], first: int, last: int) -> tuple[str, ...]:
+    """Names the function on lines ``first..last`` binds (parameters, assignment and loop targets) and never
+    reads, nested functions' reads included; none when its text does not parse on its own."""
+    text = textwrap.dedent("\n".join(lines.get(m, "") for m in range(first, last + 1)))
+    try:
+        fn = ast.parse(text).body[0]
+    except (SyntaxError, IndexError):
+        return ()
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return ()
+    args = fn.args
+    bound = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
+    read = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name):
+            (bound.append if isinstance(node.ctx, ast.Store) else read.add)(node.id)
+    skip = {"self", "cls", "_"}
+    return tuple(name for name in dict.fromkeys(bound) if name not in read and name not in skip)
 
 
 def _body(lines: dict[int, str], first: int, indent: int) -> dict[int, str]:
@@ -448,7 +523,7 @@ def _candidates(functions: list[_Function], ev: _Evidence) -> list[Candidate]:
             max((_overlap(set(fn.name.split("_")), words) for words in ev.test_words), default=0.0),
         )
         spectrum = (suspicious, float(suspicious > 0 and suspicious == top), passing)
-        for family, new in line_edits(text):
+        for family, new in line_edits(text, fn.unread):
             onehot = tuple(1.0 if family == f else 0.0 for f in FAMILIES)
             candidates.append(Candidate(fn.path, n, text, new, family, onehot + spectrum + tied + _line_kind(text)))
     return candidates
@@ -507,7 +582,7 @@ class RandomEditEpisode(RepairEpisode):
         return self._view_files(files)
 
     def _read(self, listing: str) -> Decision:
-        self.functions += _functions(self.pending.pop(0), listing)
+        self.functions += viewed_functions(self.pending.pop(0), listing)
         if self.pending:
             return self._view_next()
         blank = (0.0,) * N_FEATURES  # every candidate scores the same: uniform
