@@ -567,8 +567,9 @@ def _quote(text: str) -> str:
 
 
 class RandomEditEpisode(RepairEpisode):
-    """The baseline without localisation: candidate edits on every line of up to ``MAX_VIEWS`` library files
-    chosen at random, sampled uniformly, each checked against the failing tests like the learner's."""
+    """The baseline without localisation: the learner's kinds of edit on every line of up to ``MAX_VIEWS``
+    library files chosen at random, sampled uniformly, each checked against the failing tests like the
+    learner's."""
 
     def _locate(self, test_output: str) -> Decision:
         self.evidence.failing_tests = list(dict.fromkeys(_FAILED.findall(test_output)))
@@ -590,7 +591,7 @@ class RandomEditEpisode(RepairEpisode):
             Candidate(fn.path, n, text, new, family, blank)
             for fn in self.functions
             for n, text in fn.lines.items()
-            for family, new in line_edits(text)
+            for family, new in line_edits(text, fn.unread)
         ]
         return self._edit()
 
