@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from trialforge import pyast
 from trialforge.quality import Change, ChangedFile
 from trialforge.tasks.patches import IGNORED_DIRS
 from trialforge.tasks.quality_record import LEAK_KINDS, LeakKind, LeakSpan
@@ -148,7 +149,7 @@ def _string_lines(source: str) -> set[int]:
     """Lines that are prose in a Python file: docstrings and other string-only statements, and the
     continuation lines of multi-line strings."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return set()
     lines: set[int] = set()
@@ -181,7 +182,7 @@ def identifier_needles(gold: Change, known: set[str]) -> list[Needle]:
 def names_on_lines(source: str, lines: frozenset[int]) -> set[str]:
     """Every name a Python file binds, reads or imports on ``lines``."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return set()
     names: set[str] = set()
@@ -245,7 +246,7 @@ def _expected_literals(changed: ChangedFile, qualname: list[str]) -> list[str]:
     file never feeds in: a value that is also an input (``"Café Olé"`` in a CSV row the test loads) is not
     the answer, and a statement that shows it gives nothing away."""
     try:
-        tree = ast.parse(changed.after or "")
+        tree = pyast.parse(changed.after or "")
     except SyntaxError:
         return []
     test = _find_def(tree.body, qualname)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
+from trialforge import pyast
 from trialforge.quality import Change, Probe
 from trialforge.tasks.quality_record import Attempt
 
@@ -79,7 +80,7 @@ def rewrite_functions(source: str, lines: Iterable[int], rewrite: BodyRewrite) -
     The docstring stays; one-line functions (body on the ``def`` line) are left alone.
     """
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return None
     text = source.splitlines(keepends=True)

@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from trialforge import pyast
 from trialforge.quality import Change, ChangedFile, Probe
 from trialforge.quality.shortcuts import enclosing_functions, own_body
 from trialforge.tasks.mutations import SourceText, mutants_of_source, sample_mutants
@@ -119,7 +120,7 @@ def _returns_of_touched(changed: ChangedFile) -> list[tuple[str, list[tuple[int,
     """(function name, character spans of its return values) for each touched function that returns a value."""
     text = changed.after or ""
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except SyntaxError:
         return []
     src = SourceText(text)
@@ -160,7 +161,7 @@ def _same_behaviour(path: str, text: str | None, gold_text: str | None) -> bool:
 
 
 def _normalised_tree(text: str) -> str:
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     for node in ast.walk(tree):
         documented = isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
         if documented and ast.get_docstring(node, clean=False) is not None:

@@ -27,6 +27,7 @@ import textwrap
 import tokenize
 from dataclasses import dataclass, field
 
+from trialforge import pyast
 from trialforge.rollout.env import Action
 from trialforge.rollout.policies import Decision, TaskView
 from trialforge.tasks.patches import is_test_path
@@ -265,7 +266,7 @@ def statement(line: str) -> str | None:
     text = "if" + text[4:] if text.startswith("elif") else text
     for attempt in (text, text + " pass"):
         try:
-            return ast.dump(ast.parse(attempt))
+            return ast.dump(pyast.parse(attempt))
         except SyntaxError:
             continue
     return None
@@ -475,7 +476,7 @@ def _unread(lines: dict[int, str], first: int, last: int) -> tuple[str, ...]:
     reads, nested functions' reads included; none when its text does not parse on its own."""
     text = textwrap.dedent("\n".join(lines.get(m, "") for m in range(first, last + 1)))
     try:
-        fn = ast.parse(text).body[0]
+        fn = pyast.parse(text).body[0]
     except (SyntaxError, IndexError):
         return ()
     if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):

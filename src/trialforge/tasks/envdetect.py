@@ -36,6 +36,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 from pydantic import ValidationError
 
+from trialforge import pyast
 from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
 from trialforge.scratch import scratch_dir
@@ -282,7 +283,7 @@ def _read_setup_py(repo: Path, found: _Findings) -> None:
         return
     where = path.name
     try:
-        tree = ast.parse(path.read_bytes())
+        tree = pyast.parse(path.read_bytes())
     except (SyntaxError, ValueError):
         found.note(where, "not Python 3: ignored")
         return

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import CodeType
 
+from trialforge import pyast
 from trialforge.tasks.patches import IGNORED_DIRS, is_test_path
 
 # --- records ----------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ class SourceText:
         """The exact source of expression ``node``, or None when its recorded position is not that expression."""
         text = self.text[self.start(node) : self.end(node)]
         try:
-            parsed = ast.parse(f"(\n{text}\n)", mode="eval").body
+            parsed = pyast.parse_expression(f"(\n{text}\n)")
         except SyntaxError:
             return None
         return text if ast.dump(parsed) == ast.dump(node) else None
@@ -609,7 +610,7 @@ FAMILIES: Mapping[str, Family] = {
 def mutants_of_source(path: str, text: str, families: Sequence[str] | None = None) -> list[Mutant]:
     """Every distinct mutant of one file's text, in file order (deterministic; duplicates by result removed)."""
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except SyntaxError:
         return []
     src = SourceText(text)

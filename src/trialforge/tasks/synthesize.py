@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from trialforge import pyast
 from trialforge.errors import TaskError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import WORKDIR, Backend, ExecResult, Limits, Sandbox, SandboxSpec, Snapshot
@@ -734,7 +735,7 @@ def _assert_shape(code: list[str]) -> tuple[str, bool, bool] | None:
     for line in reversed(code):
         text = line.strip()
         try:
-            node = ast.parse(text).body[0]
+            node = pyast.parse(text).body[0]
         except (SyntaxError, IndexError):
             continue
         test = node.test if isinstance(node, ast.Assert) else None

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from trialforge import pyast
 from trialforge.tasks.envspec import Runner
 
 Must = Literal["pass", "fail"]
@@ -84,7 +85,7 @@ def _in_file(test_id: str) -> str:
 def _plant_file(path: Path, rel: str, copies: set[str] | None, rng: random.Random, runner: Runner) -> list[Canary]:
     source = path.read_text(encoding="utf-8", errors="surrogateescape")
     try:
-        module = ast.parse(source)
+        module = pyast.parse(source)
     except SyntaxError:
         return []
     if runner == "unittest" and any(isinstance(n, ast.FunctionDef) and n.name == "load_tests" for n in module.body):
