@@ -147,7 +147,8 @@ class Candidate:
 
 
 def line_edits(line: str, unread: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    """Single-token repair edits of one source line: (family, new line); edits that break the syntax are left out.
+    """Repair edits of one source line, one token changed or an unread name put back: (family, new line);
+    edits that break the syntax are left out.
 
     ``unread``: names the line's function binds (parameters, assignments) and never reads; each may become
     the value returned, or a call's last argument (positional, or ``name=name``).
@@ -273,7 +274,7 @@ def statement(line: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Function:
+class ViewedFunction:
     """A function the policy viewed, with its own lines (a nested function's are apart)."""
 
     path: str
@@ -316,7 +317,7 @@ class RepairEpisode:
         self.attempts = attempts
         self.evidence = _Evidence()
         self.pending: list[str] = []  # files still to view
-        self.functions: list[_Function] = []
+        self.functions: list[ViewedFunction] = []
         self.candidates: list[Candidate] = []
         self.applied: Candidate | None = None
         self.phase = "test"
@@ -453,7 +454,7 @@ def _run(command: str) -> Decision:
     return Decision(Action(tool="run", args={"command": command}))
 
 
-def viewed_functions(path: str, listing: str) -> list[_Function]:
+def viewed_functions(path: str, listing: str) -> list[ViewedFunction]:
     """The functions of a viewed file (a ``view`` listing), each with its own lines."""
     lines = {int(n): text for n, text in _LISTING.findall(listing)}
     found = []  # (indent, def line, function)
@@ -462,7 +463,7 @@ def viewed_functions(path: str, listing: str) -> list[_Function]:
             indent = len(match.group(1))
             body = _body(lines, n, indent)
             unread = _unread(lines, n, max(body, default=n))
-            found.append((indent, n, _Function(path, match.group(2), body, unread)))
+            found.append((indent, n, ViewedFunction(path, match.group(2), body, unread)))
     for indent, _, fn in found:  # a nested function's lines are its own
         for inner_indent, inner_n, inner in found:
             if inner_indent > indent and inner_n in fn.lines:
@@ -505,7 +506,7 @@ def _body(lines: dict[int, str], first: int, indent: int) -> dict[int, str]:
     return body
 
 
-def _candidates(functions: list[_Function], ev: _Evidence) -> list[Candidate]:
+def _candidates(functions: list[ViewedFunction], ev: _Evidence) -> list[Candidate]:
     """Edits on the implicated lines: those a failing test ran, else those of the functions the issue names."""
     if ev.spectrum:
         lines = [(fn, n, text) for fn in functions for n, text in fn.lines.items() if (fn.path, n) in ev.spectrum]
