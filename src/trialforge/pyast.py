@@ -4,7 +4,8 @@ CPython 3.11 keeps the AST constructor's recursion depth in per-interpreter stat
 inside one thread's parse lets another thread parse, the two interleave there, and a parse of valid code fails
 with ``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905). It stopped a demo run:
 a rollout's policy and a verifier's canary planting were parsing at the same time. Every parse in trialforge
-goes through one lock; a parse is far shorter than the sandbox runs around it.
+goes through one lock. It costs no parallelism: a parse holds the GIL from start to end but for those
+collections.
 """
 
 from __future__ import annotations
