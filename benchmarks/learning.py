@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,8 +220,10 @@ def main() -> None:
         "(compare training settings on one task set); default: a temporary directory",
     )  # fmt: skip
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tf-learning-") as tmp:
-        root = (args.workdir or Path(tmp)).resolve()
+    # A run given --workdir makes no scratch directory: none is left behind if it is killed.
+    scratch = tempfile.TemporaryDirectory(prefix="tf-learning-") if args.workdir is None else nullcontext(args.workdir)
+    with scratch as tmp:
+        root = Path(tmp).resolve()
         overrides: dict = {"run.store": f"file://{root}/store", "run.out_dir": f"{root}/out"}
         overrides |= {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
         if args.iterations:
