@@ -16,9 +16,9 @@ import threading
 _LOCK = threading.Lock()
 
 
-def parse(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+def parse(source: str | bytes) -> ast.Module:
     with _LOCK:
-        return ast.parse(source, filename)
+        return ast.parse(source)
 
 
 def parse_expression(source: str) -> ast.expr:

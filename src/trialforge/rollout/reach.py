@@ -57,7 +57,8 @@ def fix_in_reach(task: Task) -> Reach:
     if len(removed) > 1 or len(added) > 1:
         return Reach(False, f"the fix changes {max(len(removed), len(added))} lines; the policy rewrites one")
     old, new = removed[0], added[0]
-    put_back = tuple(dict.fromkeys(n for n in _NAME.findall(new) if n not in _NAME.findall(old)))
+    names_before = set(_NAME.findall(old))
+    put_back = tuple(dict.fromkeys(n for n in _NAME.findall(new) if n not in names_before))
     if not any(_same(candidate, new) for _, candidate in line_edits(old, put_back)):
         return Reach(False, "the one-line fix is neither a one-token edit nor an unread name put back")
     return Reach(True, "")
