@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from trialforge.quality import Change
+from trialforge.quality import Change, Probe
 from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.quality.shortcuts import PANEL
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.patches import diff_trees
-from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.schema import Source, Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import Grader
 
@@ -191,6 +191,27 @@ def test_a_task_a_constant_solves_is_caught_and_a_sound_task_passes_every_gate(w
     assert all(s.status == "ok" for s in good.shortcuts)
     assert good.mutants_tried == 2 and not good.passing_mutants
     assert good.verifier_runs == 1 + 2 + len(PANEL)
+
+
+def test_a_wrong_fix_that_loops_forever_is_graded_0_by_its_cpu_budget_not_the_wall_timeout(world):
+    """The verifier gives a validated task's test process ``timeout_factor`` x its slowest validated run in
+    CPU-seconds (at least ``min_cpu_s``): a loop ends there, however loaded the machine, and the gold patch,
+    graded under the same budget, still scores 1. A task never timed has no budget (the wall timeout only)."""
+    _, snapshots, grader = world
+    task = make_task(
+        world, "loops", {"shop/pricing.py": BUGGY_DISCOUNT}, {"shop/pricing.py": PRICING},
+        {"tests/test_discount.py": DISCOUNT_TESTS}, "discount() subtracts the percentage.",
+        ["tests/test_discount.py::test_discount_takes_a_share_of_the_price"],
+    ).model_copy(update={"validation": Validation(valid=True, slowest_run_s=0.05)})  # fmt: skip
+    strict = Grader(grader.backend, grader.image, grader.image_digest, snapshots, Limits(), test_timeout_s=60,
+                    min_timeout_s=60, min_cpu_s=1)  # fmt: skip
+    assert strict.cpu_budget_for(task) == 1 and strict.timeout_for(task) == 60
+    assert strict.cpu_budget_for(task.model_copy(update={"validation": Validation()})) is None
+    loop = BUGGY_DISCOUNT.replace("    return price - percent", "    while price:\n        pass")
+    probe = Probe(task, strict, snapshots.materialize(task.snapshot), world[0] / "loops")
+    looping = probe.grade("loop", "an endless loop", {"shop/pricing.py": loop})
+    assert looping.reward == 0.0 and looping.reason.startswith("cpu_budget_spent"), looping.reason
+    assert probe.grade("gold", "the gold patch", {"shop/pricing.py": PRICING}).reward == 1.0
 
 
 def test_a_gold_patch_that_does_not_apply_is_an_audit_error(world):

@@ -187,7 +187,8 @@ def test_a_refuted_edit_is_undone_with_the_next_one_and_a_confirmed_edit_is_subm
     episode, decisions = run_episode(RepairPolicy(attempts=2), ["", TEST_OUTPUT, SPECTRUM, LISTING, ""])
     first, check = episode.applied, decisions[-1].action.args["command"]
     assert "tests/test_span.py::test_between_includes_the_upper_bound" in check and "&&" in check
-    assert check.startswith("timeout 10 python3 -m pytest")  # an endless loop costs ten seconds, not the episode
+    # an endless loop is stopped by its CPU budget (any load), or by ten seconds of wall time, never the episode
+    assert check.startswith("ulimit -t 3; timeout 10 python3 -m pytest")
 
     second = episode.act("rc=1")  # the tests still fail: revert the first edit in the same command
     assert second.logprob is not None and first.old_line in second.action.args["command"]

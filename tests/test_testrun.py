@@ -454,3 +454,44 @@ class TestMore(unittest.TestCase):
         self.assertEqual(add(-2, -3), -5)
 """
 UNITTEST_CMD = ("python3", "-m", "unittest", "discover", "-s", "tests")
+
+
+# --- the CPU budget ---------------------------------------------------------------------------------------------
+
+LOOP = "def add(a, b):\n    while a + b:\n        pass\n\n\ndef scale(s, n):\n    return s * n\n"
+# The code under test ignores SIGXCPU: the hard limit a second later still ends it (SIGKILL).
+DEAF_LOOP = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n\n" + LOOP
+
+
+@pytest.mark.parametrize("runner", ["pytest", "unittest"])
+@pytest.mark.parametrize("calc", [LOOP, DEAF_LOOP], ids=["loop", "loop_ignoring_sigxcpu"])
+def test_an_endless_loop_is_stopped_by_the_cpu_budget_long_before_the_wall_timeout(
+    tmp_path, bwrap_backend, base_image, runner, calc
+):
+    """CPU time does not stretch on a loaded machine as wall time does: the budget ends the run (no report,
+    ``cpu_exhausted`` when it is the budget's signal), and the wall timeout, far longer, never fires."""
+    tree = _tree(tmp_path)
+    if runner == "unittest":
+        (tree / "tests" / "test_calc.py").write_text(TESTS.split("\n\n\ndef test_add")[0] + UNITTEST_ONLY)
+    (tree / "calc" / "__init__.py").write_text(calc)
+    env = EnvSpec(test_cmd=("python3", "-m", "pytest") if runner == "pytest" else UNITTEST_CMD)
+    guard = prepare(tree, [], ["tests/test_calc.py"], runner=runner)
+    sandbox = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=tree, limits=Limits()))
+    try:
+        report = run_tests(sandbox, None, timeout=60, guard=guard, env=env, cpu_s=1)
+    finally:
+        sandbox.close()
+    assert not report.reported and not report.timed_out and report.evidence == ()
+    assert report.cpu_exhausted == (calc is LOOP)  # SIGXCPU; the deaf loop dies of the SIGKILL after it
+
+
+def test_an_honest_run_within_its_cpu_budget_reports_as_without_one(tmp_path, bwrap_backend, base_image):
+    tree = _tree(tmp_path)
+    guard = prepare(tree, IDS, ["tests/test_calc.py"])
+    sandbox = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=tree, limits=Limits()))
+    try:
+        report = run_tests(sandbox, IDS, timeout=60, guard=guard, cpu_s=30)
+    finally:
+        sandbox.close()
+    assert report.reported and report.evidence == () and not report.cpu_exhausted
+    assert len(report.outcomes) == 3 and set(report.outcomes.values()) == {"passed"}, report.outcomes

@@ -131,6 +131,7 @@ class ValidateParams(_Section):
 class VerifyParams(_Section):
     timeout_factor: float = Field(10.0, ge=1.0)
     min_timeout_s: float = Field(20.0, gt=0)
+    min_cpu_s: float = Field(3.0, gt=0)
 
 
 class CurateParams(_Section):

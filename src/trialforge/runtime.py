@@ -42,6 +42,7 @@ class Runtime:
             test_timeout_s=self.params.validate_.test_timeout_s,
             timeout_factor=self.params.verify.timeout_factor,
             min_timeout_s=self.params.verify.min_timeout_s,
+            min_cpu_s=self.params.verify.min_cpu_s,
         )
 
     def close(self) -> None:

@@ -404,12 +404,15 @@ class RepairEpisode:
     def _check(self, _: str) -> Decision:
         """The failing tests first (quick to refute an edit), then the whole suite (an edit may break another test).
 
-        An edit can make a loop endless: each run is cut off well past the time the suite took.
+        An edit can make a loop endless: each run is cut off well past the time the suite took, first by
+        CPU time (``ulimit -t``, each pytest its own budget), which does not stretch on a loaded machine.
         """
         self.phase = "verdict"
-        pytest = f"timeout {max(10, math.ceil(10 * self.evidence.suite_s))} python3 -m pytest -x -q -p no:cacheprovider"
+        budget = 10 * self.evidence.suite_s
+        pytest = f"timeout {max(10, math.ceil(budget))} python3 -m pytest -x -q -p no:cacheprovider"
         tests = " ".join(_quote(t) for t in self.evidence.failing_tests)
-        return _run(f"{pytest} {tests} >/dev/null 2>&1 && {pytest} >/dev/null 2>&1; echo rc=$?")
+        checks = f"{pytest} {tests} >/dev/null 2>&1 && {pytest} >/dev/null 2>&1"
+        return _run(f"ulimit -t {max(3, math.ceil(budget))}; {checks}; echo rc=$?")
 
     def _verdict(self, observation: str) -> Decision:
         if "rc=0" in observation:

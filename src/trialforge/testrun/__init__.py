@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import secrets
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -94,6 +96,7 @@ def run_tests(
     guard: Guard | None = None,
     stop_early: bool = False,
     env: EnvSpec | None = None,
+    cpu_s: float | None = None,
 ) -> TestReport:
     """Run ``test_ids`` (all tests when None) at /work in ``sandbox``; per-test outcomes and tamper evidence.
 
@@ -101,6 +104,9 @@ def run_tests(
     the variables (both as ``command.py`` allows); plain pytest when None.
     ``stop_early`` suits grading, where one failing test decides the reward: the run stops after the
     must-fail canaries' failures plus one (the remaining tests report as missing, which is no evidence).
+    ``cpu_s``: the test process's budget of CPU-seconds (RLIMIT_CPU, set by the recorder before anything
+    runs). Unlike ``timeout`` it does not stretch when the machine is loaded, so it can sit far closer to
+    what an honest run uses: an edit that makes a loop endless is stopped in seconds, not at the wall limit.
     """
     guard = guard or Guard()
     env = env or EnvSpec()
@@ -116,6 +122,8 @@ def run_tests(
     selection = [*test_ids, *extra] if test_ids else []
     max_failures = guard.must_fail + 1 if stop_early else None
     key: dict[str, object] = {"marker": marker, "pristine": guard.pristine, "tests": guard.test_files, "runner": runner}
+    if cpu_s is not None:
+        key["cpu_s"] = max(1, math.ceil(cpu_s))
     argv = ["python3", "-s", "-c", RECORDER, key_path]
     if runner == "unittest":
         plan = unittest_plan(runner_args(env.test_cmd), named_tests=bool(test_ids))
@@ -131,4 +139,7 @@ def run_tests(
     log_dropped("test environment", refused)
     sandbox.write_file(key_path.removeprefix("/work/"), json.dumps(key).encode())
     result = sandbox.exec(argv, timeout=timeout, env=variables or None)
-    return read_report(result, marker, guard.canaries, test_ids or (), max_failures)
+    report = read_report(result, marker, guard.canaries, test_ids or (), max_failures)
+    if cpu_s is not None and not report.reported and result.exit_code == 128 + signal.SIGXCPU:
+        report = replace(report, cpu_exhausted=True)
+    return report

@@ -83,6 +83,12 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
     with open(key_path, encoding="utf-8") as fh:
         key = json.load(fh)
     os.unlink(key_path)
+    if key.get("cpu_s"):  # the run's CPU budget, before any code under test: SIGXCPU at it, SIGKILL a second on
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+        cap = key["cpu_s"] + 1 if hard == resource.RLIM_INFINITY else min(hard, key["cpu_s"] + 1)
+        resource.setrlimit(resource.RLIMIT_CPU, (min(key["cpu_s"], cap), cap))
     marker = key["marker"]
     pristine = key["pristine"]  # relative path -> sha256 of each file the diff left alone (None: all vouched for)
     channel = os.dup(1)

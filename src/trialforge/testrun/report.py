@@ -61,6 +61,7 @@ class TestReport:
     evidence: tuple[str, ...] = ()  # why the run cannot be trusted; empty when clean
     canaries: dict[str, str] = field(default_factory=dict)  # canary node id -> outcome, for the record
     collection_errors: dict[str, str] = field(default_factory=dict)  # module -> its error's first line
+    cpu_exhausted: bool = False  # killed by the run's CPU budget (``run_tests(cpu_s=...)``) before it reported
 
     @property
     def tampered(self) -> bool:

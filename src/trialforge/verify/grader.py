@@ -64,6 +64,9 @@ class Grader:
     # an edit that loops forever fails either way, and waiting the full timeout only burns sandbox time.
     timeout_factor: float = 10.0
     min_timeout_s: float = 20.0
+    # ...and the test process timeout_factor x that run in CPU-seconds, at least min_cpu_s: CPU time does not
+    # stretch with the machine's load as wall time does, so this floor can be far lower than min_timeout_s.
+    min_cpu_s: float = 3.0
     # One grading per (task, code diff); infrastructure faults are not kept.
     _verdicts: OncePerKey[Verdict] = field(
         default_factory=lambda: OncePerKey(keep=lambda v: v.status != "env_error"),
@@ -95,6 +98,18 @@ class Grader:
         if slowest <= 0:
             return self.test_timeout_s
         return min(self.test_timeout_s, max(self.min_timeout_s, self.timeout_factor * slowest))
+
+    def cpu_budget_for(self, task: Task) -> float | None:
+        """The CPU-seconds ``task``'s graded test process may use (None: a task never timed has no budget).
+
+        Derived from the slowest validated run's wall time: a sandbox of ``limits.cpus`` CPUs cannot have
+        given that run more CPU time than wall time x cpus, so the budget is at least ``timeout_factor`` x
+        what it used, however loaded the machine was then or is now.
+        """
+        slowest = task.validation.slowest_run_s
+        if slowest <= 0:
+            return None
+        return max(self.min_cpu_s, self.timeout_factor * slowest * max(1.0, self.limits.cpus))
 
     def _cached(self, task: Task, code_diff: str, diff_sha: str) -> Verdict:
         """One grading per (task, code diff); concurrent askers wait for the first. Infra faults are not kept."""
@@ -142,7 +157,8 @@ class Grader:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
         cpu_start = sandbox.cpu_s()
         try:
-            report = run_tests(sandbox, tests, timeout=self.timeout_for(task), guard=guard, stop_early=True, env=env)
+            report = run_tests(sandbox, tests, timeout=self.timeout_for(task), guard=guard, stop_early=True, env=env,
+                               cpu_s=self.cpu_budget_for(task))  # fmt: skip
         except SandboxError as exc:  # what the run used before it failed is not counted: unknown, not 0
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}", cpu_s=None)
         finally:
@@ -158,7 +174,11 @@ def _judge(report: TestReport, tests: list[str]) -> Verdict:
     if report.tampered:
         return Verdict(0.0, "ok", f"tampered: {', '.join(report.evidence[:5])}", outcomes, report.flags())
     if not report.reported:
-        reason = "timed_out" if report.timed_out else "no_report: the test process died before reporting"
+        reason = (
+            "timed_out" if report.timed_out
+            else "cpu_budget_spent: the test process used up its CPU-seconds" if report.cpu_exhausted
+            else "no_report: the test process died before reporting"
+        )  # fmt: skip
         return Verdict(0.0, "ok", reason, outcomes)
     if report.all_passed(tests):  # pytest exits 1 (the must-fail canaries): report.py checks it agrees
         return Verdict(1.0, "ok", "all_tests_passed", outcomes)
