@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from trialforge.sandbox import usernet
 from trialforge.sandbox.base import Limits, SandboxSpec
 
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=16384)
@@ -194,3 +196,40 @@ def _running(cmdline: str) -> bool:
             except OSError:
                 continue
     return False
+
+
+COUNT_RUN = "echo ran >> /work/runs; echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1"
+
+
+@needs_slirp
+def test_a_networked_launch_that_dies_before_releasing_its_command_is_started_again(
+    bwrap_backend, base_image, monkeypatch, caplog
+):
+    """bwrap can die setting up (slirp4netns may bring ``lo`` up before bwrap gives it its address): that launch
+    never ran the command and is started again. A command that ran is never run twice, even one that prints what
+    such a bwrap prints and exits 1 as it does: the held-back go byte, not the output, says which it was."""
+    real_attach = usernet.UserNet.attach
+    launches = []
+
+    def attach(net, bwrap):
+        launches.append(bwrap.pid)
+        if len(launches) == 1:  # the first launch dies before its command could take the go byte
+            os.killpg(bwrap.pid, signal.SIGKILL)
+            bwrap.wait()
+            net.release()
+            return
+        real_attach(net, bwrap)
+
+    sb = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=NETWORKED))
+    try:
+        monkeypatch.setattr(usernet.UserNet, "attach", attach)
+        again = sb.exec(["sh", "-c", "echo ran >> /work/runs; cat /etc/resolv.conf"])
+        monkeypatch.setattr(usernet.UserNet, "attach", real_attach)
+        imitation = sb.exec(["sh", "-c", COUNT_RUN])
+        runs = sb.read_file("runs").decode()
+    finally:
+        sb.close()
+    assert len(launches) == 2 and again.exit_code == 0 and again.stdout == "nameserver 10.0.2.3\n"
+    assert "started again" in caplog.text
+    assert imitation.exit_code == 1 and "Failed RTM_NEWADDR" in imitation.stderr  # its own output, returned
+    assert runs == "ran\nran\n"  # once per exec

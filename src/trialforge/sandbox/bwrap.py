@@ -10,6 +10,7 @@ task-sized trees cost milliseconds, and every copy out of it goes through ``sani
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -30,6 +31,9 @@ from trialforge.sandbox.sanitize import copy_out
 from trialforge.sandbox.statedir import private_dir, state_root
 
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+# A networked command whose bwrap died before releasing it (usernet's loopback race) is launched this often.
+NETWORK_LAUNCHES = 3
+log = logging.getLogger(__name__)
 __all__ = ["SANDBOX_ENV", "BwrapBackend", "BwrapSandbox", "BwrapSnapshot"]
 
 
@@ -183,25 +187,32 @@ class BwrapSandbox:
             raise SandboxError(f"sandbox {self.id} lost its workspace", cause="died")
         limit = timeout if timeout is not None else self.limits.exec_timeout_s
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
-        filter_fd = seccomp.filter_fd()
-        net = self._network()
-        try:
-            result = run_capped(
-                self._limit_prefix() + self._bwrap_args(cwd, env or {}, filter_fd, net) + ["--", *argv],
-                timeout=limit,
-                cap=self.limits.output_cap_bytes,
-                env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
-                pass_fds=(filter_fd, *(net.child_fds if net else ())),
-                started=net.attach if net else None,
-            )
-        finally:
-            os.close(filter_fd)
-            if net is not None:
-                net.close()
+        for launch in range(1, NETWORK_LAUNCHES + 1):
+            filter_fd = seccomp.filter_fd()
+            net = self._network()
+            try:
+                result = run_capped(
+                    self._limit_prefix() + self._bwrap_args(cwd, env or {}, filter_fd, net) + ["--", *argv],
+                    timeout=limit,
+                    cap=self.limits.output_cap_bytes,
+                    env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
+                    pass_fds=(filter_fd, *(net.child_fds if net else ())),
+                    started=net.attach if net else None,
+                )
+                # a networked command knows whether it ran; otherwise bwrap's own failures are told by their prefix
+                ran = net.command_started() if net is not None else not result.stderr.startswith("bwrap:")
+            finally:
+                os.close(filter_fd)
+                if net is not None:
+                    net.close()
+            if ran or result.returncode == 0 or launch == NETWORK_LAUNCHES or net is None:
+                break
+            log.warning("sandbox %s: bwrap died setting up the network, before the command: started again (%s)",
+                        self.id, result.stderr.strip()[:200])  # fmt: skip
         if result.timed_out and self.cgroup is not None:
             self.cgroup.kill_all()  # anything that escaped the process group dies with its sandbox
         oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
-        if result.returncode == 1 and result.stderr.startswith("bwrap:"):
+        if result.returncode == 1 and not ran:
             raise SandboxError(f"bubblewrap failed to start in {self.id}: {result.stderr.strip()}", cause="start")
         return ExecResult(
             exit_code=137 if result.timed_out else result.returncode,

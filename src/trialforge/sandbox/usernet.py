@@ -18,6 +18,12 @@ process of its own, started per command and gone with it:
    sandbox's cgroup, which the reaper empties.
 
 DNS: ``/etc/resolv.conf`` inside names slirp's forwarder, 10.0.2.3.
+
+One race is bwrap's and slirp4netns's own: bwrap reports the pid before its child gives ``lo`` its
+address, and ``slirp4netns --configure`` brings ``lo`` up, which makes the kernel add 127.0.0.1 itself. When
+slirp4netns gets there first, bwrap's exclusive add fails (``bwrap: loopback: Failed RTM_NEWADDR``; bwrap 0.8
+prints a stale errno with it) before the command is released. ``command_started`` tells such a launch apart
+from any run of the command, so the backend starts it again.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -64,10 +71,14 @@ class UserNet:
         self._exit_w: int | None = None
         self.info_r, self.info_w = os.pipe()
         self.block_r, self.block_w = os.pipe()
+        # Our own read end of the block pipe, never read while bwrap runs: the go byte still in the pipe after
+        # bwrap ends means bwrap never took it, so the command never ran (see ``command_started``).
+        self._peek = os.dup(self.block_r)  # blocking, as bwrap's: O_NONBLOCK would be set on bwrap's end too
+        self._released = False
         self.dns_r, dns_w = os.pipe()
         os.write(dns_w, RESOLV_CONF)  # far below a pipe's buffer: never blocks
         os.close(dns_w)
-        self._parent_fds = [self.info_r, self.block_w]
+        self._parent_fds = [self.info_r, self.block_w, self._peek]
         self._child_fds = [self.info_w, self.block_r, self.dns_r]
 
     @property
@@ -113,7 +124,23 @@ class UserNet:
             if ready.read(1) != b"1":
                 why = self._log_tail()
                 raise SandboxError(f"slirp4netns could not set up the sandbox's network: {why}", cause="network")
+        self.release()
+
+    def release(self) -> None:
+        """Let the command run: the go byte bwrap waits for on ``--block-fd``."""
         os.write(self.block_w, b"1")
+        self._released = True
+
+    def command_started(self) -> bool:
+        """Whether bwrap took the go byte (its last step before the command), asked once bwrap has ended.
+
+        False says bwrap died setting the sandbox up, before any of the command ran: a launch that can be
+        tried again, whatever the failure printed (the command's own output cannot exist yet).
+        """
+        if not self._released:
+            return False
+        waiting, _, _ = select.select([self._peek], [], [], 0)  # we still hold the write end: readable = the byte
+        return not waiting
 
     def _sandbox_pid(self) -> int:
         data = b""
