@@ -25,7 +25,7 @@ from trialforge.sandbox import cgroups, confinement, seccomp, usernet
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
 from trialforge.sandbox.identity import SANDBOX_UID, sandbox_identity
 from trialforge.sandbox.images import Image, find_image
-from trialforge.sandbox.proc import run_capped
+from trialforge.sandbox.proc import ProcResult, run_capped
 from trialforge.sandbox.reaper import SandboxRecord
 from trialforge.sandbox.sanitize import copy_out
 from trialforge.sandbox.statedir import private_dir, state_root
@@ -187,28 +187,13 @@ class BwrapSandbox:
             raise SandboxError(f"sandbox {self.id} lost its workspace", cause="died")
         limit = timeout if timeout is not None else self.limits.exec_timeout_s
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
-        for launch in range(1, NETWORK_LAUNCHES + 1):
-            filter_fd = seccomp.filter_fd()
-            net = self._network()
-            try:
-                result = run_capped(
-                    self._limit_prefix() + self._bwrap_args(cwd, env or {}, filter_fd, net) + ["--", *argv],
-                    timeout=limit,
-                    cap=self.limits.output_cap_bytes,
-                    env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
-                    pass_fds=(filter_fd, *(net.child_fds if net else ())),
-                    started=net.attach if net else None,
-                )
-                # a networked command knows whether it ran; otherwise bwrap's own failures are told by their prefix
-                ran = net.command_started() if net is not None else not result.stderr.startswith("bwrap:")
-            finally:
-                os.close(filter_fd)
-                if net is not None:
-                    net.close()
-            if ran or result.returncode == 0 or launch == NETWORK_LAUNCHES or net is None:
+        result, ran = self._launch(argv, limit, cwd, env)
+        for _ in range(NETWORK_LAUNCHES - 1 if self.limits.network else 0):
+            if ran or result.returncode == 0:
                 break
             log.warning("sandbox %s: bwrap died setting up the network, before the command: started again (%s)",
                         self.id, result.stderr.strip()[:200])  # fmt: skip
+            result, ran = self._launch(argv, limit, cwd, env)
         if result.timed_out and self.cgroup is not None:
             self.cgroup.kill_all()  # anything that escaped the process group dies with its sandbox
         oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
@@ -223,6 +208,31 @@ class BwrapSandbox:
             oom=oom,
             truncated=result.truncated,
         )
+
+    def _launch(
+        self, argv: Sequence[str], limit: float, cwd: str, env: dict[str, str] | None
+    ) -> tuple[ProcResult, bool]:
+        """One bwrap process running ``argv``, and whether the command itself ran (False: bwrap failed first).
+
+        A networked command knows it (``UserNet.command_started``); otherwise bwrap's own failures are told
+        by the prefix of their message.
+        """
+        filter_fd = seccomp.filter_fd()
+        net = self._network()
+        try:
+            result = run_capped(
+                self._limit_prefix() + self._bwrap_args(cwd, env or {}, filter_fd, net) + ["--", *argv],
+                timeout=limit,
+                cap=self.limits.output_cap_bytes,
+                env=LAUNCH_ENV,  # bwrap's own pid 1 keeps the environment it was started with: give it nothing
+                pass_fds=(filter_fd, *(net.child_fds if net else ())),
+                started=net.attach if net else None,
+            )
+            return result, net.command_started() if net is not None else not result.stderr.startswith("bwrap:")
+        finally:
+            os.close(filter_fd)
+            if net is not None:
+                net.close()
 
     def _network(self) -> usernet.UserNet | None:
         """The command's own user-mode network (in the sandbox's cgroup), or None: only ``lo``."""
