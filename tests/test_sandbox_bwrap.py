@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox import cgroups
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.sandbox.reaper import reap
 
@@ -201,6 +202,57 @@ def test_kill_9_of_the_owner_mid_command_leaves_nothing_after_trialforge_reap(ba
     assert not home.exists()
     assert _held(sandbox_id) == {"mounts": [], "cgroups": []}
     assert not _processes_named(tag)
+
+
+@pytest.fixture
+def lingering(bwrap_backend, base_image, monkeypatch):
+    """A sandbox whose cgroups hold a process that SIGKILL does not remove in time (the double: ``kill_all``
+    does nothing and the wait is short; a process that takes over 10 s to exit cannot be made on demand)."""
+    monkeypatch.setattr(cgroups, "REMOVE_WAIT_S", 0.2)
+    monkeypatch.setattr(cgroups.SandboxCgroup, "kill_all", lambda self: None)
+    sb = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
+    if sb.cgroup is None:
+        sb.close()
+        pytest.skip("sandbox cgroups need root")
+    holder = subprocess.Popen(["sleep", "600"])
+    for d in sb.cgroup.dirs:
+        (d / "cgroup.procs").write_text(str(holder.pid))
+    yield sb, holder
+    holder.kill()
+    holder.wait()
+
+
+def test_a_cgroup_still_held_at_close_is_removed_once_its_process_leaves(lingering, state_dir):
+    sb, holder = lingering
+    groups = list(sb.cgroup.dirs)
+    sb.close()
+    assert all(d.is_dir() for d in groups) and sb.home.is_dir() and not sb.workspace.exists()
+    record = json.loads((sb.home / "record.json").read_text())
+    assert sorted(record["cgroups"]) == sorted(map(str, groups)) and record["deadline"] <= time.time()
+    holder.kill()
+    holder.wait()
+    for _ in range(600):  # the background retry runs once a second
+        if not sb.home.exists() and not any(d.exists() for d in groups):
+            break
+        time.sleep(0.1)
+    assert not any(d.exists() for d in groups) and not sb.home.exists()
+
+
+def test_a_cgroup_still_held_is_left_to_trialforge_reap_which_keeps_it_until_it_is_free(
+    lingering, state_dir, monkeypatch
+):
+    """The owner's background retry never runs (it died): ``reap`` finds the record, removes nothing while the
+    group is held, and everything once it is free."""
+    monkeypatch.setattr(cgroups, "remove_later", lambda group, then: None)
+    sb, holder = lingering
+    groups = list(sb.cgroup.dirs)
+    sb.close()
+    assert sb.id not in reap(state_dir)
+    assert all(d.is_dir() for d in groups) and (sb.home / "record.json").exists()
+    holder.kill()
+    holder.wait()
+    assert sb.id in reap(state_dir)
+    assert not any(d.exists() for d in groups) and not sb.home.exists()
 
 
 def _processes_named(tag: str) -> list[str]:

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -144,11 +145,25 @@ class BwrapSandbox:
         if self.closed:
             return
         self.closed = True
-        if self.cgroup is not None:
-            self.cgroup.remove()
+        left = self.cgroup.remove() if self.cgroup is not None else []
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.workspace)], check=False, capture_output=True)
-        shutil.rmtree(self.home, ignore_errors=True)
+        if left:
+            self._hand_over(left)
+        else:
+            shutil.rmtree(self.home, ignore_errors=True)
+
+    def _hand_over(self, left: list[Path]) -> None:
+        """Groups that a killed process had not yet left are never forgotten: the record keeps naming them, due
+        now, so that `trialforge reap` removes them if this process cannot; meanwhile it retries in the background."""
+        assert self.cgroup is not None
+        log.warning("sandbox %s: cgroups %s still held %.0f s after SIGKILL (%s): removing them in the background",
+                    self.id, [str(d) for d in left], cgroups.REMOVE_WAIT_S, self.cgroup.holders())  # fmt: skip
+        self.record.cgroups, self.record.mounts, self.record.deadline = [str(d) for d in left], [], time.time()
+        self.record.save(self.home)
+        shutil.rmtree(self.workspace, ignore_errors=True)
+        home = self.home
+        cgroups.remove_later(replace(self.cgroup, dirs=left), then=lambda: shutil.rmtree(home, ignore_errors=True))
 
     def __enter__(self) -> BwrapSandbox:
         return self

@@ -13,7 +13,9 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,9 @@ from trialforge.errors import SandboxError
 log = logging.getLogger(__name__)
 ROOT = Path("/sys/fs/cgroup")
 REMOVE_WAIT_S = 10.0
+# A group whose processes take longer than that to exit is retried in the background this long (then, or if
+# this process dies first, its sandbox's record is left due for `trialforge reap`).
+LATER_WAIT_S = 600.0
 CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")  # v1: cpuacct counts the CPU used
 
 
@@ -129,15 +134,28 @@ class SandboxCgroup:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    def remove(self) -> None:
-        """Kill what is left inside and delete the group directories.
+    def holders(self) -> str:
+        """The processes still in the group, with their state (``D``: uninterruptible, in the kernel)."""
+        described = []
+        for pid in self.pids():
+            try:
+                comm, rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+                described.append(f"{pid} {comm.split('(', 1)[1]} {rest.split()[0]}")
+            except (OSError, IndexError):
+                described.append(f"{pid} (gone)")
+        return ", ".join(described) or "none"
+
+    def remove(self, wait_s: float | None = None) -> list[Path]:
+        """Kill what is left inside and delete the group directories; return those still there.
 
         A killed process leaves its groups only once it has fully exited, which on a loaded
-        machine takes a while: poll (up to ``REMOVE_WAIT_S``) rather than give up after a few
-        tries, which left empty groups behind by the hundred.
+        machine takes a while: poll (up to ``wait_s``, by default ``REMOVE_WAIT_S``) rather than give up after a few
+        tries, which left empty groups behind by the hundred. A directory returned is held by a
+        process that has not finished exiting: the caller must not forget it (``remove_later``).
         """
         self.kill_all()
-        deadline = time.monotonic() + REMOVE_WAIT_S
+        deadline = time.monotonic() + (REMOVE_WAIT_S if wait_s is None else wait_s)
+        left = []
         for d in self.dirs:
             while True:
                 try:
@@ -145,9 +163,28 @@ class SandboxCgroup:
                     break
                 except FileNotFoundError:
                     break
-                except OSError as exc:
+                except OSError:
                     if time.monotonic() > deadline:
-                        log.warning("cgroup %s outlived its sandbox: %s", d, exc)
+                        left.append(d)
                         break
                     self.kill_all()
                     time.sleep(0.005)  # poll interval while the killed processes exit
+        return left
+
+
+def remove_later(group: SandboxCgroup, then: Callable[[], None]) -> None:
+    """Keep removing ``group`` in a background thread (once a second, up to ``LATER_WAIT_S``); call ``then`` once
+    it is gone. A daemon thread: if this process ends first, the caller's record of the group remains."""
+
+    def retry() -> None:
+        deadline = time.monotonic() + LATER_WAIT_S
+        while group.dirs and time.monotonic() < deadline:
+            time.sleep(1.0)
+            group.dirs = group.remove(wait_s=0)
+        if group.dirs:
+            log.warning("cgroup %s still held after %.0f s (%s): left to `trialforge reap`",
+                        group.name, LATER_WAIT_S, group.holders())  # fmt: skip
+        else:
+            then()
+
+    threading.Thread(target=retry, name=f"remove-{group.name}", daemon=True).start()

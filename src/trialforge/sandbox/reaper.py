@@ -119,11 +119,19 @@ class SandboxRecord:
         return still_running(self.owner_pid, self.owner_start)
 
 
-def _release(record: SandboxRecord, home: Path) -> None:
-    cgroups.SandboxCgroup(name=record.id, dirs=[Path(p) for p in record.cgroups], v1=True).remove()
+def _release(record: SandboxRecord, home: Path) -> bool:
+    """Free what ``record`` names; False when a cgroup is still held (its record, narrowed, stays for next time)."""
+    group = cgroups.SandboxCgroup(name=record.id, dirs=[Path(p) for p in record.cgroups], v1=True)
+    left = group.remove()
     for mount in record.mounts:
         subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+    if left:
+        log.warning("sandbox %s: cgroups still held (%s); kept for the next reap", record.id, group.holders())
+        record.cgroups, record.mounts = [str(d) for d in left], []
+        record.save(home)
+        return False
     _remove_home(home)
+    return True
 
 
 def _remove_home(home: Path) -> None:
@@ -161,8 +169,7 @@ def reap(state_dir: Path | None = None, *, everything: bool = False) -> list[str
         except (OSError, ValueError, TypeError) as exc:
             log.warning("not reaping %s: its record cannot be authenticated (%s)", home, exc)
             continue
-        if everything or not record.owner_alive() or record.deadline < now:
-            _release(record, home)
+        if (everything or not record.owner_alive() or record.deadline < now) and _release(record, home):
             removed.append(record.id)
     for snaps in (root / "snapshots").glob("*-*"):
         pid = int(snaps.name.split("-", 1)[0]) if snaps.name.split("-", 1)[0].isdigit() else -1
