@@ -111,14 +111,25 @@ def test_a_wrong_fix_that_passes_weak_tests_is_caught(world):
         "total() skips the first price and clamp() never returns more than its lower bound.",
         ["tests/test_clamp.py::test_clamp"],
     )  # fmt: skip
-    kept, records, funnel = gate(world, [task], gates=("weak_tests",), max_mutants=2)
+    kept, records, funnel = gate(world, [task], max_mutants=4)  # every gate, every one enforced
     record = records["weak"]
     assert kept == [] and funnel.dropped == {"weak_tests": 1}
     assert record.weak and record.verdict == "fail" and record.control.scores
     (passing,) = record.passing_mutants
     assert passing.kind == "partial_revert" and "shop/pricing.py:5" in passing.note
     assert "+    return max(low, min(value, high))" in passing.diff and "sum(prices)" not in passing.diff
-    assert record.verifier_runs == 1 + record.mutants_tried == 3
+    # dropped at the first wrong fix that passes: no more of them graded, the shortcuts not run, and why
+    assert record.mutants[-1] is passing and record.mutants_tried < 4
+    assert record.shortcuts == [] and record.gates_run == ["weak_tests", "leaks"]
+    assert record.skipped == {"shortcuts": "the task had already failed weak_tests, which is enforced"}
+    assert record.verifier_runs == 1 + record.mutants_tried
+
+    # kept with its record (weak_tests not enforced): every wrong fix is graded, every gate runs
+    kept, records, _ = gate(world, [task], max_mutants=4, enforce=("leaks", "shortcuts"))
+    record = records["weak"]
+    assert kept == [task] and record.weak and record.mutants_tried == 4 and record.skipped == {}
+    assert [s.kind for s in record.shortcuts] == list(PANEL) and not record.solving_shortcuts
+    assert record.verifier_runs == 1 + 4 + len(PANEL)
 
 
 def test_a_statement_that_quotes_the_fix_is_caught_with_spans(world):
@@ -142,6 +153,13 @@ def test_a_statement_that_quotes_the_fix_is_caught_with_spans(world):
         ("added_line", "return amount * percent / 100"),
     }  # "amount" is new too, but written as prose it is not code
     assert all(statement[s.start : s.end] == s.text and s.field == "problem_statement" for s in record.leaks)
+    # with every gate asked for, nothing a verifier run could find would keep it: none is spent, and why is kept
+    _, records, _ = gate(world, [task])
+    record = records["leaky"]
+    assert record.verdict == "fail" and record.verifier_runs == 0 and record.gates_run == ["leaks"]
+    assert record.skipped == dict.fromkeys(
+        ["weak_tests", "shortcuts"], "the task had already failed leaks, which is enforced"
+    )
 
 
 def test_an_expected_value_the_test_also_feeds_in_is_not_a_leak(world):

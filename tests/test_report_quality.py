@@ -117,9 +117,11 @@ def _attempt(kind: str, note: str, reward: float, diff: str = "", status: str = 
 
 GOLD = _attempt("gold", "the gold patch", 1.0)
 ALL_GATES = ["weak_tests", "leaks", "shortcuts"]
+SKIPPED = "the task had already failed weak_tests, which is enforced"
 RECORDS = [
     QualityRecord(
-        task_id="weak", gates_run=ALL_GATES, control=GOLD, weak=True, verifier_runs=4, verifier_version="v3",
+        task_id="weak", gates_run=["weak_tests", "leaks"], skipped={"shortcuts": SKIPPED}, control=GOLD, weak=True,
+        verifier_runs=4, verifier_version="v3",
         mutants=[_attempt("partial_revert", "only the hunk at calc.py:2", 1.0, "+<b>kept</b>"),
                  _attempt("flip_compare", "< to <=", 0.0), _attempt("const_return", "return 0", 0.0)],
         verdict="fail", failed_gates=["weak_tests"], reasons=["weak_tests: 1 of 3 wrong fixes score 1 (...)"],
@@ -151,7 +153,7 @@ def test_quality_metrics_give_the_share_failing_each_gate():
     assert figures["failing"] == {
         "weak_tests": {"tasks": 1, "share": 0.2, "excluded": 1},
         "leaks": {"tasks": 1, "share": 0.2, "excluded": 0},
-        "shortcuts": {"tasks": 1, "share": 0.2, "excluded": 1},
+        "shortcuts": {"tasks": 1, "share": 0.25, "excluded": 1},  # of the 4 tasks that ran it
         "audit_error": {"tasks": 1, "share": 0.2, "excluded": 1},
     }
     assert figures["leak_kinds"]["expected_value"] == {"tasks": 1, "share": 0.2}
@@ -170,6 +172,7 @@ def test_the_report_shows_each_tasks_finding_and_the_evidence_escaped(r1):
     section = _section(report_html(r1, HealthThresholds(), quality=RECORDS))
     cells = {name: section.split(f"<td>{name}</td>", 1)[1].split("</tr>", 1)[0] for name in ("weak", "sound")}
     assert "FAIL (1 of 3 wrong fixes): partial_revert: only the hunk at calc.py:2" in cells["weak"]
+    assert f"<td>not run: {SKIPPED}</td>" in cells["weak"]  # dropped already: its shortcuts were not run
     assert cells["weak"].endswith('<td class="n">4</td><td>v3</td>')  # verifier runs and version
     assert "<td>pass (1 wrong fixes)</td><td>pass</td><td>pass (1 strategies)</td><td>ok</td>" in cells["sound"]
     assert "<td>FAIL: const_true</td>" in section

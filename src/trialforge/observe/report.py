@@ -505,7 +505,7 @@ def _decision(update: dict[str, Any]) -> str:
 def _gate_cell(record: QualityRecord, gate: str) -> str:
     """What one gate found on one task, in a few words: the first piece of evidence when it failed."""
     if gate not in record.gates_run:
-        return "not run"
+        return f"not run: {record.skipped[gate]}" if gate in record.skipped else "not run"
     if gate == "leaks" and record.leaks:
         span = record.leaks[0]
         return f"FAIL ({len(record.leaks)} spans): {span.kind} {span.text!r} at {span.field}[{span.start}:{span.end}]"

@@ -3,7 +3,9 @@
 Per task: the gold patch goes through the real verifier first (the control: if it does not score 1,
 no other grading says anything and the task fails with ``audit_error``); then the weak-test audit,
 the leak check and the shortcut audit run as ``cfg.gates`` asks. A gate that finds a problem is named
-in ``failed_gates``; the task is dropped when one of them is in ``cfg.enforce``. A verifier run that
+in ``failed_gates``; the task is dropped when one of them is in ``cfg.enforce``. Once it has failed an enforced
+gate nothing could keep it, so the verifier runs still to come are not spent: the weak-test audit stops at its
+first passing wrong fix, and the audits after it are recorded as skipped, with why. A verifier run that
 could not decide (infrastructure fault, verifier error) also fails the task as ``audit_error``: an
 unaudited task is not a passed one, and the funnel says which it was so a rerun can pick it up.
 """
@@ -108,18 +110,33 @@ def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: Qualit
             return _judged(record, [f"{AUDIT_ERROR}: {exc}"], cfg, start)
         if "leaks" in cfg.gates:
             record.leaks = find_leaks(task, gold, tests, cfg.leak_kinds)
-        if {"weak_tests", "shortcuts"} & set(cfg.gates):
+        if {"weak_tests", "shortcuts"} & set(cfg.gates) and not _skipped(record, cfg, "weak_tests", "shortcuts"):
             probe = Probe(task, grader, base, Path(tmp))
             record.control = probe.grade("gold", "the gold patch", gold.texts())
             if record.control.scores:
                 limit = max(cfg.min_timeout_s, cfg.timeout_factor * record.control.duration_s)
                 record.candidate_timeout_s = probe.limit_tests(limit)
                 if "weak_tests" in cfg.gates:
-                    record.mutants = audit_tests(gold, probe, max_mutants=cfg.max_mutants, seed=cfg.seed)
-                if "shortcuts" in cfg.gates:
+                    record.mutants = audit_tests(gold, probe, max_mutants=cfg.max_mutants, seed=cfg.seed,
+                                                 stop_at_pass="weak_tests" in cfg.enforce)  # fmt: skip
+                if "shortcuts" in cfg.gates and not _skipped(record, cfg, "shortcuts"):
                     record.shortcuts = audit_shortcuts(gold, probe)
             record.verifier_runs = probe.runs
     return _judged(record, _problems(record), cfg, start)
+
+
+def _skipped(record: QualityRecord, cfg: QualityConfig, *gates: Gate) -> bool:
+    """Whether the task already failed an enforced gate: then it is dropped whatever ``gates`` would find, and they
+    are recorded as not run (with why) instead of spending verifier runs on it."""
+    failed = [g for g, found in (("leaks", record.leaks), ("weak_tests", record.passing_mutants))
+              if found and g in cfg.enforce]  # fmt: skip
+    if not failed:
+        return False
+    for gate in gates:
+        if gate in record.gates_run:
+            record.gates_run.remove(gate)
+            record.skipped[gate] = f"the task had already failed {failed[0]}, which is enforced"
+    return True
 
 
 def _problems(record: QualityRecord) -> list[str]:

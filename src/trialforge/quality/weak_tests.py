@@ -38,12 +38,16 @@ class WrongFix:
     texts: dict[str, str | None]  # changed files as whole-file rewrites of the base tree (None: deleted)
 
 
-def audit_tests(gold: Change, probe: Probe, *, max_mutants: int, seed: int) -> list[Attempt]:
-    """Grade up to ``max_mutants`` admissible wrong fixes of ``gold``; every graded one is returned."""
+def audit_tests(gold: Change, probe: Probe, *, max_mutants: int, seed: int, stop_at_pass: bool) -> list[Attempt]:
+    """Grade up to ``max_mutants`` admissible wrong fixes of ``gold``; every graded one is returned.
+
+    ``stop_at_pass``: stop at the first that scores 1 (when the gate is enforced, that one drops the task, and
+    it is the evidence; grading more would only count them).
+    """
     graded: list[Attempt] = []
     seen: set[tuple[tuple[str, str | None], ...]] = set()
     for fix in wrong_fixes(gold, seed):
-        if len(graded) >= max_mutants:
+        if len(graded) >= max_mutants or (stop_at_pass and graded and graded[-1].scores):
             break
         key = tuple(sorted(fix.texts.items(), key=lambda item: item[0]))
         if key in seen or inadmissible(fix, gold) is not None:

@@ -52,6 +52,8 @@ class QualityRecord(BaseModel):
 
     task_id: str
     gates_run: list[Gate] = Field(default_factory=list)
+    # gate -> why it did not run although asked for: the task had already failed an enforced gate
+    skipped: dict[Gate, str] = Field(default_factory=dict)
     control: Attempt | None = None  # the gold patch through the same verifier: the audits mean nothing without it
     weak: bool = False
     mutants: list[Attempt] = Field(default_factory=list)  # every wrong fix graded
