@@ -14,6 +14,7 @@ Anything else is left alone and reported.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -128,7 +129,8 @@ def _release(record: SandboxRecord, home: Path) -> bool:
     if left:
         log.warning("sandbox %s: cgroups still held (%s); kept for the next reap", record.id, group.holders())
         record.cgroups, record.mounts = [str(d) for d in left], []
-        record.save(home)
+        with contextlib.suppress(FileNotFoundError):  # its owner's background retry removed it meanwhile
+            record.save(home)
         return False
     _remove_home(home)
     return True
