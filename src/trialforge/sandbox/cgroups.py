@@ -60,16 +60,18 @@ class SandboxCgroup:
     dirs: list[Path]
     v1: bool
 
+    @staticmethod
+    def paths(name: str) -> list[Path]:
+        """The directories ``create(name)`` makes: a record can name them before they exist."""
+        if _is_v1():
+            return [ROOT / c / _own_path(c).lstrip("/") / name for c in CONTROLLERS]
+        return [ROOT / _own_path("").lstrip("/") / name]
+
     @classmethod
     def create(cls, name: str, *, memory_mb: int, pids: int, cpus: float) -> SandboxCgroup:
-        v1 = _is_v1()
-        if v1:
-            dirs = [ROOT / c / _own_path(c).lstrip("/") / name for c in CONTROLLERS]
-        else:
-            dirs = [ROOT / _own_path("").lstrip("/") / name]
-        group = cls(name=name, dirs=dirs, v1=v1)
+        group = cls(name=name, dirs=cls.paths(name), v1=_is_v1())
         try:
-            for d in dirs:
+            for d in group.dirs:
                 d.mkdir(exist_ok=True)
             group._set_limits(memory_mb, pids, cpus)
         except OSError as exc:
