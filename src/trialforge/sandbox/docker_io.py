@@ -76,12 +76,34 @@ def pump_frames(
     command that writes while it reads never deadlocks against us.
     """
     raw = getattr(sock, "_sock", sock)  # docker-py hands a SocketIO over the hijacked connection
+    first = read_ahead(sock)  # before the writer starts: it switches the socket to non-blocking for a moment
     writer = _start_writer(raw, stdin) if stdin is not None else None
     try:
-        return _read_frames(sock, out, err, deadline=deadline, on_deadline=on_deadline)
+        return _read_frames(sock, first, out, err, deadline=deadline, on_deadline=on_deadline)
     finally:
         if writer is not None:
             writer.join(timeout=DRAIN_S)
+
+
+def read_ahead(sock: Any) -> bytes:
+    """The stream's first bytes that the HTTP client read along with the engine's response headers.
+
+    docker-py hands over the socket *under* http.client's buffered reader, so whatever arrived with the
+    headers stays in that reader, and reading the socket skips it (docker/docker-py#3332). A quick command's
+    whole output can be there: with both CPUs saturated, 16 of 600 ``echo`` execs came back empty before this.
+    """
+    reader = getattr(getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None), "fp", None)
+    if reader is None:
+        return b""
+    raw = getattr(sock, "_sock", sock)
+    timeout = raw.gettimeout()
+    raw.settimeout(0)  # what is buffered, else what is on the socket now: never wait here
+    try:
+        return reader.read1(65536) or b""
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return b""
+    finally:
+        raw.settimeout(timeout)
 
 
 def _start_writer(raw: Any, stdin: IO[bytes] | bytes) -> threading.Thread:
@@ -102,15 +124,23 @@ def _start_writer(raw: Any, stdin: IO[bytes] | bytes) -> threading.Thread:
     return thread
 
 
-def _read_frames(sock: Any, out: Sink, err: Sink, *, deadline: float, on_deadline: Callable[[], None]) -> bool:
+def _read_frames(
+    sock: Any, first: bytes, out: Sink, err: Sink, *, deadline: float, on_deadline: Callable[[], None]
+) -> bool:
     # Not the docker SDK's docker.utils.socket.frames_iter/consume_socket_output: they wait in poll() with no
     # timeout, so a command silent past the host's deadline holds the reader until it ends (``sleep 10``
     # under a 1 s deadline: frames_iter returned after 10.1 s; this loop calls on_deadline at 1 s), and
     # consume_socket_output keeps every byte (no cap). Same speed otherwise (Podman 4.3, 2 cores, medians of
     # 5: 200,000 one-line frames 1.6 s here and 1.9 s there; 64 MiB in 8 KiB writes 0.60 s and 0.62 s).
-    buf = bytearray()
+    buf = bytearray(first)
     hit = False
     while True:
+        while len(buf) >= 8:
+            stream, size = struct.unpack(">BxxxL", buf[:8])
+            if len(buf) < 8 + size:
+                break
+            (err if stream == 2 else out).feed(bytes(buf[8 : 8 + size]))
+            del buf[: 8 + size]
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             if hit:
@@ -127,12 +157,6 @@ def _read_frames(sock: Any, out: Sink, err: Sink, *, deadline: float, on_deadlin
         if not chunk:
             return hit
         buf += chunk
-        while len(buf) >= 8:
-            stream, size = struct.unpack(">BxxxL", buf[:8])
-            if len(buf) < 8 + size:
-                break
-            (err if stream == 2 else out).feed(bytes(buf[8 : 8 + size]))
-            del buf[: 8 + size]
 
 
 def _decrypted_waiting(sock: Any) -> bool:
