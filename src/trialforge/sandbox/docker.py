@@ -124,7 +124,7 @@ head -c "$2" > "$p" || exit 6
 """
 WRITE_ATTEMPTS = 3  # exit 7: stdin arrived short (Podman 4's exec attach can drop what is sent as it starts)
 # Fewer bytes than the file's size arrived: lost on the way. The cause seen here was docker-py's own read-ahead
-# (docker_io.read_ahead, fixed); the check stays for engines that truncate an exec's output (containers/podman#9096).
+# (docker_io._read_ahead, fixed); the check stays for engines that truncate an exec's output (containers/podman#9096).
 READ_ATTEMPTS = 3
 
 # A clean slate, then the archive on stdin as /work: no processes, empty scratch space, and /work

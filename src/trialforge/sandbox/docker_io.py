@@ -76,7 +76,7 @@ def pump_frames(
     command that writes while it reads never deadlocks against us.
     """
     raw = getattr(sock, "_sock", sock)  # docker-py hands a SocketIO over the hijacked connection
-    first = read_ahead(sock)  # before the writer starts: it switches the socket to non-blocking for a moment
+    first = _read_ahead(sock)  # before the writer starts: it switches the socket to non-blocking for a moment
     writer = _start_writer(raw, stdin) if stdin is not None else None
     try:
         return _read_frames(sock, first, out, err, deadline=deadline, on_deadline=on_deadline)
@@ -85,7 +85,7 @@ def pump_frames(
             writer.join(timeout=DRAIN_S)
 
 
-def read_ahead(sock: Any) -> bytes:
+def _read_ahead(sock: Any) -> bytes:
     """The stream's first bytes that the HTTP client read along with the engine's response headers.
 
     docker-py hands over the socket *under* http.client's buffered reader, so whatever arrived with the
