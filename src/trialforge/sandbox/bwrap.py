@@ -135,11 +135,11 @@ class BwrapSandbox:
         if self.owner.use_cgroups:
             # Written ahead: an owner killed while the groups are being made leaves a record that names them all.
             self.record.cgroups = [str(d) for d in cgroups.SandboxCgroup.paths(self.id)]
-            self.record.save(self.home)
+        self.record.save(self.home)
+        if self.owner.use_cgroups:
             self.cgroup = cgroups.SandboxCgroup.create(
                 self.id, memory_mb=self.limits.memory_mb, pids=self.limits.pids, cpus=self.limits.cpus
             )
-        self.record.save(self.home)
         if spec.workspace is not None:
             copy_out(spec.workspace, self.workspace, owner=ids)
 
