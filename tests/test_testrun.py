@@ -300,10 +300,16 @@ def test_a_plugin_from_package_code_counts_only_when_the_diff_left_it_alone(
 
 def test_a_canary_the_task_options_deselected_is_not_missing_but_a_deselected_test_that_ran_is_evidence():
     deselected = {"e": "deselected", "ids": [PASS.node_id]}  # e.g. -k "not slow" and the canary's name has "slow"
-    assert _read(_stream(REAL, C_FAIL, C_COPY, deselected, end={})).evidence == ()
+    assert _read(_stream(REAL, C_FAIL, C_COPY, deselected, end={}), selected=()).evidence == ()
     assert _read(_stream(REAL, C_FAIL, C_COPY, end={})).evidence == ("canary_missing:self_contained",)
-    ran_anyway = _read(_stream(*HONEST, deselected, end={}))
+    ran_anyway = _read(_stream(*HONEST, deselected, end={}), selected=())
     assert ran_anyway.evidence == (f"deselected_test_ran:{PASS.node_id}",)
+
+
+def test_a_canary_deselected_in_a_run_whose_tests_the_host_named_is_evidence():
+    """Grading names its tests and drops the task's selection options: only code deselects a canary there."""
+    deselected = {"e": "deselected", "ids": [PASS.node_id]}
+    assert _read(_stream(REAL, C_FAIL, C_COPY, deselected, end={})).evidence == ("canary_deselected:self_contained",)
 
 
 def test_canaries_of_a_file_that_reported_no_test_are_not_missing():

@@ -160,6 +160,9 @@ class QualityParams(_Section):
     leak_kinds: list[Literal["added_line", "new_identifier", "expected_value"]] = ["added_line", "new_identifier"]
     timeout_factor: float = Field(10.0, ge=1)
     min_timeout_s: float = Field(20.0, gt=0)
+    # Least share of a task's fail-to-pass tests whose every assertion the host judges (docs/verification.md);
+    # a task below it is dropped as host_judged. 0: report the share only.
+    min_host_judged: float = Field(0.0, ge=0, le=1)
 
 
 BUILTIN_POLICIES = ("gold", "noop", "random_edit", "repair", "lm")  # scripted ones and the two learners

@@ -169,6 +169,7 @@ def quality(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
         leak_kinds=tuple(qp.leak_kinds),
         timeout_factor=qp.timeout_factor,
         min_timeout_s=qp.min_timeout_s,
+        min_host_judged=qp.min_host_judged,
         concurrency=rt.params.sandbox.concurrency,
     )
     kept, records, funnel = run_quality_gate(tasks, rt.grader(), rt.snapshots, cfg)

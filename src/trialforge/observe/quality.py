@@ -91,6 +91,26 @@ def quality_metrics(records: Sequence[QualityRecord]) -> dict[str, Any]:
         "leak_kinds": leak_kinds,
         "verifier_runs": runs,
         "verifier_runs_per_task": _share(runs, len(records)),
+        "host_judged": host_judged_metrics(records),
+    }
+
+
+def host_judged_metrics(records: Sequence[QualityRecord]) -> dict[str, Any]:
+    """How much of the audited tasks' verdicts the host judges (docs/verification.md): graded tests whose every
+    assertion's expected value stays on the host, and assertions, summed over the tasks validation calibrated."""
+    known = [r.host_judged for r in records if r.host_judged is not None]
+    total = {
+        field: sum(getattr(k, field) for k in known)
+        for field in ("fail_to_pass", "fail_to_pass_host_judged", "pass_to_pass", "pass_to_pass_host_judged",
+                      "assertions", "assertions_host_judged", "weak")
+    }  # fmt: skip
+    return {
+        **total,
+        "fail_to_pass_share": _share(total["fail_to_pass_host_judged"], total["fail_to_pass"]),
+        "pass_to_pass_share": _share(total["pass_to_pass_host_judged"], total["pass_to_pass"]),
+        "assertion_share": _share(total["assertions_host_judged"], total["assertions"]),
+        "tasks_calibrated": len(known),
+        "tasks_uncalibrated": len(records) - len(known),
     }
 
 

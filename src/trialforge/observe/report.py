@@ -381,8 +381,29 @@ def _quality(records: Sequence[QualityRecord]) -> str:
         "is enforced; an excluded task failed an enforced one.</p>"
     )
     evidence = "".join(_quality_card(r) for r in failing)
-    body = f"{intro}{shares}<h3>Tasks</h3>{more}{rows}<h3>Evidence</h3>{evidence or '<p>no task failed a check</p>'}"
+    judged = _host_judged(figures["host_judged"])
+    body = (f"{intro}{shares}{judged}<h3>Tasks</h3>{more}{rows}<h3>Evidence</h3>"
+            f"{evidence or '<p>no task failed a check</p>'}")  # fmt: skip
     return _section("Task quality", "quality", body)
+
+
+def _host_judged(figures: dict[str, Any]) -> str:
+    """How much of the verdicts the host judges: expected values that never enter the sandbox."""
+    rows = [
+        ["fail-to-pass tests", figures["fail_to_pass"], figures["fail_to_pass_host_judged"],
+         _pct(figures["fail_to_pass_share"])],
+        ["pass-to-pass tests", figures["pass_to_pass"], figures["pass_to_pass_host_judged"],
+         _pct(figures["pass_to_pass_share"])],
+        ["assertions", figures["assertions"], figures["assertions_host_judged"], _pct(figures["assertion_share"])],
+    ]  # fmt: skip
+    uncalibrated = figures["tasks_uncalibrated"]
+    note = (
+        f"<p>Over {figures['tasks_calibrated']} tasks calibrated by validation"
+        + (f" ({uncalibrated} not calibrated)" if uncalibrated else "")
+        + f"; {figures['weak']} of the host-judged assertions expect a guessable value (truthiness, None, a bool). "
+        "A test counts when every assertion in it is host-judged (docs/verification.md).</p>"
+    )
+    return "<h3>Judged on the host</h3>" + _table(["graded", "total", "host-judged", "share"], rows) + note
 
 
 def _training(training: Training) -> str:

@@ -31,6 +31,13 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
         dropped = ", ".join(f"{k}: {v}" for k, v in row["dropped"].items()) or "-"
         tasks.add_row(stage, str(row["seen"]), str(row["kept"]), dropped)
     console.print(tasks)
+    judged = (metrics.get("quality") or {}).get("host_judged") or {}
+    if judged.get("fail_to_pass"):
+        console.print(
+            f"judged on the host (expected values never in the sandbox): {judged['fail_to_pass_host_judged']} of "
+            f"{judged['fail_to_pass']} fail-to-pass tests ({judged['fail_to_pass_share']:.0%}), "
+            f"{judged['assertions_host_judged']} of {judged['assertions']} assertions ({judged['assertion_share']:.0%})"
+        )
     for stage, row in metrics.get("tasks", {}).items():  # why, for the first few of each reason
         for reason, shown in row.get("examples", {}).items():
             console.print(Text(f"  {stage}/{reason}:", style="bold"))

@@ -34,6 +34,7 @@ from trialforge.verify.grader import VERIFIER_VERSION, Grader
 log = logging.getLogger(__name__)
 
 AUDIT_ERROR = "audit_error"
+HOST_JUDGED = "host_judged"  # enforced whenever quality.min_host_judged asks for a share
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,16 @@ class QualityConfig:
     # min_timeout_s, at most the verifier's own timeout): one that hangs has failed, whenever it is stopped.
     timeout_factor: float = 10.0
     min_timeout_s: float = 20.0
+    # The least share of a task's fail-to-pass tests whose every assertion the host judges (expected values that
+    # never enter the sandbox: docs/verification.md); a task below it is dropped (``host_judged``). 0: report only.
+    min_host_judged: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = sorted({*self.gates, *self.enforce} - set(GATES)) + sorted(set(self.leak_kinds) - set(LEAK_KINDS))
         if unknown:
             raise ConfigError(f"unknown quality gates or leak kinds {unknown}; known: {GATES}, {LEAK_KINDS}")
+        if not 0 <= self.min_host_judged <= 1:
+            raise ConfigError(f"quality.min_host_judged is a share between 0 and 1, not {self.min_host_judged}")
         if self.max_mutants < 0 or self.concurrency < 1 or self.timeout_factor < 1 or self.min_timeout_s <= 0:
             raise ConfigError(f"quality needs max_mutants >= 0, concurrency >= 1, timeout_factor >= 1 and "
                               f"min_timeout_s > 0; got {self}")  # fmt: skip
@@ -91,7 +97,7 @@ def run_quality_gate(
             funnel.keep()
             kept.append(task)
         else:
-            blocking = [g for g in record.failed_gates if g == AUDIT_ERROR or g in cfg.enforce]
+            blocking = [g for g in record.failed_gates if g in (AUDIT_ERROR, HOST_JUDGED) or g in cfg.enforce]
             funnel.drop(task.task_id, blocking[0], "; ".join(record.reasons))
             funnel.excluded.append(record)
     return kept, {r.task_id: r for r in records}, funnel
@@ -100,7 +106,11 @@ def run_quality_gate(
 def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: QualityConfig) -> QualityRecord:
     """Run ``cfg.gates`` on one task and judge it."""
     start = time.monotonic()
-    record = QualityRecord(task_id=task.task_id, gates_run=list(cfg.gates), verifier_version=VERIFIER_VERSION)
+    record = QualityRecord(task_id=task.task_id, gates_run=list(cfg.gates), verifier_version=VERIFIER_VERSION,
+                           host_judged=task.validation.host_judged)  # fmt: skip
+    blinded = _host_judged(task, cfg)
+    if blinded:  # nothing could keep it: no verifier run is spent on it
+        return _judged(record, [blinded], cfg, start)
     with scratch_dir("quality") as tmp:
         base = snapshots.materialize(task.snapshot)
         try:
@@ -123,6 +133,19 @@ def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: Qualit
                     record.shortcuts = audit_shortcuts(gold, probe)
             record.verifier_runs = probe.runs
     return _judged(record, _problems(record), cfg, start)
+
+
+def _host_judged(task: Task, cfg: QualityConfig) -> str:
+    """The ``host_judged`` problem of a task whose verdict the test process decides too much of ("" if none)."""
+    if cfg.min_host_judged <= 0:
+        return ""
+    known = task.validation.host_judged
+    share = known.fail_to_pass_share if known else 0.0
+    if share >= cfg.min_host_judged:
+        return ""
+    return (f"{HOST_JUDGED}: {share:.0%} of the fail-to-pass tests are judged on the host"
+            f"{'' if known else ' (not calibrated: validated before blinding)'}, "
+            f"below quality.min_host_judged {cfg.min_host_judged:.0%}")  # fmt: skip
 
 
 def _skipped(record: QualityRecord, cfg: QualityConfig, *gates: Gate) -> bool:
@@ -171,7 +194,7 @@ def _judged(record: QualityRecord, problems: list[str], cfg: QualityConfig, star
     failed = list(dict.fromkeys(p.split(":", 1)[0] for p in problems))
     record.failed_gates = failed
     record.reasons = problems
-    blocking = [g for g in failed if g == AUDIT_ERROR or g in cfg.enforce]
+    blocking = [g for g in failed if g in (AUDIT_ERROR, HOST_JUDGED) or g in cfg.enforce]
     record.verdict = "fail" if blocking else "pass"
     record.duration_s = round(time.monotonic() - start, 3)
     log.info(

@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from trialforge.tasks.host_judged import HostJudged
+
 Gate = Literal["weak_tests", "leaks", "shortcuts"]
 GATES: tuple[Gate, ...] = ("weak_tests", "leaks", "shortcuts")
 LeakKind = Literal["added_line", "new_identifier", "expected_value"]
@@ -66,6 +68,7 @@ class QualityRecord(BaseModel):
     failed_gates: list[str] = Field(default_factory=list)  # gates whose check failed, enforced or not; audit_error
     reasons: list[str] = Field(default_factory=list)
     duration_s: float = 0.0
+    host_judged: HostJudged | None = None  # the task's validation record: how much of its verdict the host judges
 
     @property
     def mutants_tried(self) -> int:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trialforge.tasks.envspec import EnvSpec
+from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.quality_record import QualityRecord
 
 SCHEMA_VERSION = 3  # 3: ``env`` (the environment spec) replaced ``test_cmd``
@@ -38,6 +39,7 @@ class Validation(BaseModel):
     duration_s: float = 0.0
     slowest_run_s: float = 0.0  # the slowest whole-suite run with the fix: grading time limits scale from it
     not_importing: list[str] = Field(default_factory=list)  # test modules that fail to collect with the fix
+    host_judged: HostJudged | None = None  # None: validated before blinding (graded with every slot blinded)
 
 
 class Decontamination(BaseModel):

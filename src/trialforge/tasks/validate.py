@@ -41,11 +41,12 @@ from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
-from trialforge.testrun import REPORT_CAP_BYTES, Guard, TestReport, prepare, report_limits, run_tests
+from trialforge.testrun import REPORT_CAP_BYTES, Guard, TestReport, analyse_tests, prepare, report_limits, run_tests
 from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN
 
 # Canaries are drawn from this and the tree: the same for one tree within a process (its runs are shared),
@@ -103,9 +104,14 @@ def validate_task(
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p)] if task.test_patch else []
         env = task.env or EnvSpec()
+        analyses = analyse_tests(after, test_files(after), env.runner)  # before the runs rewrite the tree
         runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env)
-        runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env)
-    return _judge(task, runs_before, runs_after, cfg, start, touched)
+        runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)
+    validated = _judge(task, runs_before, runs_after, cfg, start, touched)
+    if validated.validation.valid:
+        host_judged = calibrate(analyses, runs_after, validated.fail_to_pass, validated.pass_to_pass)
+        validated.validation.host_judged = host_judged
+    return validated
 
 
 def _runs(
@@ -117,18 +123,22 @@ def _runs(
     shared: SuiteRuns | None,
     touched: list[str],
     env: EnvSpec,
+    *,
+    observe: bool = False,
 ) -> list[TestReport]:
     """The suite's runs on ``tree`` (``touched``: the test patch's test modules, where canaries go).
 
     Every file of the tree counts as the task's own for plugin provenance (the runs of one fixed tree
     are shared by every task fixed by it); the canaries and the other runtime checks judge the fix.
+    ``observe``: every assertion the host could judge reports its value (the fixed tree's runs: ``calibrate``).
     """
-    key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}|{env.model_dump_json()}"
+    key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}|{env.model_dump_json()}|{observe}"
     rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
     tests = test_files(tree)
     modules = touched or [p for p in tests if is_test_module(p)]
     plant_in = modules if touched else rng.sample(modules, min(CANARY_FILES, len(modules)))
-    guard = prepare(tree, [], tests, plant_in=plant_in, rng=rng, runner=env.runner)
+    mode = "instrument" if observe else "off"
+    guard = prepare(tree, [], tests, plant_in=plant_in, rng=rng, runner=env.runner, observe=mode)
     if shared is None:
         return _run(backend, image, tree, limits, cfg, guard, env)
     return shared.get(key, lambda: _run(backend, image, tree, limits, cfg, guard, env))

@@ -53,6 +53,35 @@ class Canary:
         return self.node_id.split("::", 1)[0]
 
 
+class TestNames:
+    """Fresh test names in one file's own words (``test_parse_empty``), for everything the host adds or renames
+    there: blinded graded tests, canaries and their copies share one generator, so no name tells them apart."""
+
+    def __init__(self, module: ast.Module, rng: random.Random) -> None:
+        self.taken = {
+            n.name for n in ast.walk(module) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+        self.words = _words(self.taken)
+        self.rng = rng
+
+    def new(self) -> str:
+        for _ in range(1000):
+            name = "_".join(["test", *self.rng.sample(self.words, min(len(self.words), 2))])
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+        raise RuntimeError("no free test name")  # 1000 draws over the file's words: cannot happen
+
+    def new_class(self) -> str:
+        """A TestCase name in the file's words: TestParseEmpty."""
+        for _ in range(1000):
+            name = "Test" + "".join(w.capitalize() for w in self.rng.sample(self.words, min(len(self.words), 2)))
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+        raise RuntimeError("no free canary class name")  # 1000 draws over the file's words: cannot happen
+
+
 def plant(
     tree: Path,
     test_ids: list[str],
@@ -61,19 +90,21 @@ def plant(
     files: list[str] | None = None,
     copy_from: list[str] | None = None,
     runner: Runner = "pytest",
+    names: dict[str, TestNames] | None = None,
 ) -> list[Canary]:
     """Plant canaries in the files of ``test_ids`` (or ``files``) under ``tree``; return what was planted.
 
     Per file: a must-fail copy of each test of ``copy_from`` (the fail-to-pass tests, whose answers a
     tamper most wants; up to ``MAX_COPIES``) that has a constant expectation, or of one random test of
     the file when ``copy_from`` is None, plus one self-contained must-fail and one must-pass canary.
+    ``names``: each file's name generator, when the host already renamed tests there (blinding).
     Files that do not parse are left alone (their tests cannot run either).
     """
     chosen = files if files is not None else list(dict.fromkeys(t.split("::", 1)[0] for t in test_ids))
     planted: list[Canary] = []
     for rel in [f for f in chosen if f.endswith(".py") and (tree / f).is_file()][:MAX_FILES]:
         copies = None if copy_from is None else {_in_file(t) for t in copy_from if t.startswith(rel + "::")}
-        planted += _plant_file(tree / rel, rel, copies, rng, runner)
+        planted += _plant_file(tree / rel, rel, copies, rng, runner, (names or {}).get(rel))
     return planted
 
 
@@ -82,7 +113,9 @@ def _in_file(test_id: str) -> str:
     return test_id.split("::", 1)[1].split("[", 1)[0]
 
 
-def _plant_file(path: Path, rel: str, copies: set[str] | None, rng: random.Random, runner: Runner) -> list[Canary]:
+def _plant_file(
+    path: Path, rel: str, copies: set[str] | None, rng: random.Random, runner: Runner, names: TestNames | None
+) -> list[Canary]:
     source = path.read_text(encoding="utf-8", errors="surrogateescape")
     try:
         module = pyast.parse(source)
@@ -93,40 +126,18 @@ def _plant_file(path: Path, rel: str, copies: set[str] | None, rng: random.Rando
     lines = source.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    taken = {n.name for n in ast.walk(module) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    words = _words(taken)
+    if names is None:
+        names = TestNames(module, rng)
+    else:
+        names.taken |= {n.name for n in ast.walk(module) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     inserts: list[tuple[int, str, bool]] = []  # (insert after this 1-based line, text, a method copy?)
     planted: list[Canary] = []
-
-    def new_name(base: str = "test") -> str:
-        """A name in the file's words: test_parse_empty; for a copy of test_add, test_add_values or test_values_add."""
-        for attempt in range(1000):
-            fresh = [w for w in words if w not in base.split("_")] or list(_FALLBACK_WORDS)
-            picked = rng.sample(fresh, min(len(fresh), 1 if base != "test" and attempt < 50 else 2))
-            if base != "test" and base.startswith("test_") and rng.random() < 0.5:
-                name = "_".join(["test", *picked, base.removeprefix("test_")])
-            else:
-                name = "_".join([base, *picked])
-            if name not in taken:
-                taken.add(name)
-                return name
-        raise RuntimeError("no free canary name")  # 1000 draws over the file's words: cannot happen
-
-    def new_class_name() -> str:
-        """A TestCase name in the file's words: TestParseEmpty."""
-        for _ in range(1000):
-            picked = rng.sample(words, min(len(words), 2))
-            name = "Test" + "".join(w.capitalize() for w in picked)
-            if name not in taken:
-                taken.add(name)
-                return name
-        raise RuntimeError("no free canary class name")  # 1000 draws over the file's words: cannot happen
-
     candidates = _copy_candidates(module, copies, runner)
     if copies is None and candidates:
         candidates = [rng.choice(candidates)]
+    pool = _constants(module)
     for holder, node, source_path, constant in candidates[:MAX_COPIES]:
-        after, text, node_path = _mutated_copy(module, lines, holder, node, constant, rng, new_name)
+        after, text, node_path = _mutated_copy(module, lines, holder, node, constant, rng, names.new, pool)
         inserts.append((after, text, holder is not None))
         planted.append(Canary(f"{rel}::{node_path}", "fail", "mutated_copy", f"{rel}::{source_path}"))
     spots = _top_level_spots(module)
@@ -137,12 +148,12 @@ def _plant_file(path: Path, rel: str, copies: set[str] | None, rng: random.Rando
             inserts.append((import_line, "import unittest\n", False))
         spots = [s for s in spots if s >= bound_at] or [len(lines)]
     for must in ("fail", "pass"):
-        name = new_name()
+        name = names.new()
         if base is None:
-            text, node_id = _self_contained(name, must, rng), name
+            text, node_id = _self_contained(name, must, rng, pool), name
         else:
-            cls = new_class_name()
-            text, node_id = _self_contained(name, must, rng, base=base, cls=cls), f"{cls}::{name}"
+            cls = names.new_class()
+            text, node_id = _self_contained(name, must, rng, pool, base=base, cls=cls), f"{cls}::{name}"
         inserts.append((rng.choice(spots), "\n\n" + text, False))
         planted.append(Canary(f"{rel}::{node_id}", must, "self_contained"))
     # Bottom up, so earlier line numbers stay valid; at one line the method copies go in last, so they land
@@ -151,6 +162,16 @@ def _plant_file(path: Path, rel: str, copies: set[str] | None, rng: random.Rando
         lines.insert(after, text)
     path.write_text("".join(lines), encoding="utf-8", errors="surrogateescape")
     return planted
+
+
+def _constants(module: ast.Module) -> dict[type, list[object]]:
+    """The file's own constants by type (ints, floats, strings): what a mutated expectation is drawn from."""
+    pool: dict[type, list[object]] = {int: [], float: [], str: []}
+    for node in ast.walk(module):
+        usable = isinstance(node, ast.Constant) and type(node.value) in pool
+        if usable and not (isinstance(node.value, str) and (len(node.value) > 80 or "\n" in node.value)):
+            pool[type(node.value)].append(node.value)
+    return {kind: sorted(set(values), key=repr) for kind, values in pool.items()}
 
 
 def _words(names: set[str]) -> list[str]:
@@ -198,15 +219,15 @@ def _copy_candidates(module: ast.Module, copies: set[str] | None, runner: Runner
     return found
 
 
-def _mutated_copy(module, lines, holder, node, constant, rng: random.Random, new_name) -> tuple[int, str, str]:
+def _mutated_copy(module, lines, holder, node, constant, rng: random.Random, new_name, pool) -> tuple[int, str, str]:
     """(insert after line, text, node path) of a copy of ``node`` expecting another value than ``constant``."""
     body = lines[node.lineno - 1 : node.end_lineno]
-    replacement = _mutate(constant.value, rng)
+    replacement = _mutate(constant.value, rng, pool)
     row = constant.lineno - node.lineno
     line = body[row]
     start, end = _byte_to_char(line, constant.col_offset), _byte_to_char(line, constant.end_col_offset)
     body[row] = line[:start] + repr(replacement) + line[end:]
-    name = new_name(node.name)
+    name = new_name()  # a fresh name: a copy named after its source would say which of the two is the copy
     body[0] = re.sub(rf"\bdef\s+{re.escape(node.name)}\b", f"def {name}", body[0], count=1)
     siblings = holder.body if holder else module.body
     spots = [n.end_lineno for n in siblings if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
@@ -259,13 +280,27 @@ def _mutable_constant(value: object) -> bool:
     return isinstance(value, (int, float, str)) and not isinstance(value, bool)
 
 
-def _mutate(value: int | float | str, rng: random.Random) -> int | float | str:
-    """A different value of the same type and look, but no off-by-one a wrong fix would plausibly produce."""
-    if isinstance(value, int):
-        return value + rng.randint(7, 97) * (-1 if value < 0 else 1)
-    if isinstance(value, float):
-        return round(value + rng.uniform(7.0, 97.0) * (-1 if value < 0 else 1), 2)
-    return value + rng.choice("abcdefghijklmnopqrstuvwxyz") if value else rng.choice(("x", "none", "ok"))
+def _mutate(value: int | float | str, rng: random.Random, pool: dict[type, list[object]] | None = None) -> object:
+    """A different value of the same type, drawn as the file's own values are: another constant of that type in
+    the file, else a value within the range its numbers span (a fixed offset would say which is the copy)."""
+    others = [v for v in (pool or {}).get(type(value), []) if v != value]
+    if others and rng.random() < 0.75:
+        return rng.choice(others)
+    if isinstance(value, (int, float)):
+        numbers = [v for v in (pool or {}).get(type(value), []) if isinstance(v, (int, float))] + [value]
+        low, high = min(numbers), max(numbers)
+        spread = max(high - low, abs(value), 2)
+        for _ in range(100):
+            drawn = rng.uniform(low - spread / 2, high + spread / 2)
+            candidate = round(drawn) if isinstance(value, int) else round(drawn, 2)
+            if candidate != value:
+                return candidate
+        return value + 1
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    if not value:
+        return rng.choice(letters)
+    position = rng.randrange(len(value))
+    return value[:position] + rng.choice([c for c in letters if c != value[position]]) + value[position + 1 :]
 
 
 def _byte_to_char(line: str, offset: int) -> int:
@@ -273,7 +308,15 @@ def _byte_to_char(line: str, offset: int) -> int:
     return len(line.encode("utf-8")[:offset].decode("utf-8", errors="ignore"))
 
 
-def _self_contained(name: str, must: Must, rng: random.Random, *, base: str = "", cls: str = "") -> str:
+def _self_contained(
+    name: str,
+    must: Must,
+    rng: random.Random,
+    pool: dict[type, list[object]] | None = None,
+    *,
+    base: str = "",
+    cls: str = "",
+) -> str:
     """A small test that touches no code under test: passes, or fails, on any honest run.
 
     A function, or with ``cls`` a TestCase class of that name (deriving from ``base``) holding one method."""
@@ -290,7 +333,7 @@ def _self_contained(name: str, must: Must, rng: random.Random, *, base: str = ""
         pairs = {f"k{v}": v for v in values}
         key = rng.choice(list(pairs))
         setup, got, right = f"table = {pairs!r}", f"table[{key!r}]", pairs[key]
-    wrong = [v for v in values if v != right] if kind in ("sorted", "dict") else [_mutate(right, rng)]
+    wrong = [v for v in values if v != right] if kind in ("sorted", "dict") else [_mutate(right, rng, pool)]
     expected = right if must == "pass" else rng.choice(wrong)
     if cls:
         return (

@@ -149,30 +149,20 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         if sys.gettrace() is not None or sys.getprofile() is not None:
             evidence("trace_hook")
 
-    hashes = {}
-
     def in_workspace(path):
-        return os.path.abspath(path).startswith(workspace + os.sep)
+        path = os.path.abspath(path)
+        return path == workspace or path.startswith(workspace + os.sep)
+
+    codes = CodeRegistry(workspace, pristine, key["tests"], sha256)
 
     def pristine_code(function):
-        """The function comes from a file of the image (outside the workspace: the diff cannot touch it) or
-        from a test file the host wrote, unchanged. Generated code (``<string>``) is neither."""
+        """The function's code is one the recorder vouches for by identity: it existed before any code under
+        test ran, or came from a file of the image, or the recorder compiled it from a workspace file the diff
+        left alone. Never by its file name: ``compile()`` sets that to anything."""
         if pristine is None:  # the host vouches for the whole tree (its own runs)
             return True
         function = function_of(function)
-        if function is None:
-            return False
-        path = function.__code__.co_filename
-        if not in_workspace(path):
-            return os.path.isabs(path) and os.path.isfile(path)
-        rel = os.path.relpath(path, workspace)
-        if rel not in hashes:
-            try:
-                with open(path, "rb") as fh:
-                    hashes[rel] = sha256(fh.read()).hexdigest()
-            except OSError:
-                hashes[rel] = None
-        return hashes[rel] is not None and pristine.get(rel) == hashes[rel]
+        return function is not None and codes.vouched(function.__code__)
 
     def foreign(path):
         """``path`` relative to the workspace when it is a workspace file other than a pristine one, else None."""
@@ -207,8 +197,28 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         emit=emit, evidence=evidence, function_of=function_of, fingerprint=fingerprint,
         check_fingerprint=check_fingerprint, in_workspace=in_workspace, pristine_code=pristine_code,
         foreign=foreign, first_error_line=first_error_line, importlib=importlib, main_code=sys._getframe(0).f_code,
-        own_code=own_code(sys._getframe(1).f_code),
+        own_code=own_code(sys._getframe(1).f_code), codes=codes, current=[None],
     )  # fmt: skip
+    install_observers(kit)
+
+    def check_baseline(function, module, test_id):
+        """A test of a pristine file runs code the recorder vouches for (``CodeRegistry``), in the globals of the
+        module that code came from: not a function put in the test's place before collection ended (a module
+        ``__getattr__``, a swapped attribute, a copy of the pristine code under other globals)."""
+        path = getattr(module, "__file__", None)
+        if pristine is None or not path or not in_workspace(path) or foreign(path) is not None:
+            return
+        if function is None or not codes.vouched(function.__code__):
+            evidence(f"test_item_patched:{test_id}")
+            return
+        if id(function.__code__) not in codes.workspace_ids:
+            return  # a decorator's wrapper from the image (mock.patch): its own code
+        scope = function.__globals__
+        home = sys.modules.get(scope.get("__name__")) if type(scope.get("__name__")) is str else None
+        if home is None or vars(home) is not scope or scope.get("__file__") != function.__code__.co_filename:
+            evidence(f"test_item_patched:{test_id}")
+
+    kit.check_baseline = check_baseline
 
     def restore_path():
         sys.path[:] = search_path  # the code under test imports as under a plain ``python -c``
@@ -228,13 +238,24 @@ def _run_pytest(kit):
 
     for name in default_plugins:
         kit.importlib.import_module("_pytest." + name)
+    from _pytest._code import ExceptionInfo
 
     emit, evidence, function_of, pristine_code = kit.emit, kit.evidence, kit.function_of, kit.pristine_code
+    codes, current, key = kit.codes, kit.current, kit.key
     framework_dirs = tuple(os.path.dirname(m.__file__) + os.sep for m in (pytest, pluggy, sys.modules["_pytest"]))
+    kit.exception_info = ExceptionInfo.from_exc_info
+    compile_pristine_tests(codes, framework_dirs)
+    # The image's plugins are loaded by the recorder (load_initial_conftests), never metadata in the workspace.
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    sys.dont_write_bytecode = True
 
     def from_framework(value):
+        """pytest's or pluggy's own code, by identity: a function compiled with a name in their directories is not."""
         function = function_of(value)
-        return function is not None and function.__code__.co_filename.startswith(framework_dirs)
+        if function is None:
+            return False
+        code = function.__code__
+        return id(code) in codes.trusted and code.co_filename.startswith(framework_dirs)
 
     watched = kit.fingerprint(
         lambda modname: modname in ("pytest", "pluggy") or modname.startswith(("_pytest.", "pluggy."))
@@ -309,10 +330,12 @@ def _run_pytest(kit):
             evidence(f"hooks_changed:{name}")
 
     def item_state(item):
-        """The test's function and code (a unittest item rebinds its method per run: the function stays)."""
+        """The test's function, its code and globals (a unittest item rebinds its method per run: the function
+        stays), and how the item runs."""
         function = function_of(getattr(item, "obj", None))
         code = function.__code__ if function is not None else None
-        return function, code, "runtest" in vars(item), type(item).runtest
+        scope = getattr(function, "__globals__", None)
+        return function, code, id(scope), "runtest" in vars(item), type(item).runtest
 
     def check_item(item):
         if items.get(item.nodeid, item_state(item)) != item_state(item):
@@ -322,16 +345,49 @@ def _run_pytest(kit):
         """A wrapper around one phase: how it really ended, before any report is made of it."""
         same_hooks_as_collected(name)
         check_item(item)
-        outcome = yield
+        if when == "call":
+            current[0] = item.nodeid  # the test blinded observations belong to
+        try:
+            outcome = yield
+        finally:
+            current[0] = None
         error = outcome.excinfo
         ended = "ok" if error is None else "skip" if issubclass(error[0], (Skipped, XFailed)) else "raised"
         emit({"e": "ran", "id": item.nodeid, "w": when, "x": ended})
 
+    chosen = frozenset(key.get("select") or ())
+
+    def selected(nodeid):
+        """The test, its function (all its parameters), its class or its file was named."""
+        if nodeid in chosen:
+            return True
+        parts = nodeid.split("[", 1)[0].split("::")
+        return any("::".join(parts[:n]) in chosen for n in range(1, len(parts) + 1))
+
+    def load_image_plugins(config):
+        """The ``pytest11`` entry points of distributions installed in the image, as pytest's autoload would load
+        them, less metadata that lives in the workspace (a ``*.dist-info`` the diff planted)."""
+        from importlib import metadata
+
+        pm = config.pluginmanager
+        for dist in metadata.distributions():
+            try:
+                where = str(dist.locate_file(""))
+            except Exception:
+                continue
+            if kit.in_workspace(where):
+                continue
+            for entry in dist.entry_points:
+                if entry.group == "pytest11" and not pm.get_plugin(entry.name) and not pm.is_blocked(entry.name):
+                    pm.register(entry.load(), name=entry.name)
+
     class Recorder:
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_load_initial_conftests(self, early_config):
-            """Before the first conftest (and whatever it imports) runs: the hooks as pytest set them up."""
+            """Before the first conftest (and whatever it imports) runs: the image's plugins, then the hooks as
+            pytest set them up."""
             config_of.append(early_config)
+            load_image_plugins(early_config)
             hooks_at_start[0] = hook_state(early_config)
             yield
 
@@ -341,7 +397,10 @@ def _run_pytest(kit):
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_collection_modifyitems(self, session, config, items):
-            """Deselection (-k, -m, --deselect, a conftest's) happens here and only here."""
+            """The host's selection (from the key file: never on the command line), then deselection (-k, -m,
+            --deselect, a conftest's), which happens here and only here."""
+            if chosen:
+                items[:] = [item for item in items if selected(item.nodeid)]
             selecting[0] = True
             try:
                 yield
@@ -372,10 +431,14 @@ def _run_pytest(kit):
             )
             hooks_after_collection[0] = hook_state(session.config)
             for item in session.items:
+                kit.check_baseline(function_of(getattr(item, "obj", None)), getattr(item, "module", None), item.nodeid)
                 items[item.nodeid] = item_state(item)
                 module = getattr(item, "module", None)
                 if module is not None and type(getattr(module, "__loader__", None)) not in test_loaders:
                     evidence(f"test_module_loader:{type(module.__loader__).__name__}")
+                callspec = getattr(item, "callspec", None)
+                if key.get("rows") and callspec is not None:  # which parametrize row each test is (validation)
+                    emit({"e": "item", "id": item.nodeid, "p": dict(getattr(callspec, "indices", {}))})
 
         @pytest.hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_runtest_setup(self, item):
@@ -581,25 +644,32 @@ def _run_unittest(kit):
         case awaits a coroutine method (IsolatedAsyncioTestCase); any other case calls it, as unittest does."""
         function = getattr(original, "__func__", original)
         flags = getattr(getattr(function, "__code__", None), "co_flags", 0)
+        current = kit.current if when == "call" else [None]  # the test blinded observations belong to
         if flags & CO_COROUTINE and awaits:
 
-            async def observed(_original=original, _ran=ran, _id=test_id, _when=when):
+            async def observed(_original=original, _ran=ran, _id=test_id, _when=when, _current=current):
+                _current[0] = _id
                 try:
                     value = await _original()
                 except BaseException as error:
+                    _current[0] = None
                     _ran(_id, _when, error)
                     raise
+                _current[0] = None
                 _ran(_id, _when, None)
                 return value
 
         else:
 
-            def observed(_original=original, _ran=ran, _id=test_id, _when=when):
+            def observed(_original=original, _ran=ran, _id=test_id, _when=when, _current=current):
+                _current[0] = _id
                 try:
                     value = _original()
                 except BaseException as error:
+                    _current[0] = None
                     _ran(_id, _when, error)
                     raise
+                _current[0] = None
                 _ran(_id, _when, None)
                 return value
 
@@ -629,6 +699,7 @@ def _run_unittest(kit):
         planned.append(test)
         state[test_id] = (*item_state(test), wrappers[method])
         mod = module or sys.modules.get(type(test).__module__)
+        kit.check_baseline(function_of(getattr(type(test), method, None)), mod, test_id)
         path = getattr(mod, "__file__", None)
         if path and kit.in_workspace(path) and type(getattr(mod, "__loader__", None)) is not SourceFileLoader:
             evidence(f"test_module_loader:{type(getattr(mod, '__loader__', None)).__name__}")
@@ -815,6 +886,375 @@ def _run_unittest(kit):
     return (1 if failures[0] else 0), stopped[0]
 
 
+class CodeRegistry:
+    """Code objects the recorder vouches for, by identity, never by file name (``compile()`` sets that to
+    anything): ``trusted``, every function's code that exists before any code under test runs (the standard
+    library, the recorder's imports) and every module imported later from a file the sandbox cannot write
+    (the runner, the image's libraries); ``workspace``, what the recorder compiled itself from workspace files
+    the diff left alone (their bytes hash to the host's); ``tests``, those of the pristine test files.
+
+    A pristine workspace file is compiled from its source here, never from a ``.pyc`` the code under test
+    could have written next to it.
+    """
+
+    def __init__(self, workspace, pristine, tests, sha256):
+        import gc
+        from importlib.machinery import SourceFileLoader
+        from types import CodeType, FunctionType
+
+        self.workspace, self.pristine, self.tests, self.sha256 = workspace, pristine, frozenset(tests), sha256
+        self.trusted, self.workspace_ids, self.test_ids, self.kept, self.code_type = set(), set(), set(), [], CodeType
+        for obj in gc.get_objects():
+            if type(obj) is FunctionType:
+                self.add(obj.__code__, self.trusted)
+        registry, original = self, SourceFileLoader.get_code
+
+        def get_code(loader, fullname, _original=original, _registry=registry):
+            path = getattr(loader, "path", "")
+            data = _registry.pristine_bytes(path)
+            if data is not None:
+                code = compile(data, path, "exec", dont_inherit=True)
+                _registry.adopt(code, path)
+                return code
+            code = _original(loader, fullname)
+            if code is not None and not _registry.in_workspace(path) and not _registry.writable(path):
+                _registry.add(code, _registry.trusted)
+            return code
+
+        SourceFileLoader.get_code = get_code
+
+    def add(self, code, into):
+        todo = [code]
+        while todo:
+            one = todo.pop()
+            if id(one) in into:
+                continue
+            into.add(id(one))
+            self.kept.append(one)  # held, so no other object is ever given its id
+            todo.extend(c for c in one.co_consts if type(c) is self.code_type)
+
+    def in_workspace(self, path):
+        path = os.path.abspath(path)
+        return path == self.workspace or path.startswith(self.workspace + os.sep)
+
+    def writable(self, path):
+        return os.access(path, os.W_OK) or os.access(os.path.dirname(path) or ".", os.W_OK)
+
+    def pristine_bytes(self, path):
+        """The file's bytes when it is a workspace file the diff left alone (or the host vouches for all)."""
+        if not path or not self.in_workspace(path):
+            return None
+        rel = os.path.relpath(os.path.abspath(path), self.workspace)
+        if self.pristine is not None and rel not in self.pristine:
+            return None
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        if self.pristine is not None and self.sha256(data).hexdigest() != self.pristine[rel]:
+            return None
+        return data
+
+    def adopt(self, code, path):
+        self.add(code, self.workspace_ids)
+        if os.path.relpath(os.path.abspath(path), self.workspace) in self.tests:
+            self.add(code, self.test_ids)
+
+    def vouched(self, code):
+        return id(code) in self.trusted or id(code) in self.workspace_ids
+
+
+def compile_pristine_tests(codes, framework_dirs):
+    """pytest's assertion rewriting of test modules and conftests, from the bytes of pristine files (never a
+    cached ``.pyc`` the code under test could have written): their code objects are ``codes``' by identity."""
+    import ast
+    from pathlib import Path
+
+    from _pytest.assertion import rewrite
+
+    hook = rewrite.AssertionRewritingHook
+    original = hook.exec_module
+
+    def exec_module(self, module, _original=original, _codes=codes, _rewrite=rewrite, _parse=ast.parse, _Path=Path):
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        data = _codes.pristine_bytes(origin)
+        if data is None:
+            return _original(self, module)
+        names = self._rewritten_names
+        if isinstance(names, dict):  # pytest 7+: name -> path; pytest 6: a set of names
+            names[module.__name__] = _Path(origin)
+        else:
+            names.add(module.__name__)
+        tree = _parse(data, filename=origin)
+        _rewrite.rewrite_asserts(tree, data, origin, self.config)
+        code = compile(tree, origin, "exec", dont_inherit=True)
+        _codes.adopt(code, origin)
+        exec(code, module.__dict__)
+
+    hook.exec_module = exec_module
+
+
+def install_observers(kit):
+    """What a blinded test calls (``trialforge.testrun.blinding``), as builtins: report a value, an exception or
+    the test's end on the channel, for the host to judge. The host holds the expected values; nothing here
+    decides anything.
+
+    A value is encoded by its exact type, never by calling a method of it: builtin scalars and containers,
+    ``Decimal``, ``Fraction``, dates and times; a subclass of a builtin that overrides none of the methods a
+    comparison uses, as its builtin value; anything else as opaque (its class's name), which the host accepts
+    for nothing. An exception: the qualified names of its classes, its ``args`` and which builtin class gives it
+    its ``__str__``.
+    """
+    import builtins
+    import collections
+    import datetime
+    import decimal
+    import enum
+    import fractions
+
+    try:
+        from zoneinfo import ZoneInfo as zone_info
+    except ImportError:  # Python 3.8
+        zone_info = None
+    emit, current = kit.emit, kit.current
+    type_mro = type.__dict__["__mro__"].__get__
+    type_dict = type.__dict__["__dict__"].__get__
+    type_module = type.__dict__["__module__"].__get__
+    type_qualname = type.__dict__["__qualname__"].__get__
+    type_flags = type.__dict__["__flags__"].__get__
+    object_getattribute = object.__getattribute__
+    member_type = type(fractions.Fraction.__dict__["_numerator"])  # a __slots__ member descriptor
+    HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+    enum_base = enum.Enum
+    exception_args = BaseException.__dict__["args"].__get__
+    dict_items, float_hex, str_copy = dict.items, float.hex, str.__str__
+    budget = [kit.key.get("observe_bytes", 64 << 20)]  # what all observations of a run may take on the channel
+    node_cap, text_cap = 100000, 1 << 20
+    comparisons = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__len__",
+                   "__contains__", "__iter__", "__getitem__", "__index__", "__int__", "__float__")  # fmt: skip
+    containers = {list: "l", tuple: "t", set: "S", frozenset: "F", collections.deque: "q"}
+    mappings = {dict: "d", collections.OrderedDict: "od", collections.Counter: "cn", collections.defaultdict: "dd"}
+    bases = (bool, int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset, dict)
+
+    def name_of(cls):
+        module, qualname = type_module(cls), type_qualname(cls)
+        module = module if type(module) is str else "?"
+        return module + "." + (qualname if type(qualname) is str else "?")
+
+    def plain_base(cls):
+        """The builtin ``cls`` derives from without changing how it compares, or None."""
+        for klass in type_mro(cls):
+            if klass in bases:
+                return klass
+            if any(name in type_dict(klass) for name in comparisons):
+                return None
+        return None
+
+    def hexint(value):
+        return format(int.__int__(value), "x")
+
+    def encode(value, state):
+        state[0] += 1
+        if state[0] > node_cap:
+            raise OverflowError
+        cls = type(value)
+        if value is None:
+            return ["n"]
+        if cls is bool:
+            return ["b", 1 if value is True else 0]
+        if cls is int:
+            return ["i", hexint(value)]
+        if cls is float:
+            return ["f", float_hex(value)]
+        if cls is complex:
+            return ["c", float_hex(value.real), float_hex(value.imag)]
+        if cls is str:
+            state[1] += len(value)
+            if state[1] > text_cap:
+                raise OverflowError
+            return ["s", value]
+        if cls is bytes or cls is bytearray:
+            state[1] += 2 * len(value)
+            if state[1] > text_cap:
+                raise OverflowError
+            return ["y" if cls is bytes else "ya", bytes.hex(value)]
+        if cls in containers:
+            return [containers[cls], [encode(item, state) for item in cls.__iter__(value)]]
+        if cls in mappings:
+            return [mappings[cls], [[encode(k, state), encode(v, state)] for k, v in dict_items(value)]]
+        if cls is decimal.Decimal:
+            return ["D", decimal.Decimal.__str__(value)]
+        if cls is fractions.Fraction:
+            return ["Q", hexint(value._numerator), hexint(value._denominator)]
+        if cls is range:
+            return ["r", hexint(value.start), hexint(value.stop), hexint(value.step)]
+        if cls is datetime.timedelta:
+            return ["dt", "td", [hexint(value.days), hexint(value.seconds), hexint(value.microseconds)]]
+        if cls is datetime.timezone:  # timezones compare by their offset alone
+            return ["dt", "tz", [float_hex(datetime.timedelta.total_seconds(datetime.timezone.utcoffset(value, None)))]]
+        if cls is zone_info:
+            return ["dt", "zi", [zone_info.key.__get__(value)]]
+        if cls is datetime.date:
+            return ["dt", "d", [hexint(value.year), hexint(value.month), hexint(value.day), ["n"]]]
+        if cls is datetime.datetime:
+            fields = (value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond,
+                      value.fold)  # fmt: skip
+            return ["dt", "dt", [*map(hexint, fields), encode_tz(value.tzinfo, state)]]
+        if cls is datetime.time:
+            fields = (value.hour, value.minute, value.second, value.microsecond, value.fold)
+            return ["dt", "t", [*map(hexint, fields), encode_tz(value.tzinfo, state)]]
+        base = plain_base(cls)
+        if base is not None:
+            return encode(base_value(base, value), state)
+        if cls is type:
+            return ["T", name_of(value)]
+        fields = instance_state(value, cls)
+        if fields is None:
+            return ["o", name_of(cls)]
+        return ["u", name_of(cls), [[k, encode(v, state)] for k, v in fields], enum_base in type_mro(cls)]
+
+    def instance_state(value, cls):
+        """Its ``__dict__`` and slots, when every class it derives from (but ``object``) is defined in Python:
+        a C base keeps state this cannot see, so such an object is opaque."""
+        mro = type_mro(cls)
+        if any(not type_flags(klass) & HEAPTYPE for klass in mro if klass is not object):
+            return None
+        fields = {}
+        try:
+            own = object_getattribute(value, "__dict__")
+        except AttributeError:
+            own = {}
+        if type(own) is not dict:
+            return None
+        for name, field in dict_items(own):
+            if type(name) is not str:
+                return None
+            fields[name] = field
+        for klass in mro:
+            for name, member in dict_items(dict(type_dict(klass))):
+                if type(member) is member_type and type(name) is str:
+                    try:
+                        fields[name] = member.__get__(value, cls)
+                    except AttributeError:
+                        continue  # a slot never set
+        return sorted(dict_items(fields))
+
+    def encode_tz(tz, state):
+        return ["n"] if tz is None else encode(tz, state)
+
+    def base_value(base, value):
+        if base in (list, tuple, set, frozenset):
+            return base(base.__iter__(value))
+        if base is dict:
+            return dict(dict_items(value))
+        if base in (bytes, bytearray):
+            return base(bytes.__bytes__(value) if base is bytes else bytearray.__iter__(value))
+        return {bool: bool.__bool__, int: int.__int__, float: float.__float__, complex: complex.__complex__,
+                str: str_copy}[base](value)  # fmt: skip
+
+    def encoded(value):
+        state = [0, 0]
+        try:
+            found = encode(value, state)
+        except (OverflowError, RecursionError):
+            return ["o", "too_large"]
+        except Exception:
+            return ["o", "unreadable"]
+        budget[0] -= state[1] + 8 * state[0]
+        return found if budget[0] > 0 else ["o", "over_budget"]
+
+    def encoded_exception(error):
+        classes = [name_of(cls) for cls in type_mro(type(error))]
+        provider = None
+        for cls in type_mro(type(error)):
+            if "__str__" in type_dict(cls):
+                provider = name_of(cls) if type_module(cls) == "builtins" else None
+                break
+        return ["x", classes, provider, [encoded(arg) for arg in tuple.__iter__(exception_args(error))]]
+
+    def observe(index, value):
+        test = current[0]
+        if test is not None:
+            emit({"e": "obs", "id": test, "k": index, "v": encoded(value)})
+        return value
+
+    def truth(index, value):
+        """``assert value``: its truth as the code under test makes it (its ``__bool__``, as the assert would)."""
+        falsy = not value  # the interpreter's own truth test: no name another module could rebind
+        test = current[0]
+        if test is not None:
+            emit({"e": "obs", "id": test, "k": index, "v": ["b", 0 if falsy else 1]})
+        return value
+
+    def classes(index, value):
+        """``isinstance(value, ...)``: the classes of the value; which one the test wants stays on the host."""
+        test = current[0]
+        if test is not None:
+            names = [name_of(c) for c in type_mro(type(value))]
+            emit({"e": "obs", "id": test, "k": index, "v": ["x", names, None, []]})
+        return value
+
+    def expect(index, value):
+        """A recorded slot's expected side, as the (validated) code computes it: the host keeps it for grading."""
+        test = current[0]
+        if test is not None:
+            emit({"e": "exp", "id": test, "k": index, "v": encoded(value)})
+        return value
+
+    class Caught:
+        """What ``with __tf_raises__(...) as caught`` gives a test that reads the exception afterwards: unittest's
+        ``cm.exception`` and, under pytest, everything of pytest's ``ExceptionInfo`` (``value``, ``match``...)."""
+
+        value = exception = type = tb = None
+
+        def __getattr__(self, name):
+            info = self.__dict__.get("info")
+            if info is None:
+                raise AttributeError(name)
+            return getattr(info, name)
+
+    class Raises:
+        def __init__(self, index, suppress):
+            self.index, self.suppress, self.caught = index, suppress, Caught()
+
+        def __enter__(self):
+            return self.caught
+
+        def __exit__(self, kind, error, tb):
+            test = current[0]
+            if test is not None:
+                seen = ["none"] if kind is None else encoded_exception(error)
+                emit({"e": "obs", "id": test, "k": self.index, "v": seen})
+            if kind is not None:
+                self.caught.value = self.caught.exception = error
+                self.caught.type, self.caught.tb = kind, tb
+                make_info = getattr(kit, "exception_info", None)
+                if make_info is not None:
+                    self.caught.info = make_info((kind, error, tb))
+            return bool(self.suppress and kind is not None)
+
+    def raises_call(index, function, suppress):
+        def call(*args, **kwargs):
+            with Raises(index, suppress):
+                return function(*args, **kwargs)
+
+        return call
+
+    def end():
+        test = current[0]
+        if test is not None:
+            emit({"e": "obs_end", "id": test})
+
+    builtins.__tf_observe__ = observe
+    builtins.__tf_expect__ = expect
+    builtins.__tf_truth__ = truth
+    builtins.__tf_classes__ = classes
+    builtins.__tf_raises__ = Raises
+    builtins.__tf_raises_call__ = raises_call
+    builtins.__tf_end__ = end
+
+
 def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules, own_types=()):
     """An audit hook (PEP 578: once added, never removed) that reports tampering as it happens.
 
@@ -828,21 +1268,22 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
     ``own_types``: the recorder's classes.
     """
     stdlib = os.path.dirname(os.__file__) + os.sep
-    workspace = kit.workspace
-    allowed = frozenset(os.path.join(workspace, rel) for rel in kit.tests)  # test code may monkeypatch anything
+    codes = kit.codes
+    own_ids = frozenset(id(code) for code in kit.own_code)
 
     def audit(
         event,
         args,
         _events=AUDITED,
-        _skip=(*framework_dirs, stdlib, "<"),
+        _skip=(*framework_dirs, stdlib),
         _guarded=framework_dirs,  # the runner's code (stdlib's is its own)
-        _own_code=kit.own_code,  # the recorder's: known by identity, never by its file name
+        _own_ids=own_ids,  # the recorder's: known by identity, never by its file name
+        _own_code=kit.own_code,  # (held, so the ids above stay theirs)
         _packages=tuple(framework_packages),
         _excluded=tuple(excluded_modules),
         _own=tuple(own_types),
-        _allowed=allowed,
-        _workspace=workspace + os.sep,
+        _trusted=codes.trusted,  # code objects by identity (CodeRegistry): a file name proves nothing
+        _tests=codes.test_ids,
         _vouched=kit.pristine is None,
         _main=kit.main_code,
         _frame=sys._getframe,
@@ -860,9 +1301,9 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
                 any(target is own for own in _own) or (origin.split(".")[0] in _packages and origin not in _excluded)
             )
             guarded_code = code is not None and (
-                code.co_filename.startswith(_guarded)
-                or code.co_filename in _allowed
-                or (code.co_filename == "<string>" and any(code is own for own in _own_code))
+                (id(code) in _trusted and code.co_filename.startswith(_guarded))
+                or id(code) in _tests
+                or id(code) in _own_ids
             )
             if not (framework_class or guarded_code):
                 return
@@ -877,13 +1318,14 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
             what = event
         frame = _frame(1)
         while frame is not None:
-            path = frame.f_code.co_filename
-            if frame.f_code is _main or path in _allowed:
+            code = frame.f_code
+            if code is _main or id(code) in _tests:
                 return  # the runner's own doing, or a pristine test's
-            if not path.startswith(_skip):
-                if path.startswith(_workspace):
-                    break  # the code under test
-                return  # an installed library's
+            if id(code) in _trusted:
+                if not code.co_filename.startswith(_skip):
+                    return  # an installed library's (its file name is real: the code came from that file)
+            elif not code.co_filename.startswith("<"):
+                break  # the code under test: a workspace file's, or code compiled under any other name
             frame = frame.f_back
         _write(_fd, (_prefix + '{"e":"tamper","what":"' + what.replace('"', "'") + '"}\n').encode())
 

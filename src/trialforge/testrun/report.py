@@ -23,8 +23,14 @@ the code under test does not hold; the sandbox reports the process's real exit s
   of its file ran; a canary missing from a run that was not stopped early, whose file collected and
   reported other tests, and that did not deselect it (a module that failed or was skipped at
   collection has no tests, a file the task's options leave out has none, and the task's -k/-m may
-  leave a canary out); a must-pass canary that failed in its call (not in
+  leave a canary out); in a run whose tests the host named (grading, where no option of the task
+  selects), a canary deselected at all; a must-pass canary that failed in its call (not in
   setup: an honest but broken diff can break a fixture, never a self-contained assertion).
+
+A blinded test (``blinding.py``) passes only if, besides passing in process, its observations are
+exactly its slots, in order, each accepted by the host's check, and it reached its end: an observation
+missing, repeated, out of order or wrong fails it (``host_failures`` says which). That verdict needs no
+secret of the channel: an observation forged there must still carry the right value.
 
 Each phase counts as it was first observed: a part of a test run again later (a unittest method
 called a second time) cannot rewrite how it ended.
@@ -42,7 +48,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trialforge.sandbox.base import TRUNCATION_MARK, ExecResult
+from trialforge.testrun.blinding import Blinding
 from trialforge.testrun.canaries import Canary
+from trialforge.testrun.expected import Check
 
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 RAN = ("passed", "failed", "error")
@@ -62,6 +70,10 @@ class TestReport:
     canaries: dict[str, str] = field(default_factory=dict)  # canary node id -> outcome, for the record
     collection_errors: dict[str, str] = field(default_factory=dict)  # module -> its error's first line
     cpu_exhausted: bool = False  # killed by the run's CPU budget (``run_tests(cpu_s=...)``) before it reported
+    host_failures: dict[str, str] = field(default_factory=dict)  # blinded test -> why the host's checks failed it
+    observations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # instrumented run: per test
+    expectations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # ...and recorded slots' expected
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)  # instrumented run: each test's parametrize row
 
     @property
     def tampered(self) -> bool:
@@ -94,6 +106,10 @@ class _Run:
     collection_errors: dict[str, str] = field(default_factory=dict)  # module -> its error's first line
     deselected: set[str] = field(default_factory=set)  # tests the run's selection options left out
     failures: int = 0  # phase reports that failed (what --maxfail counts)
+    observations: dict[str, list[tuple[int, object]]] = field(default_factory=lambda: defaultdict(list))
+    expectations: dict[str, list[tuple[int, object]]] = field(default_factory=lambda: defaultdict(list))
+    ended: set[str] = field(default_factory=set)  # blinded tests that reached their end
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def read_report(
@@ -102,11 +118,13 @@ def read_report(
     canaries: Sequence[Canary] = (),
     selected: Sequence[str] = (),
     max_failures: int | None = None,
+    blinding: Blinding | None = None,
 ) -> TestReport:
     """The report of one run: outcomes from the channel's events, checked as the module docstring says.
 
-    ``selected``: the tests the run was asked for by name (graded tests); empty for a whole-suite run.
-    ``max_failures``: the run's ``--maxfail``; a run that says it stopped early must have reached it.
+    ``selected``: the tests the run was asked for by name (graded tests, as the sandbox knows them); empty
+    for a whole-suite run. ``max_failures``: the run's ``--maxfail``; a run that says it stopped early must
+    have reached it. ``blinding``: a graded run's host checks; outcomes come back under the original ids.
     """
     log_tail = result.stderr[-4000:].strip()
     if result.truncated and _cut(result.stdout):  # the channel overflowed the output cap: the report is incomplete
@@ -141,8 +159,17 @@ def read_report(
         stopped=stopped,
         not_collected=run.not_collected,
         deselected=run.deselected,
+        host_selected=bool(selected),
     )
     real = {t: o for t, o in run.outcomes.items() if _base(t) not in by_canary}
+    host_failures: dict[str, str] = {}
+    if blinding is not None:
+        for test_id, checks in blinding.checks.items():
+            why = _host_verdict(checks, run.observations.get(test_id, []), test_id in run.ended)
+            if why and real.get(test_id) == "passed":
+                real[test_id] = "failed"
+                host_failures[blinding.original.get(test_id, test_id)] = why
+        real = {blinding.original.get(t, t): o for t, o in real.items()}
     seen = {cid: ",".join(found) for cid, found in by_canary.items()}
     return TestReport(
         exit_code,
@@ -154,7 +181,22 @@ def read_report(
         tuple(dict.fromkeys(evidence)),
         seen,
         run.collection_errors,
+        host_failures=host_failures,
+        observations=dict(run.observations) if blinding is None else {},
+        expectations=dict(run.expectations) if blinding is None else {},
+        rows=run.rows,
     )
+
+
+def _host_verdict(checks: tuple[tuple[int, Check], ...], observed: list[tuple[int, object]], ended: bool) -> str:
+    """Why a blinded test failed the host's checks ("" when it passed them)."""
+    if [index for index, _ in observed] != [index for index, _ in checks]:
+        got = [index for index, _ in observed]
+        return f"observations {got} where slots {[index for index, _ in checks]} were due"
+    for (index, check), (_, value) in zip(checks, observed, strict=True):
+        if not check.passes(value):
+            return f"slot {index}: the observed value is not what the test expects"
+    return "" if ended else "the test did not run to its end"
 
 
 def _fold(events: list[dict], graded: set[str], evidence: list[str]) -> _Run:
@@ -192,6 +234,14 @@ def _fold(events: list[dict], graded: set[str], evidence: list[str]) -> _Run:
             run.deselected.update(str(t) for t in event.get("ids") or ())
         elif kind == "tamper":
             evidence.append(str(event.get("what")))
+        elif kind == "obs" and isinstance(event.get("k"), int):
+            run.observations[test_id].append((event["k"], event.get("v")))
+        elif kind == "exp" and isinstance(event.get("k"), int):
+            run.expectations[test_id].append((event["k"], event.get("v")))
+        elif kind == "obs_end":
+            run.ended.add(test_id)
+        elif kind == "item" and isinstance(event.get("p"), dict):
+            run.rows[test_id] = {str(k): v for k, v in event["p"].items() if isinstance(v, int)}
     return run
 
 
@@ -225,7 +275,7 @@ def _events(stdout: str, marker: str) -> _Stream:
             continue
         try:
             event = json.loads(line[len(marker) :])
-        except ValueError:
+        except (ValueError, RecursionError):  # (a forged line nested past the parser's depth)
             foreign = True
             continue
         if isinstance(event, dict) and event.get("e") == "tamper" and "s" not in event:
@@ -248,10 +298,12 @@ def canary_evidence(
     stopped: bool,
     not_collected: set[str],
     deselected: Collection[str] = (),
+    host_selected: bool = False,
 ) -> list[str]:
     """What the canaries say about the run (see the module docstring); empty for an honest run.
 
     ``by_canary`` holds every outcome of each canary (a parametrized module makes several ids of one).
+    ``host_selected``: the host named the run's tests, so nothing honest deselects a canary.
     """
     ran_in_file: dict[str, bool] = defaultdict(bool)
     reported_in_file: set[str] = set()
@@ -269,6 +321,8 @@ def canary_evidence(
         skip_is_honest = "skipped" in source if canary.source else not ran_in_file[canary.file]
         if canary.must == "fail" and "passed" in got:
             found.append(f"canary_passed:{canary.kind}")
+        elif host_selected and canary.node_id in left_out:
+            found.append(f"canary_deselected:{canary.kind}")
         elif "skipped" in got and not skip_is_honest:
             found.append(f"canary_skipped:{canary.kind}")
         elif canary.must == "pass" and "failed" in got:

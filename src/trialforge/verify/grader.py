@@ -28,13 +28,13 @@ from trialforge.scratch import scratch_dir
 from trialforge.tasks.envimages import task_image
 from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
-from trialforge.tasks.schema import Task
+from trialforge.tasks.schema import HostJudged, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.testrun import prepare, report_limits, run_tests
 from trialforge.testrun.report import TestReport
 from trialforge.verify.integrity import integrity_flags
 
-VERIFIER_VERSION = "2"  # 2: runtime tamper evidence and canaries; diff patterns audit only
+VERIFIER_VERSION = "3"  # 3: blinded expectations judged on the host; 2: runtime tamper evidence and canaries
 
 
 @dataclass
@@ -147,7 +147,10 @@ class Grader:
         if not task.fail_to_pass:
             return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
         env = task.env or EnvSpec()
-        guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass, runner=env.runner)
+        known = task.validation.host_judged or HostJudged()
+        guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass, runner=env.runner,
+                        observe="blind", in_process=known.in_process, param_rows=known.param_rows,
+                        recorded=known.recorded)  # fmt: skip
         limits = report_limits(self.limits)
         try:
             image = task_image(task, self.backend, self.image)
@@ -183,7 +186,9 @@ def _judge(report: TestReport, tests: list[str]) -> Verdict:
     if report.all_passed(tests):  # pytest exits 1 (the must-fail canaries): report.py checks it agrees
         return Verdict(1.0, "ok", "all_tests_passed", outcomes)
     failing = sorted(t for t, o in outcomes.items() if o != "passed")
-    return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}", outcomes)
+    judged = [f"{t}: {why}" for t, why in sorted(report.host_failures.items())[:3]]
+    host = f"; host checks: {judged}" if judged else ""
+    return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}{host}", outcomes)
 
 
 def _syntax_errors(tree: Path, paths: list[str]) -> list[str]:

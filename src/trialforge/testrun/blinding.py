@@ -1,0 +1,1019 @@
+"""Blinded tests: the host rewrites test files so that expected values never enter the sandbox.
+
+An assertion whose expected side the host can evaluate on its own (``expected.evaluate``) becomes a
+**slot**: in the sandbox only its actual side runs, and the recorder reports that value (an
+*observation*); the host compares it with the expected value it kept. Writing the right value means
+computing it. Every other assertion stays in the test and is judged in process (the detection layers
+of docs/verification.md apply to those).
+
+A slot is an assertion statement on a test's straight-line path (its body, or the body of a ``with``
+that is not itself a ``raises``), so an honest passing run observes every slot once, in order, and then
+reaches the test's end:
+
+- ``assert ACTUAL OP EXPECTED`` (``==``, ``!=``, ``<``..., ``in``, ``not in``; ``is``/``is not`` with
+  ``None``/``True``/``False``), either side; ``assert ACTUAL`` and ``assert not ACTUAL`` (truthiness);
+- ``self.assertEqual(ACTUAL, EXPECTED)`` and the other value checks of ``expected.UNITTEST_CHECKS``;
+- ``with pytest.raises(E, match=M)`` / ``self.assertRaises(E)`` / ``assertRaisesRegex(E, M)``, and their
+  call forms: the exception class and the message pattern stay on the host.
+
+EXPECTED may use the test file's module constants and a parametrized test's columns, when every use of
+that name is such an expected side (then its value leaves the sandbox with them).
+
+Two rewrites:
+
+- ``instrument`` (validation): each slot's actual side is wrapped in an observer that returns it
+  unchanged, so the test still runs exactly as written and the host learns, from the gold patch's passing
+  runs, which slots its own comparison would judge the same way (``calibrate``). A slot whose honest value
+  the host cannot rebuild (a user object that equals a string, say) is kept in process for that task;
+- ``blind`` (grading): slots the task's validation kept are replaced by observations, expected columns and
+  constants are removed, graded tests are renamed (names drawn like the canaries'), parametrized ids
+  made opaque, docstrings and comments dropped, and tests that are not graded taken out; the host keeps
+  a ``Blinding``: which checks each sandbox test id must pass, and which original id it is.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import json
+import random
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from trialforge import pyast
+from trialforge.tasks.envspec import Runner
+from trialforge.testrun.expected import (
+    OPAQUE,
+    UNITTEST_CHECKS,
+    Check,
+    NotConstant,
+    Scope,
+    Structure,
+    decode,
+    evaluate,
+    expected_classes,
+    qualified,
+)
+
+OBSERVE, EXPECT, RAISES, RAISES_CALL, END = (
+    "__tf_observe__", "__tf_expect__", "__tf_raises__", "__tf_raises_call__", "__tf_end__",
+)  # fmt: skip
+TRUTH, CLASSES = "__tf_truth__", "__tf_classes__"
+_OBSERVER = {"truth": TRUTH, "isinstance": CLASSES}  # what reports a slot's actual side (else OBSERVE)
+RECORD_CAP = 64 << 10  # bytes of JSON a recorded expectation may take in the task record
+RECORDED_OPS = frozenset({"==", "!=", "is", "is not"})  # what a recorded expectation may be compared by
+RECORDED_METHODS = frozenset({
+    "assertEqual", "assertEquals", "assertNotEqual", "assertNotEquals", "assertIs", "assertIsNot", "assertListEqual",
+    "assertTupleEqual", "assertDictEqual", "assertSetEqual", "assertSequenceEqual", "assertCountEqual",
+})  # fmt: skip
+_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
+        ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}  # fmt: skip
+_IDENTITY_CONSTANTS = (None, True, False)
+_PREDICATES = frozenset({"isinstance", "issubclass"})  # checks of classes: their own kind of slot, or in process
+# decorators that call the test once, as written: any other (hypothesis's @given, a retry) may run it many times
+_SAFE_DECORATORS = ("pytest.mark.", "unittest.skip", "unittest.expectedFailure", "unittest.mock.patch", "mock.patch")
+_WEAK = frozenset({"truth"})  # checks whose expected value is guessable whatever the test (reported apart)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One assertion the host can judge: where it is, what it checks, and what its actual side is."""
+
+    key: str  # file::qual#index, stable across runs of the same test file
+    index: int  # its number among its test's slots: what the sandbox reports
+    kind: str  # compare | truth | unittest | raises
+    stmt: ast.stmt
+    actual: ast.expr | None  # the observed expression (raises: the callable of a call form, else None)
+    expected: tuple[ast.expr, ...] = ()  # expected-side expressions (compare: one; unittest: the others)
+    op: str = "=="
+    reflected: bool = False
+    negated: bool = False
+    method: str = ""
+    position: int = 0
+    options: tuple[tuple[str, ast.expr], ...] = ()
+    raises: ast.expr | None = None  # the exception class(es)
+    match: ast.expr | None = None
+    item: int = -1  # a with-statement raises: which item
+    names: frozenset[str] = frozenset()  # module constants and parameter columns its expected side reads
+    recorded: bool = False  # its expected side is code (``Interval(at(9), at(12))``): the gold patch's runs record it
+
+    @property
+    def weak(self) -> bool:
+        """Its expected value is one a forger could guess (truthiness, None, a bool)."""
+        if self.kind in _WEAK:
+            return True
+        if self.kind == "compare" and self.op in ("is", "is not"):
+            return True
+        return self.kind == "unittest" and self.method in ("assertTrue", "assertFalse", "assertIsNone",
+                                                           "assertIsNotNone", "assertIs", "assertIsNot")  # fmt: skip
+
+    def check(self, scope: Scope, recorded: Mapping[str, object] | None = None) -> Check:
+        """The host's check, with this slot's expected side evaluated in ``scope``, or for a recorded slot decoded
+        from what validation recorded of it (``NotConstant`` if neither can be had)."""
+        if self.recorded:
+            return self._recorded_check((recorded or {}).get(self.key))
+        if self.kind == "truth":
+            return Check("truth", negated=self.negated)
+        if self.kind == "compare":
+            return Check("compare", op=self.op, expected=evaluate(self.expected[0], scope), reflected=self.reflected)
+        if self.kind == "unittest":
+            values = tuple(evaluate(e, scope) for e in self.expected)
+            options = {name: evaluate(value, scope) for name, value in self.options}
+            return Check("unittest", method=self.method, expected=values, position=self.position, options=options)
+        assert self.raises is not None
+        if self.kind == "isinstance":
+            classes = expected_classes(self.raises, scope, exceptions_only=False)
+            return Check("isinstance", classes=classes, negated=self.negated)
+        match = evaluate(self.match, scope) if self.match is not None else None
+        if match is not None and not isinstance(match, str):
+            raise NotConstant("match= is not a string")
+        return Check("raises", classes=expected_classes(self.raises, scope), match=match)
+
+    def _recorded_check(self, encoded: object) -> Check:
+        expected = decode(encoded) if encoded is not None else OPAQUE
+        if expected is OPAQUE:
+            raise NotConstant("no recorded expectation")
+        identity = self.op in ("is", "is not") or self.method in ("assertIs", "assertIsNot")
+        if identity and not (isinstance(expected, Structure) and expected.member):
+            raise NotConstant("identity with an object that is not an Enum member")  # only members are unique
+        if self.kind == "compare":
+            op = {"is": "==", "is not": "!="}.get(self.op, self.op)
+            return Check("compare", op=op, expected=expected, reflected=self.reflected)
+        method = {"assertIs": "assertEqual", "assertIsNot": "assertNotEqual"}.get(self.method, self.method)
+        return Check("unittest", method=method, expected=(expected,), position=self.position)
+
+
+@dataclass
+class Parametrize:
+    """A test's single ``@pytest.mark.parametrize`` whose rows the host can read."""
+
+    decorator: ast.Call
+    names: list[str]
+    rows: list[list[ast.expr]]  # per row, the value node of each name
+    columns: set[str] = field(default_factory=set)  # names whose every use is an expected side (removable)
+
+    def values(self, row: int, scope: Scope) -> dict[str, object]:
+        return {name: evaluate(self.rows[row][self.names.index(name)], scope) for name in self.columns}
+
+
+@dataclass
+class TestFunction:
+    """A test in a file: its slots (every eligible assertion, in order) and how many assertions it has."""
+
+    qual: str  # "test_f" or "TestC::test_f"
+    node: ast.FunctionDef
+    holder: ast.ClassDef | None
+    slots: list[Slot]
+    assertions: int
+    blindable: bool  # its body runs once, to its end, when it passes: slots can be checked in sequence
+    renamable: bool
+    parametrize: Parametrize | None
+    shadowed: frozenset[str]
+
+
+@dataclass
+class FileAnalysis:
+    rel: str
+    source: str
+    module: ast.Module
+    scope: Scope
+    tests: dict[str, TestFunction]
+    constants: dict[str, ast.stmt]  # module constant -> its assignment
+
+    def slot(self, key: str) -> Slot | None:
+        qual = key.split("::", 1)[1].rsplit("#", 1)[0]
+        test = self.tests.get(qual)
+        return next((s for s in test.slots if s.key == key), None) if test else None
+
+
+# --- analysis ---------------------------------------------------------------------------------
+
+
+def analyse(source: str, rel: str, runner: Runner = "pytest") -> FileAnalysis | None:
+    """The file's tests and their slots; None when the host cannot parse it (its tests stay as they are)."""
+    try:
+        module = pyast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    imports, bound, constants = _module_names(module)
+    scope = Scope(imports, {n: _value(a) for n, a in constants.items()}, {}, frozenset(bound))
+    tests = {t.qual: t for t in _tests(module, rel, scope, runner)}
+    _settle_removable(module, scope, tests, constants)
+    return FileAnalysis(rel, source, module, scope, tests, constants)
+
+
+def _value(assign: ast.stmt) -> ast.expr:
+    assert isinstance(assign, (ast.Assign, ast.AnnAssign)) and assign.value is not None
+    return assign.value
+
+
+def _module_names(module: ast.Module) -> tuple[dict[str, str], set[str], dict[str, ast.stmt]]:
+    """Imports (local name -> qualified name), names bound otherwise, and single-assignment constants."""
+    imports: dict[str, str] = {}
+    bound: set[str] = set()
+    assigned: dict[str, list[ast.stmt]] = {}
+    for node in module.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                imports[local] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if node.level == 0 and node.module and alias.name != "*":
+                    imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                else:
+                    bound.add(alias.asname or alias.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name) and node.value is not None:
+                assigned.setdefault(targets[0].id, []).append(node)
+            else:
+                bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        else:
+            bound.update(_bound_by(node))
+    for node in ast.walk(module):
+        if isinstance(node, ast.Global):
+            bound.update(node.names)
+        elif isinstance(node, (ast.AugAssign, ast.Delete)):
+            bound.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+    constants = {name: stmts[0] for name, stmts in assigned.items() if len(stmts) == 1 and name not in bound}
+    bound.update(name for name in assigned if name not in constants)
+    bound.update(name for name in imports if name in assigned)
+    return imports, bound, constants
+
+
+def _bound_by(node: ast.stmt) -> set[str]:
+    """Names a module-level statement other than an import or a simple assignment binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _tests(module: ast.Module, rel: str, scope: Scope, runner: Runner) -> Iterator[TestFunction]:
+    subclassed = {b.id for n in module.body if isinstance(n, ast.ClassDef) for b in n.bases if isinstance(b, ast.Name)}
+    referenced = _referenced_names(module)
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and runner == "pytest":
+            yield _test(node, None, node.name, rel, scope, referenced)
+        elif (
+            isinstance(node, ast.ClassDef)
+            and not node.decorator_list
+            and (node.bases or (runner == "pytest" and node.name.startswith("Test")))
+        ):
+            for inner in node.body:
+                if isinstance(inner, ast.FunctionDef) and inner.name.startswith("test"):
+                    test = _test(inner, node, f"{node.name}::{inner.name}", rel, scope, referenced)
+                    if node.name in subclassed:  # its tests run under other names too: leave them as they are
+                        test.blindable = test.renamable = False
+                        test.slots = []
+                    yield test
+
+
+def _referenced_names(module: ast.Module) -> dict[str, int]:
+    """How often each name is read (as a name, an attribute or a string) anywhere in the module."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(module):
+        name = (
+            node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            else node.attr if isinstance(node, ast.Attribute)
+            else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200
+            else None
+        )  # fmt: skip
+        if name:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _test(
+    node: ast.FunctionDef, holder: ast.ClassDef | None, qual: str, rel: str, scope: Scope, referenced: dict[str, int]
+) -> TestFunction:
+    decorators = [_decorator_name(d, scope) for d in node.decorator_list]
+    params = [d for d in node.decorator_list if _decorator_name(d, scope) == "pytest.mark.parametrize"]
+    parametrize = _parametrize(params[0]) if len(params) == 1 and isinstance(params[0], ast.Call) else None
+    arguments = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+    for extra in (node.args.vararg, node.args.kwarg):
+        if extra is not None:
+            arguments.add(extra.arg)
+    stores = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    columns = set(parametrize.names) if parametrize else set()
+    shadowed = frozenset((arguments | stores | scope.shadowed) - columns)
+    local = Scope(scope.imports, scope.constants, {}, shadowed, frozenset(arguments | stores | columns))
+    self_name = node.args.args[0].arg if holder is not None and node.args.args else None
+    returns = any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)) for n in _own_nodes(node))
+    safe = all(d is not None and d.startswith(_SAFE_DECORATORS) for d in decorators)
+    blindable = safe and not returns and not (len(params) > 1)
+    slots: list[Slot] = []
+    if blindable:
+        for stmt in _straight_line(node.body, local, self_name):
+            slot = _slot(stmt, local, self_name, columns, f"{rel}::{qual}#{len(slots)}", len(slots))
+            if slot is not None:
+                slots.append(slot)
+    renamable = referenced.get(node.name, 0) == 0 and "request" not in arguments and safe
+    assertions = sum(1 for n in _own_nodes(node) if _is_assertion(n, local, self_name))
+    return TestFunction(qual, node, holder, slots, assertions, blindable, renamable, parametrize, shadowed)
+
+
+def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
+    """The nodes of ``function``'s body, not those of functions or classes defined inside it."""
+    todo: list[ast.AST] = list(function.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _decorator_name(node: ast.expr, scope: Scope) -> str | None:
+    target = node.func if isinstance(node, ast.Call) else node
+    return qualified(target, scope)
+
+
+def _parametrize(call: ast.Call) -> Parametrize | None:
+    """The decorator's names and rows, when they are written out (a literal list of rows)."""
+    if len(call.args) < 2 or any(k.arg in ("indirect", None) for k in call.keywords):
+        return None
+    names_node, rows_node = call.args[0], call.args[1]
+    if isinstance(names_node, ast.Constant) and isinstance(names_node.value, str):
+        names = [n.strip() for n in names_node.value.split(",") if n.strip()]
+    elif isinstance(names_node, (ast.Tuple, ast.List)) and all(
+        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in names_node.elts
+    ):
+        names = [e.value for e in names_node.elts]  # type: ignore[attr-defined]
+    else:
+        return None
+    if not isinstance(rows_node, (ast.List, ast.Tuple)) or not names:
+        return None
+    rows = []
+    for row in rows_node.elts:
+        values = _row_values(row, len(names))
+        if values is None:
+            return None
+        rows.append(values)
+    return Parametrize(call, names, rows)
+
+
+def _row_values(row: ast.expr, width: int) -> list[ast.expr] | None:
+    if isinstance(row, ast.Call) and isinstance(row.func, ast.Attribute) and row.func.attr == "param":
+        values = list(row.args)
+    elif width == 1:
+        values = [row]
+    elif isinstance(row, (ast.Tuple, ast.List)):
+        values = list(row.elts)
+    else:
+        return None
+    return values if len(values) == width and not any(isinstance(v, ast.Starred) for v in values) else None
+
+
+def _straight_line(body: list[ast.stmt], scope: Scope, self_name: str | None) -> Iterator[ast.stmt]:
+    """Statements every passing run executes once, in order: the body, and bodies of non-raises ``with``s."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.With) and _raises_item(stmt, scope, self_name) is None:
+            yield from _straight_line(stmt.body, scope, self_name)
+
+
+def _is_assertion(node: ast.AST, scope: Scope, self_name: str | None) -> bool:
+    if isinstance(node, ast.Assert):
+        return True
+    if isinstance(node, ast.Call):
+        name = _call_name(node, scope, self_name)
+        return name is not None and (name in UNITTEST_CHECKS or name in ("pytest.raises", "assertRaises",
+                                                                          "assertRaisesRegex"))  # fmt: skip
+    return False
+
+
+def _call_name(call: ast.Call, scope: Scope, self_name: str | None) -> str | None:
+    """``assertEqual`` for ``self.assertEqual(...)``, ``pytest.raises`` for ``pytest.raises(...)``."""
+    func = call.func
+    if (
+        self_name
+        and isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == self_name
+    ):
+        return func.attr
+    return qualified(func, scope)
+
+
+def _raises_item(stmt: ast.With, scope: Scope, self_name: str | None) -> int | None:
+    for index, item in enumerate(stmt.items):
+        expr = item.context_expr
+        if isinstance(expr, ast.Call) and _call_name(expr, scope, self_name) in (
+            "pytest.raises", "assertRaises", "assertRaisesRegex",
+        ):  # fmt: skip
+            return index
+    return None
+
+
+def _slot(stmt: ast.stmt, scope: Scope, self_name: str | None, columns: set[str], key: str, index: int) -> Slot | None:
+    """The slot ``stmt`` is, if the host can evaluate what it expects (for every row, when it reads columns)."""
+    found: Slot | None = None
+    if isinstance(stmt, ast.Assert):
+        found = _assert_slot(stmt, scope, key, index)
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        found = _call_slot(stmt, stmt.value, scope, self_name, key, index)
+    elif isinstance(stmt, ast.With):
+        position = _raises_item(stmt, scope, self_name)
+        if position is not None:
+            found = _raises_slot(stmt, stmt.items[position].context_expr, scope, self_name, key, index, position)
+    if found is None:
+        return None
+    names = frozenset(_names(found)) & (set(scope.constants) | columns)
+    found = _with_names(found, names)
+    try:
+        if not names & columns and not found.recorded:  # columns are checked row by row; recorded ones at calibration
+            found.check(scope)
+    except NotConstant:
+        return None
+    if found.recorded and names & columns:
+        return None
+    return found
+
+
+def _with_names(slot: Slot, names: frozenset[str]) -> Slot:
+    return Slot(**{**slot.__dict__, "names": names})
+
+
+def _names(slot: Slot) -> Iterator[str]:
+    for expr in (*slot.expected, *(v for _, v in slot.options), slot.raises, slot.match):
+        if expr is not None:
+            yield from (n.id for n in ast.walk(expr) if isinstance(n, ast.Name))
+
+
+def _constant(node: ast.expr, scope: Scope) -> bool:
+    """The expression has no name the test binds itself and evaluates on the host (columns checked later)."""
+    if any(isinstance(n, ast.Name) and n.id in scope.shadowed for n in ast.walk(node)):
+        return False
+    if any(isinstance(n, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.ListComp, ast.DictComp, ast.SetComp,
+                          ast.GeneratorExp, ast.JoinedStr)) for n in ast.walk(node)):  # fmt: skip
+        return False
+    try:
+        evaluate(node, _with_columns(scope, node))
+    except NotConstant:
+        return False
+    return True
+
+
+def _with_columns(scope: Scope, node: ast.expr) -> Scope:
+    """Names that are neither constants nor imports stand for parameter columns: a placeholder value each."""
+    free = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    unknown = {n for n in free if n not in scope.constants and n not in scope.imports and n not in scope.shadowed}
+    return scope.with_row({n: 0 for n in unknown if not hasattr(builtins, n)})
+
+
+def _observable(node: ast.expr, scope: Scope) -> bool:
+    """A value the code under test computes (not a constant, not a check made in process)."""
+    if isinstance(node, (ast.Compare, ast.BoolOp, ast.Constant)) or _constant(node, scope):
+        return False
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _PREDICATES:
+        return False
+    return not any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)) for n in ast.walk(node))
+
+
+def _closed(node: ast.expr, scope: Scope) -> bool:
+    """The expression reads nothing the test binds itself (no local, parameter or column): its value is the same
+    wherever the test stands, so the gold patch's runs can record it (a recorded expectation)."""
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda)) for n in ast.walk(node)):
+        return False
+    inner = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return not ((loads - inner) & scope.local)
+
+
+def _assert_slot(stmt: ast.Assert, scope: Scope, key: str, index: int) -> Slot | None:
+    test = stmt.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS:
+        op, left, right = _OPS[type(test.ops[0])], test.left, test.comparators[0]
+        for actual, expected, reflected in ((left, right, False), (right, left, True)):
+            if _observable(actual, scope) and _constant(expected, scope):
+                if op in ("is", "is not") and not (
+                    isinstance(expected, ast.Constant) and expected.value in _IDENTITY_CONSTANTS
+                ):
+                    return None
+                return Slot(key, index, "compare", stmt, actual, (expected,), op, reflected)
+        if op in RECORDED_OPS:  # ``result == Interval(at(9), at(12))``: the expected side is code, closed
+            for actual, expected, reflected in ((left, right, False), (right, left, True)):
+                if _observable(actual, scope) and _closed(expected, scope) and _observable(expected, scope):
+                    return Slot(key, index, "compare", stmt, actual, (expected,), op, reflected, recorded=True)
+        return None
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    actual = test.operand if isinstance(test, ast.UnaryOp) and negated else test
+    if _is_isinstance(actual, scope):
+        assert isinstance(actual, ast.Call)
+        return _isinstance_slot(stmt, actual.args[0], actual.args[1], scope, key, index, negated)
+    if _observable(actual, scope):
+        return Slot(key, index, "truth", stmt, actual, negated=negated)
+    return None
+
+
+def _is_isinstance(node: ast.expr, scope: Scope) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return False
+    return qualified(node.func, scope) == "builtins.isinstance" and len(node.args) == 2 and not node.keywords
+
+
+def _isinstance_slot(
+    stmt: ast.stmt, value: ast.expr, classes: ast.expr, scope: Scope, key: str, index: int, negated: bool
+) -> Slot | None:
+    """``isinstance(VALUE, CLASSES)``: the value's classes are observed, the classes checked for stay on the host."""
+    try:
+        expected_classes(classes, scope, exceptions_only=False)
+    except NotConstant:
+        return None
+    if not _observable(value, scope):
+        return None
+    return Slot(key, index, "isinstance", stmt, value, negated=negated, raises=classes)
+
+
+def _call_slot(
+    stmt: ast.Expr, call: ast.Call, scope: Scope, self_name: str | None, key: str, index: int
+) -> Slot | None:
+    name = _call_name(call, scope, self_name)
+    if name in ("pytest.raises", "assertRaises", "assertRaisesRegex") and len(call.args) >= 2:
+        return _raises_slot(stmt, call, scope, self_name, key, index, -1)
+    if name in ("assertIsInstance", "assertNotIsInstance") and len(call.args) >= 2:
+        negated = name == "assertNotIsInstance"
+        return _isinstance_slot(stmt, call.args[0], call.args[1], scope, key, index, negated)
+    if name not in UNITTEST_CHECKS or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    count = UNITTEST_CHECKS[name]
+    values = call.args[:count]
+    if len(values) != count or any(k.arg not in ("places", "delta", "msg") for k in call.keywords):
+        return None
+    observed = [i for i, v in enumerate(values) if _observable(v, scope)]
+    others = [v for i, v in enumerate(values) if i not in observed]
+    if count == 2 and len(observed) == 2 and name in RECORDED_METHODS and not call.keywords:
+        for position in (0, 1):  # ``assertEqual(result, Task("a", 1))``: the expected value is code
+            if _closed(values[1 - position], scope):
+                return Slot(key, index, "unittest", stmt, values[position], (values[1 - position],), method=name,
+                            position=position, recorded=True)  # fmt: skip
+        return None
+    if len(observed) != 1 or not all(_constant(v, scope) for v in others):
+        return None
+    if name in ("assertIs", "assertIsNot") and not all(
+        isinstance(v, ast.Constant) and v.value in _IDENTITY_CONSTANTS for v in others
+    ):
+        return None
+    options = tuple((k.arg, k.value) for k in call.keywords if k.arg in ("places", "delta"))
+    if not all(_constant(v, scope) for _, v in options):
+        return None
+    position = observed[0]
+    return Slot(key, index, "unittest", stmt, values[position], tuple(others), method=name, position=position,
+                options=options)  # fmt: skip
+
+
+def _raises_slot(
+    stmt: ast.stmt, call: ast.Call, scope: Scope, self_name: str | None, key: str, index: int, item: int
+) -> Slot | None:
+    name = _call_name(call, scope, self_name)
+    if not call.args or any(isinstance(a, ast.Starred) for a in call.args[:2]):
+        return None
+    exc = call.args[0]
+    if name == "assertRaisesRegex":
+        if len(call.args) < 2 or call.keywords:
+            return None
+        match, rest = call.args[1], call.args[2:]
+    else:
+        extra = [k for k in call.keywords if k.arg != "match"]
+        if extra and item >= 0:
+            return None
+        match = next((k.value for k in call.keywords if k.arg == "match"), None)
+        rest = call.args[1:]
+    if item < 0 and not rest:
+        return None  # a call form needs the callable
+    if not _constant(exc, scope) and qualified(exc, scope) is None and not isinstance(exc, ast.Tuple):
+        return None
+    if match is not None and not _constant(match, scope):
+        return None
+    callable_ = rest[0] if item < 0 else None
+    if callable_ is not None and _constant(callable_, scope):
+        return None
+    return Slot(key, index, "raises", stmt, callable_, raises=exc, match=match, item=item)
+
+
+def _settle_removable(
+    module: ast.Module, scope: Scope, tests: dict[str, TestFunction], constants: dict[str, ast.stmt]
+) -> None:
+    """Keep slots whose expected side can leave the sandbox: every use of each name they read is an expected
+    side of a kept slot (else the value would stay behind in the file). Parameter columns need readable rows."""
+    for test in tests.values():
+        param = test.parametrize
+        if param is not None:
+            used = {n for slot in test.slots for n in slot.names if n in param.names}
+            param.columns = {c for c in used if _column_values_ok(param, c, scope)}
+        test.slots = [s for s in test.slots if _columns_ok(s, param)]
+    while True:
+        kept = {id(n) for t in tests.values() for s in t.slots for e in _expected_nodes(s) for n in ast.walk(e)}
+        loose = {
+            n.id for n in ast.walk(module)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in constants and id(n) not in kept
+        }  # fmt: skip
+        for test in tests.values():
+            param = test.parametrize
+            if param is not None:
+                own = {id(n) for n in ast.walk(param.decorator)}
+                loose_columns = {
+                    n.id for n in _own_nodes(test.node)
+                    if isinstance(n, ast.Name) and n.id in param.columns and id(n) not in kept and id(n) not in own
+                }  # fmt: skip
+                param.columns -= loose_columns
+        before = sum(len(t.slots) for t in tests.values())
+        for test in tests.values():
+            columns = test.parametrize.columns if test.parametrize else set()
+            test.slots = [s for s in test.slots if not (s.names & loose) and s.names <= (set(constants) | columns)]
+        if sum(len(t.slots) for t in tests.values()) == before:
+            break
+    for test in tests.values():  # number the slots that stayed
+        test.slots = [_renumbered(s, i, test) for i, s in enumerate(test.slots)]
+
+
+def _renumbered(slot: Slot, index: int, test: TestFunction) -> Slot:
+    key = slot.key.rsplit("#", 1)[0] + f"#{index}"
+    return Slot(**{**slot.__dict__, "index": index, "key": key})
+
+
+def _expected_nodes(slot: Slot) -> Iterator[ast.expr]:
+    yield from slot.expected
+    yield from (v for _, v in slot.options)
+    for expr in (slot.raises, slot.match):
+        if expr is not None:
+            yield expr
+
+
+def _column_values_ok(param: Parametrize, column: str, scope: Scope) -> bool:
+    index = param.names.index(column)
+    try:
+        for row in param.rows:
+            evaluate(row[index], scope)
+    except NotConstant:
+        return False
+    return True
+
+
+def _columns_ok(slot: Slot, param: Parametrize | None) -> bool:
+    if param is None:
+        return True
+    reads = slot.names & set(param.names)
+    return reads <= param.columns
+
+
+# --- validation: observe, then calibrate -----------------------------------------------------------
+
+
+def instrument(analysis: FileAnalysis) -> str | None:
+    """The file with every slot's actual side observed in place (the test runs as written); None: unchanged."""
+    edits: list[tuple[int, int, str]] = []  # (line, column in characters, text), inserted
+    lines = analysis.source.splitlines(keepends=True)
+
+    def at(line: int, offset: int) -> tuple[int, int]:
+        return line, len(lines[line - 1].encode("utf-8")[:offset].decode("utf-8", errors="ignore"))
+
+    for test in analysis.tests.values():
+        for slot in test.slots:
+            if slot.kind == "raises" and slot.item >= 0:
+                assert isinstance(slot.stmt, ast.With)
+                item = slot.stmt.items[slot.item]
+                end = item.optional_vars or item.context_expr
+                edits.append((*at(end.end_lineno or end.lineno, end.end_col_offset or 0),
+                              f", {RAISES}({slot.index}, False)"))  # fmt: skip
+            elif slot.actual is not None:
+                node = slot.actual
+                observer = RAISES_CALL if slot.kind == "raises" else _OBSERVER.get(slot.kind, OBSERVE)
+                opening = f"{observer}({slot.index}, "
+                closing = ", False)" if slot.kind == "raises" else ")"
+                edits.append((*at(node.lineno, node.col_offset), opening))
+                edits.append((*at(node.end_lineno or node.lineno, node.end_col_offset or 0), closing))
+                if slot.recorded:  # what the gold patch's code makes of the expected side, recorded for grading
+                    expected = slot.expected[0]
+                    edits.append((*at(expected.lineno, expected.col_offset), f"{EXPECT}({slot.index}, "))
+                    edits.append((*at(expected.end_lineno or expected.lineno, expected.end_col_offset or 0), ")"))
+    if not edits:
+        return None
+    for line, column, text in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        lines[line - 1] = lines[line - 1][:column] + text + lines[line - 1][column:]
+    rewritten = "".join(lines)
+    try:
+        pyast.parse(rewritten)
+    except (SyntaxError, ValueError):
+        return None  # never hand the sandbox a file the host broke: its tests run unobserved
+    return rewritten
+
+
+def calibrate_test(
+    analysis: FileAnalysis,
+    test: TestFunction,
+    row: int | None,
+    observations: list[tuple[int, object]],
+    expectations: list[tuple[int, object]],
+    recorded: dict[str, object],
+) -> set[str]:
+    """Slot keys of one passing test (by the gold patch) whose observation the host's check rejects.
+
+    ``expectations``: what the run computed of recorded slots' expected sides; the first value of each slot goes
+    into ``recorded``, and a slot whose value differs between runs, rows or repeats is rejected (not a constant)."""
+    scope = _row_scope(analysis, test, row)
+    demoted: set[str] = set()
+    seen = dict(observations)
+    expected_seen: dict[int, list[object]] = {}
+    for index, value in expectations:
+        expected_seen.setdefault(index, []).append(value)
+    for slot in test.slots:
+        if slot.index not in seen or len([i for i, _ in observations if i == slot.index]) != 1:
+            demoted.add(slot.key)  # a passing run that did not observe it once: not on the test's straight path
+            continue
+        if slot.recorded:
+            values = expected_seen.get(slot.index, [])
+            first = recorded.setdefault(slot.key, values[0]) if len(values) == 1 else None
+            if first is None or values[0] != first or len(json.dumps(first)) > RECORD_CAP:
+                demoted.add(slot.key)
+                continue
+        try:
+            ok = scope is not None and slot.check(scope, recorded).passes(seen[slot.index])
+        except NotConstant:
+            ok = False
+        if not ok:
+            demoted.add(slot.key)
+    return demoted
+
+
+def _row_scope(analysis: FileAnalysis, test: TestFunction, row: int | None) -> Scope | None:
+    scope = Scope(analysis.scope.imports, analysis.scope.constants, {}, test.shadowed)
+    param = test.parametrize
+    if param is None or not param.columns:
+        return scope
+    if row is None or not 0 <= row < len(param.rows):
+        return None
+    try:
+        return scope.with_row(param.values(row, scope))
+    except NotConstant:
+        return None
+
+
+def close_demotions(analysis: FileAnalysis, demoted: set[str]) -> set[str]:
+    """``demoted`` plus every slot that reads a name a demoted slot reads (the name stays in the sandbox)."""
+    names: dict[str, set[str]] = {}  # name -> slot keys reading it, per test for columns
+    for test in analysis.tests.values():
+        for slot in test.slots:
+            for name in slot.names:
+                scope_key = f"{test.qual}:{name}" if test.parametrize and name in test.parametrize.columns else name
+                names.setdefault(scope_key, set()).add(slot.key)
+    closed = set(demoted)
+    while True:
+        grown = set(closed)
+        for keys in names.values():
+            if keys & grown:
+                grown |= keys
+        if grown == closed:
+            return closed
+        closed = grown
+
+
+# --- grading: blind -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Blinding:
+    """What the host keeps of a blinded run: the checks each sandbox test id must pass, and its original id."""
+
+    checks: Mapping[str, tuple[tuple[int, Check], ...]] = field(default_factory=dict)  # sandbox id -> (slot, check)
+    original: Mapping[str, str] = field(default_factory=dict)  # sandbox id -> original id (renamed tests)
+    host_judged: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # original id -> (slots, assertions)
+
+    def sandbox_ids(self, original_ids: Iterable[str]) -> list[str]:
+        back = {v: k for k, v in self.original.items()}
+        return [back.get(t, t) for t in original_ids]
+
+    def merged(self, other: Blinding) -> Blinding:
+        return Blinding({**self.checks, **other.checks}, {**self.original, **other.original},
+                        {**self.host_judged, **other.host_judged})  # fmt: skip
+
+
+def blind(
+    analysis: FileAnalysis,
+    graded: Iterable[str],
+    in_process: Iterable[str] = (),
+    param_rows: Mapping[str, int] | None = None,
+    new_name: Callable[[], str] | None = None,
+    rng: random.Random | None = None,
+    recorded: Mapping[str, object] | None = None,
+) -> tuple[str, Blinding] | None:
+    """The file for a graded run, and what the host keeps; None when nothing in it could be blinded.
+
+    ``graded``: the original ids of the tests of this file the run grades. ``in_process``: slot keys the
+    task's validation kept in process. ``param_rows``: each graded parametrized id's row, and ``recorded``: each
+    recorded slot's expected value, both from validation (a recorded slot without one stays in process).
+    """
+    rng = rng or random.Random(secrets.randbits(64))
+    new_name = new_name or (lambda: f"test_{secrets.token_hex(4)}")
+    param_rows = param_rows or {}
+    by_qual: dict[str, list[str]] = {}
+    for test_id in graded:
+        qual = test_id.split("::", 1)[1].split("[", 1)[0]
+        by_qual.setdefault(qual, []).append(test_id)
+    keep_in_process = close_demotions(analysis, set(in_process))
+    module = copy.deepcopy(analysis.module)
+    functions = _functions_by_position(module)
+    checks: dict[str, tuple[Check, ...]] = {}
+    original: dict[str, str] = {}
+    host_judged: dict[str, tuple[int, int]] = {}
+    graded_names = {q.rsplit("::", 1)[-1] for q in by_qual}
+    doomed: list[tuple[ast.AST, ast.stmt]] = []
+    for qual, test in analysis.tests.items():
+        holder_body = functions[_position(test.node)]
+        ids = by_qual.get(qual)
+        if ids is None:
+            if test.renamable and test.node.name not in graded_names:
+                doomed.append(holder_body)
+            continue
+        node = holder_body[1]
+        assert isinstance(node, ast.FunctionDef)
+        rows = [param_rows.get(t) for t in ids]
+        slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {})
+        for test_id in ids:
+            host_judged[test_id] = (len(slots), test.assertions)
+        name = new_name() if test.renamable else node.name
+        opaque = _blind_function(node, test, slots, name, rng, hide_columns=bool(
+            test.parametrize and {c for s in slots for c in s.names} & test.parametrize.columns))  # fmt: skip
+        prefix = f"{analysis.rel}::{test.holder.name + '::' if test.holder else ''}{name}"
+        for test_id, row in zip(ids, rows, strict=True):
+            if opaque is not None and row is not None:
+                sandbox_id = f"{prefix}[{opaque[row]}]"
+            else:
+                sandbox_id = prefix + (test_id[test_id.index("[") :] if "[" in test_id else "")
+            original[sandbox_id] = test_id
+            if slots:  # every observation that replaced an assertion has its check here: never one without
+                checks[sandbox_id] = tuple((s.index, c) for s, c in zip(slots, per_id[test_id], strict=True))
+    if not original:
+        return None
+    for holder, stmt in doomed:
+        body = holder.body  # type: ignore[attr-defined]
+        if stmt in body and len(body) > 1:
+            body.remove(stmt)
+    _drop_constants(module, analysis)
+    _drop_docstring(module)
+    try:
+        text = ast.unparse(ast.fix_missing_locations(module)) + "\n"
+        pyast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    return text, Blinding(checks, original, host_judged)
+
+
+def _checked_slots(
+    analysis: FileAnalysis,
+    test: TestFunction,
+    ids: list[str],
+    rows: list[int | None],
+    in_process: set[str],
+    recorded: Mapping[str, object],
+) -> tuple[list[Slot], dict[str, tuple[Check, ...]]]:
+    """The slots this run blinds in ``test`` and their checks per graded id. A slot whose expected side the host
+    cannot evaluate for one of the ids (a row it does not know) stays in process, with every slot reading the
+    same column; so does a recorded slot validation recorded nothing for."""
+    slots = [s for s in test.slots if s.key not in in_process and (not s.recorded or s.key in recorded)]
+    columns = test.parametrize.columns if test.parametrize else set()
+    while True:
+        per_id: dict[str, tuple[Check, ...]] = {}
+        failed = False
+        for test_id, row in zip(ids, rows, strict=True):
+            scope = _row_scope(analysis, test, row)
+            try:
+                if scope is None:
+                    raise NotConstant("the row is unknown")
+                per_id[test_id] = tuple(s.check(scope, recorded) for s in slots)
+            except NotConstant:
+                failed = True
+                break
+        if not failed:
+            return slots, per_id
+        if not any(s.names & columns for s in slots):
+            return [], {}
+        slots = [s for s in slots if not s.names & columns]
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
+
+
+def _functions_by_position(module: ast.Module) -> dict[tuple[int, int], tuple[ast.AST, ast.stmt]]:
+    """Every function of the copied module, with the body that holds it, by its place in the source."""
+    found: dict[tuple[int, int], tuple[ast.AST, ast.stmt]] = {}
+    for holder in [module, *(n for n in module.body if isinstance(n, ast.ClassDef))]:
+        for stmt in holder.body:
+            if isinstance(stmt, ast.FunctionDef):
+                found[_position(stmt)] = (holder, stmt)
+    return found
+
+
+def _blind_function(
+    node: ast.FunctionDef, test: TestFunction, slots: list[Slot], name: str, rng: random.Random, hide_columns: bool
+) -> list[str] | None:
+    """Rewrite the copied ``node`` in place; return the opaque ids given to its rows (None: ids unchanged)."""
+    node.name = name
+    replace = {_position(s.stmt): s for s in slots}
+    node.body = _blinded_body(node.body, replace)
+    if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+        node.body = node.body[1:] or [ast.Pass()]
+    if slots:
+        node.body.append(ast.Expr(ast.Call(ast.Name(END, ast.Load()), [], [])))
+    param = test.parametrize
+    if param is None or not hide_columns:
+        return None
+    decorator = next(d for d in node.decorator_list if _position(d) == _position(param.decorator))
+    assert isinstance(decorator, ast.Call)
+    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    gone = [i for i, n in enumerate(param.names) if n in param.columns and n not in used]
+    opaque = [f"{rng.choice('abcdefghjkmnpqrstuvwxyz')}{rng.randrange(16**6):06x}" for _ in param.rows]
+    rows = decorator.args[1]
+    assert isinstance(rows, (ast.List, ast.Tuple))
+    rows.elts = [_hidden_row(row, gone, len(param.names)) for row in rows.elts]
+    decorator.keywords = [k for k in decorator.keywords if k.arg != "ids"]
+    decorator.keywords.append(ast.keyword("ids", ast.List([ast.Constant(o) for o in opaque], ast.Load())))
+    return opaque
+
+
+def _hidden_row(row: ast.expr, gone: list[int], width: int) -> ast.expr:
+    """The row with the removed columns' values replaced by None (and an explicit id dropped: ids= wins)."""
+    if isinstance(row, ast.Call):  # pytest.param(*values, marks=..., id=...)
+        row.args = [ast.Constant(None) if i in gone else a for i, a in enumerate(row.args)]
+        row.keywords = [k for k in row.keywords if k.arg != "id"]
+        return row
+    if width == 1:
+        return ast.Constant(None) if 0 in gone else row
+    assert isinstance(row, (ast.Tuple, ast.List))
+    row.elts = [ast.Constant(None) if i in gone else e for i, e in enumerate(row.elts)]
+    return row
+
+
+def _blinded_body(body: list[ast.stmt], replace: Mapping[tuple[int, int], Slot]) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+    for stmt in body:
+        slot = replace.get(_position(stmt)) if hasattr(stmt, "lineno") else None
+        if slot is not None:
+            out.append(_observation(stmt, slot))
+            continue
+        if isinstance(stmt, ast.With):
+            stmt.body = _blinded_body(stmt.body, replace)
+        out.append(stmt)
+    return out
+
+
+def _observation(stmt: ast.stmt, slot: Slot) -> ast.stmt:
+    """What stands in the sandbox for a slot: its actual side, observed; the expected side gone."""
+    index = ast.Constant(slot.index)
+    if slot.kind == "raises" and slot.item >= 0:
+        assert isinstance(stmt, ast.With)
+        item = stmt.items[slot.item]
+        item.context_expr = ast.Call(ast.Name(RAISES, ast.Load()), [index, ast.Constant(True)], [])
+        return stmt
+    if slot.kind == "raises":
+        call = stmt.value  # type: ignore[attr-defined]
+        assert isinstance(call, ast.Call)
+        position = 2 if _is_regex_call(call) else 1
+        callable_, rest = call.args[position], call.args[position + 1 :]
+        keywords = [k for k in call.keywords if k.arg != "match"]
+        wrapper = ast.Call(ast.Name(RAISES_CALL, ast.Load()), [index, callable_, ast.Constant(True)], [])
+        return ast.Expr(ast.Call(wrapper, rest, keywords))
+    actual = _same_node(stmt, slot)
+    return ast.Expr(ast.Call(ast.Name(_OBSERVER.get(slot.kind, OBSERVE), ast.Load()), [index, actual], []))
+
+
+def _is_regex_call(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "assertRaisesRegex"
+
+
+def _same_node(stmt: ast.stmt, slot: Slot) -> ast.expr:
+    """The copied statement's node at the place of the slot's actual side."""
+    assert slot.actual is not None
+
+    def place(node: ast.expr) -> tuple:
+        return node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
+
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.expr) and place(node) == place(slot.actual):
+            return node
+    raise ValueError(f"slot {slot.key}: its actual side is not in the statement")
+
+
+def _drop_constants(module: ast.Module, analysis: FileAnalysis) -> None:
+    """Remove module constants nothing reads any more (their only readers were blinded expected sides)."""
+    loads = {n.id for n in ast.walk(module) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    read = {name for test in analysis.tests.values() for slot in test.slots for name in slot.names}
+    unused = {name for name in analysis.constants if name in read and name not in loads}
+    module.body = [
+        s for s in module.body
+        if not (isinstance(s, (ast.Assign, ast.AnnAssign)) and _assigned_name(s) in unused)
+    ] or [ast.Pass()]  # fmt: skip
+
+
+def _assigned_name(stmt: ast.Assign | ast.AnnAssign) -> str | None:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+
+
+def _drop_docstring(module: ast.Module) -> None:
+    first = module.body[0] if module.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        module.body = module.body[1:] or [ast.Pass()]
