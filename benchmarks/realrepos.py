@@ -8,7 +8,8 @@ mine fix commits from its history (``ingest_git_history``, the most recent ``--m
 pass ingestion's filters), detect and build its environment image (``provide_images``), then on
 every backend validate each instance (fail-to-pass before/after the fix, ``--runs`` runs each) and
 grade the gold patch (must score 1) and the empty diff (must score 0). Prints per repository and
-backend: instances, valid, accepted (valid, gold 1, empty 0), rejected by reason, seconds spent
+backend: instances, valid, accepted (valid, gold 1, empty 0), the valid tasks' fail-to-pass tests and
+assertions judged on the host (docs/verification.md), rejected by reason, seconds spent
 building the environment, validating and grading; then the ingest funnel, every rejection with its
 detail, and whether the two backends agreed.
 
@@ -67,6 +68,7 @@ class BackendResult:
     rejected: Counter[str] = field(default_factory=Counter)
     details: list[tuple[str, str, str]] = field(default_factory=list)  # task id, reason, detail
     verdicts: dict[str, tuple[bool, tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    judged: Counter[str] = field(default_factory=Counter)  # host-judged tests and assertions of the valid tasks
     validate_s: float = 0.0
     grade_s: float = 0.0
 
@@ -152,6 +154,10 @@ def check(
             console.print(f"  {backend.name} {task.task_id}: invalid ({v.reason.split(':', 1)[0]})")
             continue
         result.valid += 1
+        if v.host_judged is not None:
+            h = v.host_judged
+            result.judged.update(f2p=h.fail_to_pass, f2p_host=h.fail_to_pass_host_judged, asserts=h.assertions,
+                                 asserts_host=h.assertions_host_judged)  # fmt: skip
         start = time.monotonic()
         gold = grader.grade(checked, checked.gold_patch)
         empty = grader.grade(checked, "")
@@ -232,8 +238,8 @@ def _remove_imported(client: Any, before: set[str]) -> None:
 
 def summary_table(results: list[RepoResult]) -> Table:
     table = Table(title="Fix commits of public repositories, per backend")
-    columns = ("repository", "backend", "instances", "image ok", "valid", "accepted", "env s", "validate s",
-               "grade s", "rejected by reason")  # fmt: skip
+    columns = ("repository", "backend", "instances", "image ok", "valid", "accepted", "f2p host-judged",
+               "asserts host-judged", "env s", "validate s", "grade s", "rejected by reason")  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name in ("repository", "backend", "rejected by reason") else "right")
     totals: Counter[str] = Counter()
@@ -243,17 +249,27 @@ def summary_table(results: list[RepoResult]) -> Table:
         for backend, b in r.backends.items():
             built = "built" if any(i.built for i in r.images) else "cached"
             table.add_row(r.name, backend, str(r.instances), str(r.env.kept), str(b.valid), str(b.accepted),
+                          _share(b.judged, "f2p"), _share(b.judged, "asserts"),
                           f"{r.env_s:.1f} ({built})", f"{b.validate_s:.1f}", f"{b.grade_s:.1f}",
                           _reasons(b.rejected))  # fmt: skip
             totals.update(instances=r.instances, images=r.env.kept, valid=b.valid, accepted=b.accepted)
+            totals.update({f"judged:{k}": n for k, n in b.judged.items()})
             totals.update(b.rejected)
             seconds["validate"] += b.validate_s
             seconds["grade"] += b.grade_s
     reasons = Counter({k: v for k, v in totals.items() if "/" in k})
+    judged = Counter({k.removeprefix("judged:"): n for k, n in totals.items() if k.startswith("judged:")})
     table.add_row("TOTAL", "", str(totals["instances"]), str(totals["images"]), str(totals["valid"]),
-                  str(totals["accepted"]), f"{seconds['env']:.1f}", f"{seconds['validate']:.1f}",
+                  str(totals["accepted"]), _share(judged, "f2p"), _share(judged, "asserts"),
+                  f"{seconds['env']:.1f}", f"{seconds['validate']:.1f}",
                   f"{seconds['grade']:.1f}", _reasons(reasons), style="bold")  # fmt: skip
     return table
+
+
+def _share(counts: Counter[str], what: str) -> str:
+    """``judged of all (share)``: of the valid tasks' graded tests (``f2p``) or assertions, those judged on the host."""
+    whole = counts[what]
+    return f"{counts[what + '_host']}/{whole} ({counts[what + '_host'] / whole:.0%})" if whole else "-"
 
 
 def _reasons(counts: Counter[str]) -> str:

@@ -375,7 +375,11 @@ def host_judged_by_source(graded: list[Graded]) -> dict[str, dict[str, float | i
         assert all(records), f"{source}: a validated task without its host-judged record"
         f2p, judged = sum(h.fail_to_pass for h in records), sum(h.fail_to_pass_host_judged for h in records)
         asserts, asserts_judged = sum(h.assertions for h in records), sum(h.assertions_host_judged for h in records)
-        found[source] = {"fail_to_pass": f2p, "fail_to_pass_share": round(judged / f2p, 3) if f2p else 0.0,
-                         "assertions": asserts, "assertion_share": round(asserts_judged / asserts, 3) if asserts else 0.0,
-                         "in_process_slots": sum(len(h.in_process) for h in records)}  # fmt: skip
+        found[source] = {
+            "fail_to_pass": f2p,
+            "fail_to_pass_share": round(judged / f2p, 3) if f2p else 0.0,
+            "assertions": asserts,
+            "assertion_share": round(asserts_judged / asserts, 3) if asserts else 0.0,
+            "in_process_slots": sum(len(h.in_process) for h in records),
+        }
     return found

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import pytest
 
+from trialforge.errors import ConfigError
 from trialforge.quality import Change, Probe
 from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.quality.shortcuts import PANEL
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
+from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Source, Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore
@@ -261,3 +263,24 @@ def test_rewrites_by_the_shortcut_panel_keep_the_file_valid(tmp_path):
         assert '"""Doc."""' in result[0]
     swallowed, _ = rewrite_functions(source, [5], PANEL["swallow_exceptions"])
     assert '        text = """a\nb"""\n' in swallowed and "    except Exception:\n        pass\n" in swallowed
+
+
+def test_a_task_whose_verdict_the_test_process_decides_too_much_of_is_dropped_before_any_verifier_run(world):
+    """``quality.min_host_judged``: the share of fail-to-pass tests judged entirely on the host (validation's record);
+    below it the task goes, with why, and no wrong fix or shortcut is graded for it."""
+    half = make_task(
+        world, "half-judged", {"shop/pricing.py": BUGGY_DISCOUNT}, {"shop/pricing.py": PRICING},
+        {"tests/test_discount.py": DISCOUNT_TESTS}, "discount(10, 15) returns -5.",
+        ["tests/test_discount.py::test_discount_takes_a_share_of_the_price", "tests/test_discount.py::test_other"],
+    )  # fmt: skip
+    half.validation.host_judged = HostJudged(fail_to_pass=2, fail_to_pass_host_judged=1)
+    uncalibrated = half.model_copy(update={"task_id": "uncalibrated", "validation": Validation()})
+    kept, records, funnel = gate(world, [half, uncalibrated], max_mutants=2, min_host_judged=0.9)
+    assert kept == []
+    assert records["half-judged"].failed_gates == ["host_judged"] and records["half-judged"].verifier_runs == 0
+    assert "50% of the fail-to-pass tests are judged on the host" in records["half-judged"].reasons[0]
+    assert "not calibrated" in records["uncalibrated"].reasons[0]
+    assert records["half-judged"].host_judged == half.validation.host_judged  # the figures travel with the record
+    assert {d["reason"] for d in funnel.details} == {"host_judged"}
+    with pytest.raises(ConfigError, match="min_host_judged"):
+        QualityConfig(min_host_judged=1.5)

@@ -27,6 +27,7 @@ from trialforge.rollout.records import EPISODE_SCHEMA
 from trialforge.runtime import open_runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import open_store
+from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.quality_record import Attempt, LeakSpan, QualityRecord
 from trialforge.tasks.schema import Source, Task, task_set_version
@@ -184,6 +185,22 @@ def test_the_report_shows_each_tasks_finding_and_the_evidence_escaped(r1):
     assert [c.split('"')[0] for c in evidence.split('data-task="')[1:]] == ["broken", "solvable", "weak", "talkative"]
     assert "+&lt;b&gt;kept&lt;/b&gt;" in evidence and "<b>kept</b>" not in evidence  # the passing mutant's diff
     assert "+    return True" in evidence  # the shortcut that solved
+
+
+def test_how_much_the_host_judges_is_summed_over_the_calibrated_tasks_in_the_metrics_and_the_report(r1):
+    judged = [
+        record.model_copy(update={"host_judged": HostJudged(fail_to_pass=f2p, fail_to_pass_host_judged=host,
+                                                            assertions=10, assertions_host_judged=9, weak=1)})
+        for record, (f2p, host) in zip(RECORDS[:2], [(3, 3), (1, 0)], strict=True)
+    ] + RECORDS[2:]  # fmt: skip
+    figures = quality_metrics(judged)["host_judged"]
+    assert (figures["fail_to_pass"], figures["fail_to_pass_host_judged"], figures["fail_to_pass_share"]) == (4, 3, 0.75)
+    assert (figures["assertion_share"], figures["weak"]) == (0.9, 2)
+    assert (figures["tasks_calibrated"], figures["tasks_uncalibrated"]) == (2, 3)
+    section = _section(report_html(r1, HealthThresholds(), quality=judged))
+    table = section.split("<h3>Judged on the host</h3>", 1)[1]
+    assert '<td>fail-to-pass tests</td><td class="n">4</td><td class="n">3</td><td>75.0%</td>' in table
+    assert "Over 2 tasks calibrated by validation (3 not calibrated)" in table
 
 
 def test_a_run_without_stored_records_says_so(r1):

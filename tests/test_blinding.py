@@ -1,0 +1,297 @@
+"""Blinded tests on the host: which assertions become slots, what the sandbox's file keeps, how the host judges.
+
+Pure tests (no sandbox): the rewrite and the host's checks. The sandbox side (the recorder's observers, a graded
+run, calibration at validation) is in test_host_judged.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import decimal
+import math
+import random
+import textwrap
+
+import pytest
+
+from trialforge.testrun.blinding import analyse, blind, close_demotions, instrument
+from trialforge.testrun.expected import OPAQUE, Check, NotConstant, Raised, Scope, Structure, decode, evaluate
+from trialforge.testrun.report import _host_verdict
+
+REL = "tests/test_calc.py"
+SOURCE = textwrap.dedent(
+    '''\
+    """Module docstring: the answer is 917."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import pytest
+
+    from calc import Ledger, add, parse
+
+    TOTAL = 5512  # used only as an expected value: it leaves with the slots
+    SEED = 77  # an input too: its slot stays in process
+
+    def helper(x):
+        assert x == 3  # a helper's assertion is never a slot
+
+    def test_compare():
+        """The expected values 4411 and 0.8125 never reach the sandbox."""
+        assert add(2, 3) == 4411  # a comment saying 4411
+        assert 0.8125 == add(0.5, 0.25)
+        assert "kiwi" in parse("a fruit")
+        assert add(1, 1) is None
+        assert add(3, 4) == TOTAL
+        assert add(SEED, 1) == SEED
+
+    def test_constructors():
+        assert parse("x") == Decimal("10.50")
+        assert parse("d") == dt.date(2024, 1, 31)
+        assert parse("f") == pytest.approx(0.3, abs=1e-3)
+
+    def test_truth_and_classes():
+        assert parse("t")
+        assert not parse("f")
+        assert isinstance(parse("v"), (int, float))
+
+    def test_raises():
+        with pytest.raises(ValueError, match="bad input 7"):
+            parse("!")
+        pytest.raises(KeyError, parse, "?")
+
+    def test_relations_stay_in_process():
+        ledger = Ledger()
+        assert ledger.total() == ledger.total()
+        for value in (1, 2):
+            assert add(value, 0) == value
+        assert add(1, 2) > 0 and add(2, 1) > 0
+
+    def test_recorded():
+        assert parse("l") == Ledger(items=[1, 2])
+
+    @pytest.mark.parametrize(("text", "expected"), [("one", 1001), ("two", 2002)])
+    def test_rows(text, expected):
+        assert parse(text) == expected
+
+    def test_not_graded():
+        assert add(9, 9) == 8888
+    '''
+)
+
+
+@pytest.fixture
+def analysis():
+    found = analyse(SOURCE, REL)
+    assert found is not None
+    return found
+
+
+def _slots(analysis, qual):
+    return [(s.kind, s.op, s.recorded) for s in analysis.tests[qual].slots]
+
+
+def test_assertions_the_host_can_evaluate_become_slots_and_relations_stay_in_process(analysis) -> None:
+    assert _slots(analysis, "test_compare") == [
+        ("compare", "==", False),
+        ("compare", "==", False),
+        ("compare", "in", False),
+        ("compare", "is", False),
+        ("compare", "==", False),
+    ]  # fmt: skip  (add(SEED, 1) == SEED: SEED is also an input, so its value would stay behind)
+    assert [s.kind for s in analysis.tests["test_truth_and_classes"].slots] == ["truth", "truth", "isinstance"]
+    assert [s.kind for s in analysis.tests["test_raises"].slots] == ["raises", "raises"]
+    assert analysis.tests["test_relations_stay_in_process"].slots == []
+    assert analysis.tests["test_relations_stay_in_process"].assertions == 3
+    assert _slots(analysis, "test_recorded") == [("compare", "==", True)]
+    assert len(analysis.tests["test_rows"].slots) == 1
+    assert analysis.tests["test_rows"].parametrize.columns == {"expected"}
+
+
+def test_a_graded_file_keeps_no_expected_value_comment_docstring_or_test_name(analysis) -> None:
+    graded = [f"{REL}::test_compare", f"{REL}::test_constructors", f"{REL}::test_raises", f"{REL}::test_rows[one-1001]",
+              f"{REL}::test_rows[two-2002]", f"{REL}::test_recorded"]  # fmt: skip
+    recorded = {f"{REL}::test_recorded#0": ["u", "calc.Ledger", [["items", ["l", []]]], False]}
+    rows = {graded[3]: 0, graded[4]: 1}
+    text, blinding = blind(analysis, graded, param_rows=rows, rng=random.Random(1), recorded=recorded)
+    for secret in ("4411", "0.8125", "kiwi", "5512", "10.50", "2024", "bad input 7", "KeyError", "ValueError", "917",
+                   "1001", "2002", "Ledger(items", "test_compare", "test_rows", "test_not_graded", "8888"):  # fmt: skip
+        assert secret not in text, secret
+    assert "77" in text  # SEED is an input: it stays, and so does the slot reading it (in process)
+    module = ast.parse(text)
+    assert ast.get_docstring(module) is None
+    assert set(blinding.original.values()) == set(graded)
+    # every observation that replaced an assertion has its checks on the host: a blinded test never passes unchecked
+    functions = [f for f in module.body if isinstance(f, ast.FunctionDef)]
+    observing = {
+        f.name for f in functions if any(isinstance(n, ast.Name) and n.id.startswith("__tf_") for n in ast.walk(f))
+    }
+    checked = {sandbox_id.split("::")[1].split("[")[0] for sandbox_id in blinding.checks}
+    assert observing == checked and len(observing) == 5, (observing, checked)
+    assert len(blinding.checks[blinding.sandbox_ids([graded[0]])[0]]) == 5
+    ids = [blinding.sandbox_ids([g])[0] for g in graded[3:5]]
+    assert [c.expected for _, c in blinding.checks[ids[0]]] == [1001]
+    assert [c.expected for _, c in blinding.checks[ids[1]]] == [2002]
+    assert all("[" in r and "1001" not in r for r in ids)  # opaque ids: pytest's would spell the values
+
+
+def test_a_parametrized_test_whose_rows_validation_did_not_record_keeps_its_expected_column(analysis) -> None:
+    text, blinding = blind(analysis, [f"{REL}::test_rows[one-1001]"], rng=random.Random(2))
+    assert "1001" in text and not blinding.checks  # nothing blinded in it: judged in process, not unchecked
+
+
+def test_slots_validation_kept_in_process_stay_as_written(analysis) -> None:
+    key = f"{REL}::test_constructors#1"
+    text, blinding = blind(analysis, [f"{REL}::test_constructors"], in_process=[key], rng=random.Random(3))
+    assert "2024" in text and "10.50" not in text
+    [(_, checks)] = blinding.checks.items()
+    assert [index for index, _ in checks] == [0, 2]
+
+
+def test_a_demoted_slot_keeps_every_slot_reading_the_same_constant_in_process() -> None:
+    source = (
+        "from calc import f\nWANT = 42\n\n"
+        "def test_a():\n    assert f(1) == WANT\n\ndef test_b():\n    assert f(2) == WANT\n"
+    )
+    found = analyse(source, REL)
+    assert found is not None
+    assert close_demotions(found, {f"{REL}::test_a#0"}) == {f"{REL}::test_a#0", f"{REL}::test_b#0"}
+
+
+def test_the_instrumented_file_runs_each_test_as_written(analysis) -> None:
+    text = instrument(analysis)
+    assert text is not None
+    assert "assert __tf_observe__(0, add(2, 3)) == 4411" in text
+    assert 'with pytest.raises(ValueError, match="bad input 7"), __tf_raises__(0, False):' in text
+    assert "assert __tf_observe__(0, parse('l')) == __tf_expect__(0, Ledger(items=[1, 2]))" in text.replace('"', "'")
+    assert len(text.splitlines()) == len(SOURCE.splitlines())  # line numbers of failures still point at the test
+
+
+def test_a_decorator_that_may_run_the_test_many_times_makes_no_slots() -> None:
+    source = "from hypothesis import given\nfrom calc import f\n\n@given(1)\ndef test_h(x):\n    assert f(x) == 3\n"
+    assert analyse(source, REL).tests["test_h"].slots == []
+
+
+def test_a_file_the_host_cannot_parse_is_left_alone() -> None:
+    assert analyse("def test_x(:\n    pass\n", REL) is None
+
+
+# --- evaluating expected sides --------------------------------------------------------------------------------
+
+
+def _eval(text: str, **imports: str) -> object:
+    return evaluate(ast.parse(text, mode="eval").body, Scope(imports))
+
+
+def test_expected_sides_evaluate_from_syntax_and_refuse_what_is_not_constant() -> None:
+    assert _eval("Decimal('1.50')", Decimal="decimal.Decimal") == decimal.Decimal("1.50")
+    assert _eval("[1, -2.5, (None, 'x')] + [2 ** 10]") == [1, -2.5, (None, "x"), 1024]
+    assert math.isinf(_eval("float('inf')"))
+    for refused in (
+        "open('x')",
+        "f(1)",
+        "x",
+        "__import__('os')",
+        "10 ** 10 ** 9",
+        "'x' * 10 ** 9",
+        "[*a]",
+        "Decimal('1')",
+    ):  # fmt: skip  (the last: Decimal not imported, so not the stdlib's)
+        with pytest.raises(NotConstant):
+            _eval(refused)
+
+
+# --- the host's checks on decoded observations --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("check", "observed", "passes"),
+    [
+        (Check("compare", expected=1), ["f", (1.0).hex()], True),  # 1.0 == 1, as Python says
+        (Check("compare", expected=1), ["b", 1], True),  # True == 1
+        (Check("compare", expected="1"), ["i", "1"], False),
+        (Check("compare", expected=float("nan")), ["f", "nan"], False),  # NaN equals nothing, as in Python
+        (Check("compare", op="!=", expected=3), ["o", "calc.Weird"], False),  # opaque: never accepted, not even !=
+        (Check("compare", expected={"a": [1, 2]}), ["d", [[["s", "a"], ["l", [["i", "1"], ["i", "2"]]]]]], True),
+        (Check("compare", expected=decimal.Decimal("0.13")), ["D", "0.130"], True),
+        (Check("compare", op="in", expected="kiwi", reflected=True), ["s", "a kiwi"], True),
+        (Check("truth"), ["b", 1], True),
+        (Check("truth", negated=True), ["b", 1], False),
+        (
+            Check("unittest", method="assertAlmostEqual", expected=(0.3,), options={"places": 3}),
+            ["f", (0.30001).hex()],
+            True,
+        ),
+        (
+            Check("raises", classes=(("calc", "ParseError"),)),
+            ["x", ["calc.errors.ParseError", "builtins.object"], None, []],
+            True,
+        ),
+        (Check("raises", classes=(("calc", "ParseError"),)), ["x", ["evil.ParseError"], None, []], False),
+        (
+            Check("raises", classes=(("builtins", "ValueError"),), match="bad input \\d"),
+            ["x", ["builtins.ValueError"], "builtins.BaseException", [["s", "bad input 7"]]],
+            True,
+        ),
+        (
+            Check("raises", classes=(("builtins", "ValueError"),), match="bad"),
+            ["x", ["builtins.ValueError"], None, []],
+            False,
+        ),
+        (Check("raises", classes=(("builtins", "ValueError"),)), ["none"], False),
+        (Check("isinstance", classes=(("builtins", "int"),)), ["x", ["builtins.bool", "builtins.int"], None, []], True),
+        (
+            Check("compare", expected=Structure("calc.Ledger", (("items", (1,)),))),
+            ["u", "calc.Ledger", [["items", ["t", [["i", "1"]]]]], False],
+            True,
+        ),
+        (
+            Check("compare", expected=Structure("calc.Ledger", (("items", (1,)),))),
+            ["u", "evil.Ledger", [["items", ["t", [["i", "1"]]]]], False],
+            False,
+        ),
+    ],
+)
+def test_the_host_judges_with_pythons_semantics_on_values_it_rebuilt(check: Check, observed, passes: bool) -> None:
+    assert check.passes(observed) is passes
+
+
+def test_a_malformed_or_hostile_observation_decodes_to_nothing_acceptable() -> None:
+    deep: list = ["l", []]
+    for _ in range(500):
+        deep = ["l", [deep]]
+    for encoded in (
+        deep,
+        ["i", "zz"],
+        ["f", 3],
+        ["d", [["s", "a"]]],
+        "not a list",
+        [],
+        ["x", 1, 2],
+        ["dt", "zi", ["../../etc/passwd"]],
+    ):
+        assert decode(encoded) is OPAQUE, encoded
+    assert isinstance(decode(["x", ["builtins.KeyError"], "builtins.KeyError", [["s", "k"]]]), Raised)
+    assert decode(["x", ["builtins.KeyError"], "builtins.KeyError", [["s", "k"]]]).message == "'k'"
+
+
+def test_a_pattern_that_backtracks_forever_is_stopped_not_waited_for() -> None:
+    check = Check("raises", classes=(("builtins", "ValueError"),), match="(a+)+$")
+    observed = ["x", ["builtins.ValueError"], "builtins.BaseException", [["s", "a" * 40 + "!"]]]
+    assert check.passes(observed) is False
+
+
+@pytest.mark.parametrize(
+    ("observed", "ended", "why"),
+    [
+        ([(0, ["i", "5"]), (1, ["i", "6"])], True, ""),
+        ([(0, ["i", "5"])], True, "observations [0]"),  # one missing
+        ([(0, ["i", "5"]), (1, ["i", "6"]), (1, ["i", "6"])], True, "observations [0, 1, 1]"),  # repeated
+        ([(1, ["i", "6"]), (0, ["i", "5"])], True, "observations [1, 0]"),  # out of order
+        ([(0, ["i", "5"]), (1, ["i", "7"])], True, "slot 1"),  # wrong
+        ([(0, ["i", "5"]), (1, ["i", "6"])], False, "did not run to its end"),
+    ],
+)
+def test_a_blinded_test_passes_only_with_every_slot_in_order_right_and_its_end(observed, ended, why) -> None:
+    checks = ((0, Check("compare", expected=5)), (1, Check("compare", expected=6)))
+    verdict = _host_verdict(checks, observed, ended)
+    assert (verdict == "") if not why else why in verdict
