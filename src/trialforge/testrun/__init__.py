@@ -209,7 +209,9 @@ def run_tests(
         options = pytest_args(runner_args(env.test_cmd), named_tests=bool(test_ids))
         stop = ["--maxfail", str(max_failures)] if max_failures else []
         key["select"] = selection  # the ids themselves never reach the command line: only their files do
-        files = sorted({t.split("::", 1)[0] for t in selection})
+        # in the order the host named them: pytest runs files in that order, and suites can depend on it (a session
+        # fixture that an earlier test module's autouse fixture fills for later doctests, say)
+        files = list(dict.fromkeys(t.split("::", 1)[0] for t in selection))
         argv += [*options.args, *PYTEST_ARGS, *stop, *files]  # ours after the task's: ours win
         dropped = options.dropped
     variables, refused = run_env(env.env)
