@@ -11,8 +11,9 @@ tree, acquiring the sandbox from the pool, giving it back), verification (extrac
 then grading it in a fresh sandbox), policy, command execution in the sandbox, and the rest: our own
 overhead (the loop's bookkeeping, records, checkpoints), whose target is under 5%. The last column is the
 verifier's cost in seconds per graded episode (diff extraction plus the graded run; with ``--group 1`` every
-episode is graded once): the figure to compare before and after a verifier change. Every gold episode
-must score 1.0; the benchmark fails otherwise, since a fast wrong rollout measures nothing. With
+episode is graded once), then the CPU-seconds its graded runs used (the verifier sandboxes' cgroup counters:
+less sensitive to the machine's load than wall time): the figures to compare before and after a verifier change.
+Every gold episode must score 1.0; the benchmark fails otherwise, since a fast wrong rollout measures nothing. With
 ``--group`` above 1 a task's gold episodes end in the same diff, so all but the first reuse its verdict
 (as a real GRPO group's duplicates do): the verification share falls and episodes/s rises accordingly.
 """
@@ -76,7 +77,7 @@ def main() -> None:
             gold = GoldPolicy(valid)
             header = f"{'conc':>4} {'episodes':>8} {'wall s':>7} {'ep/s':>6} {'steps/s':>7}"
             names = ("sandbox", "verify", "policy", "exec", "other")
-            print(header + "".join(f"{name:>9}" for name in names) + f"{'verify s/ep':>12}")
+            print(header + "".join(f"{name:>9}" for name in names) + f"{'verify s/ep':>12}{'verify cpu/ep':>14}")
             for level in levels:
                 rt.params = load_params(None, {**overrides, "sandbox.concurrency": level})
                 t0 = time.monotonic()
@@ -88,7 +89,10 @@ def main() -> None:
                 steps = sum(e.steps for e in episodes)
                 row = f"{level:>4} {len(episodes):>8} {wall:>7.1f} {len(episodes) / wall:>6.2f} {steps / wall:>7.2f}"
                 verify_per_episode = sum(e.verify_s for e in episodes) / len(episodes)
-                print(row + "".join(f"{share:>9.1%}" for share in shares(episodes)) + f"{verify_per_episode:>12.3f}")
+                cpu = [e.verify_cpu_s for e in episodes if e.verify_cpu_s is not None]
+                cpu_per_episode = f"{sum(cpu) / len(cpu):>14.3f}" if cpu else f"{'-':>14}"
+                print(row + "".join(f"{share:>9.1%}" for share in shares(episodes)) + f"{verify_per_episode:>12.3f}"
+                      + cpu_per_episode)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -295,3 +295,21 @@ def test_a_blinded_test_passes_only_with_every_slot_in_order_right_and_its_end(o
     checks = ((0, Check("compare", expected=5)), (1, Check("compare", expected=6)))
     verdict = _host_verdict(checks, observed, ended)
     assert (verdict == "") if not why else why in verdict
+
+
+def test_a_local_assigned_once_and_read_only_as_an_expected_side_leaves_with_it() -> None:
+    source = (
+        "from calc import Version, f\n\n"
+        "def test_local():\n    expected = '3.5.0'\n    want = Version.parse('3.5.1')\n    seen = [1]\n"
+        "    f(seen)\n    assert f(1) == expected\n    assert f(2) == want\n    assert seen == [1]\n"
+    )
+    found = analyse(source, REL)
+    slots = found.tests["test_local"].slots
+    assert [(s.kind, s.recorded) for s in slots] == [("compare", False), ("compare", True), ("compare", False)]
+    recorded = {f"{REL}::test_local#1": ["u", "calc.Version", [], False]}
+    text, blinding = blind(found, [f"{REL}::test_local"], recorded=recorded, rng=random.Random(4))
+    assert "3.5.0" not in text and "3.5.1" not in text  # both definitions went with their only readers
+    assert "seen = [1]" in text  # read as an input too: it stays, observed as the actual side
+    [(_, checks)] = blinding.checks.items()
+    expected = [c.expected for _, c in checks]
+    assert expected[0] == "3.5.0" and expected[2] == [1]

@@ -74,6 +74,19 @@ _IDENTITY_CONSTANTS = (None, True, False)
 _PREDICATES = frozenset({"isinstance", "issubclass"})  # checks of classes: their own kind of slot, or in process
 # decorators that call the test once, as written: any other (hypothesis's @given, a retry) may run it many times
 _SAFE_DECORATORS = ("pytest.mark.", "unittest.skip", "unittest.expectedFailure", "unittest.mock.patch", "mock.patch")
+# Assertion helpers of nose and of SQLAlchemy-style test kits (``from mako.testing.assertions import eq_``), as the
+# unittest check each stands for; calibration keeps in process any whose module means something else by the name.
+HELPERS = {
+    "eq_": "assertEqual", "assert_equal": "assertEqual", "assert_equals": "assertEqual", "ne_": "assertNotEqual",
+    "assert_not_equal": "assertNotEqual", "is_": "assertIs", "assert_is": "assertIs", "is_not_": "assertIsNot",
+    "is_not": "assertIsNot", "assert_is_not": "assertIsNot", "in_": "assertIn", "assert_in": "assertIn",
+    "not_in_": "assertNotIn", "not_in": "assertNotIn", "assert_not_in": "assertNotIn", "ok_": "assertTrue",
+    "assert_true": "assertTrue", "assert_false": "assertFalse", "assert_is_none": "assertIsNone",
+    "assert_is_not_none": "assertIsNotNone", "assert_almost_equal": "assertAlmostEqual",
+    "assert_raises": "assertRaises", "assert_raises_message": "assertRaisesRegex",
+    "assert_raises_regex": "assertRaisesRegex", "expect_raises": "assertRaises",
+    "expect_raises_message": "assertRaisesRegex",
+}  # fmt: skip
 _WEAK = frozenset({"truth"})  # checks whose expected value is guessable whatever the test (reported apart)
 
 
@@ -171,6 +184,7 @@ class TestFunction:
     renamable: bool
     parametrize: Parametrize | None
     shadowed: frozenset[str]
+    constants: dict[str, ast.stmt] = field(default_factory=dict)  # local constants (``_local_constants``)
 
 
 @dataclass
@@ -298,8 +312,11 @@ def _test(
             arguments.add(extra.arg)
     stores = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     columns = set(parametrize.names) if parametrize else set()
-    shadowed = frozenset((arguments | stores | scope.shadowed) - columns)
-    local = Scope(scope.imports, scope.constants, {}, shadowed, frozenset(arguments | stores | columns))
+    constants = _local_constants(node, arguments)
+    bound = arguments | stores | columns
+    shadowed = frozenset((arguments | stores | scope.shadowed) - columns - set(constants))
+    values = {**scope.constants, **{name: _value(stmt) for name, stmt in constants.items()}}
+    local = Scope(scope.imports, values, {}, shadowed, frozenset(bound - set(constants)), frozenset(constants))
     self_name = node.args.args[0].arg if holder is not None and node.args.args else None
     returns = any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)) for n in _own_nodes(node))
     safe = all(d is not None and d.startswith(_SAFE_DECORATORS) for d in decorators)
@@ -312,7 +329,26 @@ def _test(
                 slots.append(slot)
     renamable = referenced.get(node.name, 0) == 0 and "request" not in arguments and safe
     assertions = sum(1 for n in _own_nodes(node) if _is_assertion(n, local, self_name))
-    return TestFunction(qual, node, holder, slots, assertions, blindable, renamable, parametrize, shadowed)
+    return TestFunction(qual, node, holder, slots, assertions, blindable, renamable, parametrize, shadowed, constants)
+
+
+def _local_constants(node: ast.FunctionDef, arguments: set[str]) -> dict[str, ast.stmt]:
+    """Locals the test's body assigns once, at its top, from an expression that reads no other local
+    (``expected = Version.parse("3.5.0")``): an expected value, when only expected sides read it."""
+    stored: dict[str, int] = {}
+    for n in _own_nodes(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            stored[n.id] = stored.get(n.id, 0) + 1
+    bound = set(stored) | arguments
+    found: dict[str, ast.stmt] = {}
+    for stmt in node.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            continue
+        name = stmt.targets[0].id
+        reads = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
+        if stored.get(name) == 1 and name not in arguments and not reads & bound:
+            found[name] = stmt
+    return found
 
 
 def _own_nodes(function: ast.FunctionDef) -> Iterator[ast.AST]:
@@ -394,7 +430,10 @@ def _call_name(call: ast.Call, scope: Scope, self_name: str | None) -> str | Non
         and func.value.id == self_name
     ):
         return func.attr
-    return qualified(func, scope)
+    name = qualified(func, scope)
+    if name is not None and not name.startswith("builtins.") and name.rpartition(".")[2] in HELPERS:
+        return HELPERS[name.rpartition(".")[2]]  # an imported helper: the check it stands for
+    return name
 
 
 def _raises_item(stmt: ast.With, scope: Scope, self_name: str | None) -> int | None:
@@ -465,6 +504,8 @@ def _with_columns(scope: Scope, node: ast.expr) -> Scope:
 
 def _observable(node: ast.expr, scope: Scope) -> bool:
     """A value the code under test computes (not a constant, not a check made in process)."""
+    if isinstance(node, ast.Name) and node.id in scope.assigned:
+        return True  # a local constant read as the actual side: its value when the assertion runs (it may have changed)
     if isinstance(node, (ast.Compare, ast.BoolOp, ast.Constant)) or _constant(node, scope):
         return False
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _PREDICATES:
@@ -590,7 +631,7 @@ def _raises_slot(
     callable_ = rest[0] if item < 0 else None
     if callable_ is not None and _constant(callable_, scope):
         return None
-    return Slot(key, index, "raises", stmt, callable_, raises=exc, match=match, item=item)
+    return Slot(key, index, "raises", stmt, callable_, raises=exc, match=match, item=item, method=name or "")
 
 
 def _settle_removable(
@@ -604,11 +645,15 @@ def _settle_removable(
             used = {n for slot in test.slots for n in slot.names if n in param.names}
             param.columns = {c for c in used if _column_values_ok(param, c, scope)}
         test.slots = [s for s in test.slots if _columns_ok(s, param)]
+    local_reads = {
+        id(n) for t in tests.values() for n in _own_nodes(t.node) if isinstance(n, ast.Name) and n.id in t.constants
+    }  # reads of a test's own local constant: that test's business, not the module constant's
     while True:
         kept = {id(n) for t in tests.values() for s in t.slots for e in _expected_nodes(s) for n in ast.walk(e)}
         loose = {
             n.id for n in ast.walk(module)
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in constants and id(n) not in kept
+            and id(n) not in local_reads
         }  # fmt: skip
         for test in tests.values():
             param = test.parametrize
@@ -622,7 +667,15 @@ def _settle_removable(
         before = sum(len(t.slots) for t in tests.values())
         for test in tests.values():
             columns = test.parametrize.columns if test.parametrize else set()
-            test.slots = [s for s in test.slots if not (s.names & loose) and s.names <= (set(constants) | columns)]
+            own = set(test.constants)
+            loose_own = {
+                n.id for n in _own_nodes(test.node)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in own and id(n) not in kept
+            }  # fmt: skip
+            known = set(constants) | columns | own
+            test.slots = [
+                s for s in test.slots if not (s.names & (loose - own) or s.names & loose_own) and s.names <= known
+            ]
         if sum(len(t.slots) for t in tests.values()) == before:
             break
     for test in tests.values():  # number the slots that stayed
@@ -739,7 +792,8 @@ def calibrate_test(
 
 
 def _row_scope(analysis: FileAnalysis, test: TestFunction, row: int | None) -> Scope | None:
-    scope = Scope(analysis.scope.imports, analysis.scope.constants, {}, test.shadowed)
+    values = {**analysis.scope.constants, **{name: _value(stmt) for name, stmt in test.constants.items()}}
+    scope = Scope(analysis.scope.imports, values, {}, test.shadowed)
     param = test.parametrize
     if param is None or not param.columns:
         return scope
@@ -757,7 +811,8 @@ def close_demotions(analysis: FileAnalysis, demoted: set[str]) -> set[str]:
     for test in analysis.tests.values():
         for slot in test.slots:
             for name in slot.names:
-                scope_key = f"{test.qual}:{name}" if test.parametrize and name in test.parametrize.columns else name
+                column = test.parametrize is not None and name in test.parametrize.columns
+                scope_key = f"{test.qual}:{name}" if column or name in test.constants else name
                 names.setdefault(scope_key, set()).add(slot.key)
     closed = set(demoted)
     while True:
@@ -914,6 +969,9 @@ def _blind_function(
     node.name = name
     replace = {_position(s.stmt): s for s in slots}
     node.body = _blinded_body(node.body, replace)
+    read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    gone = {n for s in slots for n in s.names if n in test.constants and n not in read}  # its only readers went
+    node.body = [s for s in node.body if not (isinstance(s, ast.Assign) and _assigned_name(s) in gone)] or [ast.Pass()]
     if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
         node.body = node.body[1:] or [ast.Pass()]
     if slots:
@@ -971,17 +1029,13 @@ def _observation(stmt: ast.stmt, slot: Slot) -> ast.stmt:
     if slot.kind == "raises":
         call = stmt.value  # type: ignore[attr-defined]
         assert isinstance(call, ast.Call)
-        position = 2 if _is_regex_call(call) else 1
+        position = 2 if slot.method == "assertRaisesRegex" else 1
         callable_, rest = call.args[position], call.args[position + 1 :]
         keywords = [k for k in call.keywords if k.arg != "match"]
         wrapper = ast.Call(ast.Name(RAISES_CALL, ast.Load()), [index, callable_, ast.Constant(True)], [])
         return ast.Expr(ast.Call(wrapper, rest, keywords))
     actual = _same_node(stmt, slot)
     return ast.Expr(ast.Call(ast.Name(_OBSERVER.get(slot.kind, OBSERVE), ast.Load()), [index, actual], []))
-
-
-def _is_regex_call(call: ast.Call) -> bool:
-    return isinstance(call.func, ast.Attribute) and call.func.attr == "assertRaisesRegex"
 
 
 def _same_node(stmt: ast.stmt, slot: Slot) -> ast.expr:

@@ -112,9 +112,10 @@ class Scope:
     row: Mapping[str, object] = field(default_factory=dict)
     shadowed: frozenset[str] = frozenset()  # names bound otherwise (the module's defs, the test's locals)
     local: frozenset[str] = frozenset()  # of those, what the test binds itself (parameters, locals, columns)
+    assigned: frozenset[str] = frozenset()  # the test's local constants (in ``constants``): runtime values too
 
     def with_row(self, row: Mapping[str, object]) -> Scope:
-        return Scope(self.imports, self.constants, row, self.shadowed, self.local)
+        return Scope(self.imports, self.constants, row, self.shadowed, self.local, self.assigned)
 
 
 def qualified(node: ast.expr, scope: Scope) -> str | None:
