@@ -79,6 +79,10 @@ def make_task(world, name: str, base: dict[str, str], fixed: dict[str, str], tes
         test_patch=diff_trees(trees["base"], trees["tested"]),
         fail_to_pass=fail_to_pass,
         pass_to_pass=list(pass_to_pass),
+        # as validation leaves a task whose tests compare with constants (the gate reads it: host_judged)
+        validation=Validation(
+            host_judged=HostJudged(fail_to_pass=len(fail_to_pass), fail_to_pass_anchored=len(fail_to_pass))
+        ),
     )
 
 
@@ -273,14 +277,20 @@ def test_a_task_whose_verdict_the_test_process_decides_too_much_of_is_dropped_be
         {"tests/test_discount.py": DISCOUNT_TESTS}, "discount(10, 15) returns -5.",
         ["tests/test_discount.py::test_discount_takes_a_share_of_the_price", "tests/test_discount.py::test_other"],
     )  # fmt: skip
-    half.validation.host_judged = HostJudged(fail_to_pass=2, fail_to_pass_host_judged=1)
+    half.validation.host_judged = HostJudged(fail_to_pass=2, fail_to_pass_host_judged=1, fail_to_pass_anchored=1)
     uncalibrated = half.model_copy(update={"task_id": "uncalibrated", "validation": Validation()})
-    kept, records, funnel = gate(world, [half, uncalibrated], max_mutants=2, min_host_judged=0.9)
+    unanchored = half.model_copy(update={"task_id": "unanchored", "validation": Validation(
+        host_judged=HostJudged(fail_to_pass=2, fail_to_pass_host_judged=2, weak=2))})  # fmt: skip
+    kept, records, funnel = gate(world, [half, uncalibrated, unanchored], max_mutants=2, min_host_judged=0.9)
     assert kept == []
     assert records["half-judged"].failed_gates == ["host_judged"] and records["half-judged"].verifier_runs == 0
     assert "50% of the fail-to-pass tests are judged on the host" in records["half-judged"].reasons[0]
     assert "not calibrated" in records["uncalibrated"].reasons[0]
+    # only guessable checks on the host (truthiness, >=, ...): a forged report of it would need no right value
+    assert "no fail-to-pass test has an assertion the host judges" in records["unanchored"].reasons[0]
     assert records["half-judged"].host_judged == half.validation.host_judged  # the figures travel with the record
     assert {d["reason"] for d in funnel.details} == {"host_judged"}
+    _, records, _ = gate(world, [unanchored], max_mutants=0, require_host_judged=False)
+    assert records["unanchored"].failed_gates != ["host_judged"]
     with pytest.raises(ConfigError, match="min_host_judged"):
         QualityConfig(min_host_judged=1.5)

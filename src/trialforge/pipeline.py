@@ -170,6 +170,7 @@ def quality(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
         timeout_factor=qp.timeout_factor,
         min_timeout_s=qp.min_timeout_s,
         min_host_judged=qp.min_host_judged,
+        require_host_judged=qp.require_host_judged,
         concurrency=rt.params.sandbox.concurrency,
     )
     kept, records, funnel = run_quality_gate(tasks, rt.grader(), rt.snapshots, cfg)

@@ -53,6 +53,9 @@ class QualityConfig:
     # The least share of a task's fail-to-pass tests whose every assertion the host judges (expected values that
     # never enter the sandbox: docs/verification.md); a task below it is dropped (``host_judged``). 0: report only.
     min_host_judged: float = 0.0
+    # A task none of whose fail-to-pass tests has an assertion judged on the host with a value no one could guess
+    # is dropped (``host_judged``): its whole verdict is in process, where a forged report needs no right value.
+    require_host_judged: bool = True
 
     def __post_init__(self) -> None:
         unknown = sorted({*self.gates, *self.enforce} - set(GATES)) + sorted(set(self.leak_kinds) - set(LEAK_KINDS))
@@ -137,14 +140,15 @@ def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: Qualit
 
 def _host_judged(task: Task, cfg: QualityConfig) -> str:
     """The ``host_judged`` problem of a task whose verdict the test process decides too much of ("" if none)."""
-    if cfg.min_host_judged <= 0:
-        return ""
     known = task.validation.host_judged
+    unknown = "" if known else " (not calibrated: validated before blinding)"
+    if cfg.require_host_judged and not (known and known.fail_to_pass_anchored):
+        return (f"{HOST_JUDGED}: no fail-to-pass test has an assertion the host judges with a value no one could "
+                f"guess{unknown}: a forged report would need no right value (quality.require_host_judged)")  # fmt: skip
     share = known.fail_to_pass_share if known else 0.0
-    if share >= cfg.min_host_judged:
+    if cfg.min_host_judged <= 0 or share >= cfg.min_host_judged:
         return ""
-    return (f"{HOST_JUDGED}: {share:.0%} of the fail-to-pass tests are judged on the host"
-            f"{'' if known else ' (not calibrated: validated before blinding)'}, "
+    return (f"{HOST_JUDGED}: {share:.0%} of the fail-to-pass tests are judged on the host{unknown}, "
             f"below quality.min_host_judged {cfg.min_host_judged:.0%}")  # fmt: skip
 
 

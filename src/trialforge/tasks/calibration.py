@@ -48,6 +48,7 @@ def calibrate(
         if test_id in fail_to_pass:
             record.fail_to_pass += 1
             record.fail_to_pass_host_judged += entirely
+            record.fail_to_pass_anchored += any(not s.weak for s in slots)
         else:
             record.pass_to_pass += 1
             record.pass_to_pass_host_judged += entirely

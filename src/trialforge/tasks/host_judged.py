@@ -18,6 +18,9 @@ class HostJudged(BaseModel):
     recorded: dict[str, Any] = Field(default_factory=dict)
     fail_to_pass: int = 0
     fail_to_pass_host_judged: int = 0  # every assertion of the test judged on the host
+    # at least one assertion of the test judged on the host with an expected value a forger cannot guess: forging
+    # the whole run's report then still needs that value
+    fail_to_pass_anchored: int = 0
     pass_to_pass: int = 0
     pass_to_pass_host_judged: int = 0
     assertions: int = 0  # assertions in the graded tests' bodies

@@ -138,7 +138,9 @@ def _runs(
     modules = touched or [p for p in tests if is_test_module(p)]
     plant_in = modules if touched else rng.sample(modules, min(CANARY_FILES, len(modules)))
     mode = "instrument" if observe else "off"
-    guard = prepare(tree, [], tests, plant_in=plant_in, rng=rng, runner=env.runner, observe=mode)
+    # No must-fail copies here: a copy's changed constant may be what the unfixed code returns (a good task rejected
+    # as tampered), and nothing in these runs is the policy's; the self-contained canaries and the other layers stay.
+    guard = prepare(tree, [], tests, plant_in=plant_in, copy_from=[], rng=rng, runner=env.runner, observe=mode)
     if shared is None:
         return _run(backend, image, tree, limits, cfg, guard, env)
     return shared.get(key, lambda: _run(backend, image, tree, limits, cfg, guard, env))

@@ -14,6 +14,7 @@ whichever runner a repository uses.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from trialforge import pyast
 from trialforge.sandbox.base import Limits, Sandbox
 from trialforge.tasks.envspec import EnvSpec, Runner, runner_args
 from trialforge.testrun.blinding import Blinding, FileAnalysis, analyse, blind, instrument
@@ -115,6 +117,9 @@ def prepare(
     sandbox_ids = blinding.sandbox_ids(test_ids) if blinding else list(test_ids)
     copies = None if copy_from is None else (blinding.sandbox_ids(copy_from) if blinding else copy_from)
     canaries = plant(tree, sandbox_ids, rng, files=plant_in, copy_from=copies, runner=runner, names=names)
+    if observe == "blind":  # the planted files printed as one: no spacing or layout tells a planted test apart
+        for rel in {c.file for c in canaries}:
+            _reprint(tree / rel)
     skip = set(changed) - {c.file for c in canaries}
     hashes = {
         rel: hashlib.sha256(path.read_bytes()).hexdigest()
@@ -134,6 +139,13 @@ def analyse_tests(tree: Path, files: Iterable[str], runner: Runner = "pytest") -
         if analysis is not None and analysis.tests:
             found[rel] = analysis
     return found
+
+
+def _reprint(path: Path) -> None:
+    try:
+        path.write_text(ast.unparse(pyast.parse(path.read_text(encoding="utf-8"))) + "\n", encoding="utf-8")
+    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
+        return  # a file the host cannot print stays as planted (its tests could not have been blinded either)
 
 
 def _by_file(test_ids: Iterable[str]) -> dict[str, list[str]]:
@@ -187,7 +199,7 @@ def run_tests(
         raise ValueError(
             f"canaries were planted for {guard.runner}, but the run uses {runner}: pass runner= to prepare"
         )
-    marker = secrets.token_hex(24)
+    marker, obs_marker = secrets.token_hex(24), secrets.token_hex(24)
     key_path = f"/work/.tf-key-{secrets.token_hex(8)}"
     graded = guard.blinding.sandbox_ids(test_ids or ()) if guard.blinding else list(test_ids or ())
     whole_files = {t for t in graded if "::" not in t}  # their canaries run with them: never twice
@@ -195,7 +207,7 @@ def run_tests(
     selection = [*graded, *extra] if graded else []
     max_failures = guard.must_fail + 1 if stop_early else None
     key: dict[str, object] = {"marker": marker, "pristine": guard.pristine, "tests": guard.test_files, "runner": runner}
-    key["observe_bytes"] = OBSERVE_BYTES
+    key |= {"obs_marker": obs_marker, "observe_bytes": OBSERVE_BYTES}
     if guard.analyses:
         key["rows"] = True  # which parametrize row each test is: calibration reads each row's expected values
     if cpu_s is not None:
@@ -207,19 +219,18 @@ def run_tests(
         dropped = plan.dropped
     else:
         options = pytest_args(runner_args(env.test_cmd), named_tests=bool(test_ids))
-        stop = ["--maxfail", str(max_failures)] if max_failures else []
-        key["select"] = selection  # the ids themselves never reach the command line: only their files do
+        key |= {"select": selection, "maxfail": max_failures}  # never the command line: only the files go there
         # in the order the host named them: pytest runs files in that order, and suites can depend on it (a session
         # fixture that an earlier test module's autouse fixture fills for later doctests, say)
         files = list(dict.fromkeys(t.split("::", 1)[0] for t in selection))
-        argv += [*options.args, *PYTEST_ARGS, *stop, *files]  # ours after the task's: ours win
+        argv += [*options.args, *PYTEST_ARGS, *files]  # ours after the task's: ours win
         dropped = options.dropped
     variables, refused = run_env(env.env)
     log_dropped(f"test command {' '.join(env.test_cmd)!r}", dropped)
     log_dropped("test environment", refused)
     sandbox.write_file(key_path.removeprefix("/work/"), json.dumps(key).encode())
     result = sandbox.exec(argv, timeout=timeout, env=variables or None)
-    report = read_report(result, marker, guard.canaries, graded, max_failures, guard.blinding)
+    report = read_report(result, marker, guard.canaries, graded, max_failures, guard.blinding, obs_marker)
     if cpu_s is not None and not report.reported and result.exit_code == 128 + signal.SIGXCPU:
         report = replace(report, cpu_exhausted=True)
     return report

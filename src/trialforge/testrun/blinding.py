@@ -87,7 +87,15 @@ HELPERS = {
     "assert_raises_regex": "assertRaisesRegex", "expect_raises": "assertRaises",
     "expect_raises_message": "assertRaisesRegex",
 }  # fmt: skip
-_WEAK = frozenset({"truth"})  # checks whose expected value is guessable whatever the test (reported apart)
+# Checks a forger could pass by guessing, whatever the test: truthiness and classes, one-sided comparisons (a big
+# number passes ``>=``), inequality, membership (a long string contains it), identity with None/True/False.
+_WEAK_KINDS = frozenset({"truth", "isinstance"})
+_WEAK_OPS = frozenset({"!=", "<", "<=", ">", ">=", "in", "not in", "is", "is not"})
+_WEAK_METHODS = frozenset({
+    "assertTrue", "assertFalse", "assertIsNone", "assertIsNotNone", "assertIs", "assertIsNot", "assertNotEqual",
+    "assertNotEquals", "assertIn", "assertNotIn", "assertGreater", "assertGreaterEqual", "assertLess",
+    "assertLessEqual", "assertNotAlmostEqual",
+})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -114,13 +122,16 @@ class Slot:
 
     @property
     def weak(self) -> bool:
-        """Its expected value is one a forger could guess (truthiness, None, a bool)."""
-        if self.kind in _WEAK:
+        """A check a forger could pass by guessing (``_WEAK_*``), or an ``== True``/``None`` in disguise; a raises
+        check without a message pattern (the exception class is guessable from the statement)."""
+        if self.kind in _WEAK_KINDS:
             return True
-        if self.kind == "compare" and self.op in ("is", "is not"):
-            return True
-        return self.kind == "unittest" and self.method in ("assertTrue", "assertFalse", "assertIsNone",
-                                                           "assertIsNotNone", "assertIs", "assertIsNot")  # fmt: skip
+        if self.kind == "raises":
+            return self.match is None
+        if self.kind == "compare":
+            guessable = isinstance(self.expected[0], ast.Constant) and self.expected[0].value in _IDENTITY_CONSTANTS
+            return self.op in _WEAK_OPS or guessable
+        return self.method in _WEAK_METHODS
 
     def check(self, scope: Scope, recorded: Mapping[str, object] | None = None) -> Check:
         """The host's check, with this slot's expected side evaluated in ``scope``, or for a recorded slot decoded

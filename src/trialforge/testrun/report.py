@@ -93,6 +93,7 @@ class TestReport:
 class _Stream:
     events: list[dict] = field(default_factory=list)  # numbered events, in order
     evidence: list[str] = field(default_factory=list)
+    observations: list[dict] = field(default_factory=list)  # the observers' lines, in order
 
 
 @dataclass
@@ -119,18 +120,20 @@ def read_report(
     selected: Sequence[str] = (),
     max_failures: int | None = None,
     blinding: Blinding | None = None,
+    obs_marker: str = "",
 ) -> TestReport:
     """The report of one run: outcomes from the channel's events, checked as the module docstring says.
 
     ``selected``: the tests the run was asked for by name (graded tests, as the sandbox knows them); empty
     for a whole-suite run. ``max_failures``: the run's ``--maxfail``; a run that says it stopped early must
     have reached it. ``blinding``: a graded run's host checks; outcomes come back under the original ids.
+    ``obs_marker``: the observers' own marker (their lines carry no secret of the report's).
     """
     log_tail = result.stderr[-4000:].strip()
     if result.truncated and _cut(result.stdout):  # the channel overflowed the output cap: the report is incomplete
         log_tail = OVERFLOWED + "\n" + log_tail
         return TestReport(-1, {}, result.duration_s, result.timed_out, False, log_tail)
-    stream = _events(result.stdout, marker)
+    stream = _events(result.stdout, marker, obs_marker)
     evidence = stream.evidence
     kinds = [e.get("e") for e in stream.events]
     end = stream.events[-1] if kinds and kinds[-1] == "end" else None
@@ -140,7 +143,7 @@ def read_report(
         if result.exit_code == 0 and not result.timed_out:
             evidence.append("exited_0_without_report")
         return TestReport(-1, {}, result.duration_s, result.timed_out, False, log_tail, tuple(dict.fromkeys(evidence)))
-    run = _fold(stream.events, {_base(t) for t in selected}, evidence)
+    run = _fold([*stream.events, *stream.observations], {_base(t) for t in selected}, evidence)
     exit_code = _int(end.get("exit"))
     if result.exit_code != exit_code:
         evidence.append(f"exit_status_mismatch:{result.exit_code}!={exit_code}")
@@ -264,11 +267,21 @@ def _cut(stdout: str) -> bool:
     return head in stdout and tail in stdout
 
 
-def _events(stdout: str, marker: str) -> _Stream:
+def _events(stdout: str, marker: str, obs_marker: str = "") -> _Stream:
     stream = _Stream()
     foreign = False
     for line in stdout.splitlines():
         if not line.strip():
+            continue
+        if obs_marker and line.startswith(obs_marker):
+            try:
+                event = json.loads(line[len(obs_marker) :])
+            except (ValueError, RecursionError):
+                event = None
+            if isinstance(event, dict) and event.get("e") in ("obs", "exp", "obs_end"):
+                stream.observations.append(event)
+            else:
+                foreign = True
             continue
         if not line.startswith(marker):
             foreign = True
