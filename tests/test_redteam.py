@@ -17,7 +17,6 @@ verdict is written to the terminal.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,13 +60,13 @@ def table(request) -> list[tuple[str, Attack, Verdict]]:
         return
     with capture.global_and_fixture_disabled():
         reporter.write_line("")
-        reporter.write_line("red team verdicts (backend, class, attack, task, reward, status, evidence or reason):")
+        reporter.write_line("red team verdicts (backend, class, attack, task, reward, status, s, evidence or reason):")
         for backend, attack, verdict in sorted(rows, key=lambda r: (r[1].kind, r[1].name, r[0])):
             flags = [f for f in verdict.flags if f.startswith("tampered:")]
             why = ", ".join(flags) if flags else verdict.reason
             reporter.write_line(
                 f"  {backend:6} {attack.kind:10} {attack.name:52} {attack.task:10} {verdict.reward:.1f} "
-                f"{verdict.status:3} {why[:150]}"
+                f"{verdict.status:3} {verdict.duration_s:5.2f} {why[:150]}"
             )
 
 
@@ -79,7 +78,6 @@ def world(request, tmp_path_factory) -> SimpleNamespace:
     snapshots = SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
     snapshot = snapshots.put(write_tree(root / "base", BASE_FILES))
     image = backend.image
-    start = time.monotonic()
     tasks = {
         t.task_id: validate_task(t, backend, image.name, snapshots, Limits(), ValidateConfig(runs=1))
         for t in make_tasks(root / "patches", snapshot)
@@ -89,7 +87,6 @@ def world(request, tmp_path_factory) -> SimpleNamespace:
         root=root,
         tasks=tasks,
         grader=Grader(backend, image.name, image.digest, snapshots, Limits()),
-        validate_s=time.monotonic() - start,
     )
 
 
