@@ -10,9 +10,9 @@ neutralises by construction on an in-process task (``by="construction"``) may in
 mechanism never took effect, so its tests fail as the bug makes them fail. The gold patch and an honest
 alternative fix of each task score 1, so a zero is never the test setup's doing.
 
-Module-scoped: each backend validates the three tasks once (about 10 s on bwrap, 30 s on docker); grading
-takes about half a second per attack on bwrap and a few seconds on docker. At the end, a table of every
-verdict is written to the terminal.
+Module-scoped: each backend validates the three tasks once (4 s on bwrap, 15 s on docker, measured on the
+2-core machine under other sessions' load); a grade takes about half a second on bwrap and 2-4 s on docker;
+the whole module 2.5-5 minutes. At the end, a table of every verdict is written to the terminal.
 """
 
 from __future__ import annotations
