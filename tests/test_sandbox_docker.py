@@ -27,6 +27,7 @@ import pytest
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox import container_confinement as confine
+from trialforge.sandbox import disk
 from trialforge.sandbox.base import TRUNCATION_MARK, Limits, SandboxSpec
 from trialforge.sandbox.bwrap import SANDBOX_ENV
 from trialforge.sandbox.container_confinement import MASKED_PATHS
@@ -39,10 +40,10 @@ from trialforge.sandbox.docker import (
     DockerSandbox,
     owner_label,
 )
-from trialforge.sandbox.docker_io import SpoolSink
 from trialforge.sandbox.engine import PodmanService, engine_client
 from trialforge.sandbox.identity import SANDBOX_UID
 from trialforge.sandbox.leftovers import reap_containers
+from trialforge.sandbox.proc import _Capture
 
 SMALL = Limits(cpus=1.0, memory_mb=192, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=4096)
 # One line per process in the sandbox: its command line, NULs as spaces.
@@ -326,7 +327,7 @@ def test_an_archive_the_engine_lost_on_the_way_is_asked_for_again(docker_backend
         def lossy(argv, *args, out=None, **kwargs):
             calls.append(argv)
             if argv == SAVE_ARGV and len(calls) == 1:
-                return real(argv, *args, out=SpoolSink(1 << 30), **kwargs)  # ran, but nothing reached the caller
+                return real(argv, *args, out=_Capture(1 << 20), **kwargs)  # ran, but nothing reached the caller
             return real(argv, *args, out=out, **kwargs)
 
         box._helper = lossy
@@ -526,17 +527,20 @@ def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
             assert os.stat(f"/proc/{pid}/root/work/mine").st_uid == host_uid
 
 
-def test_work_and_tmp_are_nosuid_nodev_tmpfs_of_the_disk_quota(docker_backend: DockerBackend) -> None:
+def test_every_writable_place_is_a_nosuid_nodev_tmpfs_of_its_share_of_the_disk_quota(
+    docker_backend: DockerBackend,
+) -> None:
     with sandbox(docker_backend, disk_mb=16) as box:
-        # Only the two lines asked about: the whole table can pass the sandbox's 4 KiB output cap, and the cap keeps
+        # Only the lines asked about: the whole table can pass the sandbox's 4 KiB output cap, and the cap keeps
         # its head and tail, which need not hold them.
-        found = box.exec(["grep", "-E", "^([^ ]+ ){4}/(work|tmp) ", "/proc/self/mountinfo"])
+        found = box.exec(["grep", "-E", "^([^ ]+ ){4}/(work|tmp|var/tmp|dev/shm|run) ", "/proc/self/mountinfo"])
         mountinfo = found.stdout.splitlines()
     mounts = {line.split()[4]: line for line in mountinfo}
-    for target in ("/work", "/tmp"):
-        options, tail = mounts[target].split()[5], mounts[target].split(" - ")[1].split()
-        assert tail[0] == "tmpfs" and "size=16384k" in tail[2], mounts[target]
-        assert {"rw", "nosuid", "nodev"} <= set(options.split(",")), mounts[target]
+    for place in disk.places(dataclasses.replace(SMALL, disk_mb=16)):
+        options, tail = mounts[place.path].split()[5], mounts[place.path].split(" - ")[1].split()
+        assert tail[0] == "tmpfs" and f"size={place.size_bytes // 1024}k" in tail[2], mounts[place.path]
+        assert f"nr_inodes={place.inodes}" in tail[2], mounts[place.path]
+        assert {"rw", "nosuid", "nodev"} <= set(options.split(",")), mounts[place.path]
 
 
 def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: DockerBackend) -> None:
@@ -600,18 +604,18 @@ def test_a_docker_daemon_without_userns_remap_is_refused_unless_accepted() -> No
 
 def test_the_host_config_lists_every_protection() -> None:
     limits = dataclasses.replace(SMALL, network=False)
-    podman = confine.host_config(confine.Engine(podman=True), limits, workdir="/work", seccomp_profile="/p.json")
+    podman = confine.host_config(confine.Engine(podman=True), limits, seccomp_profile="/p.json")
     assert podman["CapDrop"] == ["ALL"] and podman["ReadonlyRootfs"] is True and podman["NetworkMode"] == "none"
     assert podman["SecurityOpt"][:2] == ["no-new-privileges", "seccomp=/p.json"]
     assert podman["SecurityOpt"][2] == "mask=" + ":".join(MASKED_PATHS)
     assert podman["UsernsMode"] == "auto" and "U" in podman["Tmpfs"]["/work"].split(",")
     assert podman["Memory"] == podman["MemorySwap"] == SMALL.memory_mb * 2**20 and podman["PidsLimit"] == SMALL.pids
     networked = dataclasses.replace(SMALL, network=True)
-    dock = confine.host_config(
-        confine.Engine(podman=False, userns_remap=True), networked, workdir="/work", seccomp_profile="{}"
-    )
+    dock = confine.host_config(confine.Engine(podman=False, userns_remap=True), networked, seccomp_profile="{}")
     assert dock["NetworkMode"] == "bridge" and dock["MaskedPaths"] == list(MASKED_PATHS)
     assert "host" not in (podman["NetworkMode"], dock["NetworkMode"])
-    assert confine.host_config(confine.Engine(podman=True), networked, workdir="/w", seccomp_profile="x")[
-        "NetworkMode"
-    ].startswith("slirp4netns:allow_host_loopback=false")
+    assert "nr_inodes=" in dock["Tmpfs"]["/work"] and "nr_inodes=" not in podman["Tmpfs"]["/work"]  # Podman's API
+    assert set(podman["Tmpfs"]) == set(dock["Tmpfs"]) == {p.path for p in disk.places(limits)}  # refuses it
+    assert confine.host_config(confine.Engine(podman=True), networked, seccomp_profile="x")["NetworkMode"].startswith(
+        "slirp4netns:allow_host_loopback=false"
+    )
