@@ -146,9 +146,8 @@ READ_ATTEMPTS = 3
 LOAD_SCRIPT = """
 kill -9 -1 2>/dev/null
 ipcrm --all 2>/dev/null
-[ -d /dev/mqueue ] && find /dev/mqueue -mindepth 1 -delete 2>/dev/null
 chmod -R u+rwX /work /tmp /var/tmp /dev/shm 2>/dev/null
-find /work /tmp /var/tmp /dev/shm -mindepth 1 -delete || exit 4
+find /work /tmp /var/tmp /dev/shm $([ -d /dev/mqueue ] && echo /dev/mqueue) -mindepth 1 -delete || exit 4
 exec tar -x -p --no-same-owner -f - -C /work
 """
 NO_ROOM_WORDS = ("No space left", "Disk quota exceeded", "Too many links")

@@ -37,6 +37,7 @@ import docker.errors
 import requests.exceptions
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox.oci_limits import runtime_script
 from trialforge.sandbox.reaper import process_start, still_running
 from trialforge.sandbox.statedir import private_dir, state_root
 
@@ -47,6 +48,7 @@ CONF_ENV = "CONTAINERS_CONF"
 _PODMAN_DIR = Path(__file__).resolve().parents[3] / "images" / "podman"
 _REPO_CONF = _PODMAN_DIR / "containers.conf"
 RENDERED_CONF = "containers.conf"  # in a service's home
+RUNTIME = "oci-runtime"  # in a service's home: images/podman/oci-runtime filled in
 IMPORT_LEFTOVERS = "api_load.tar*"  # Podman's copy of an image imported through the API, never removed by Podman
 _ENGINE_DOWN = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
@@ -63,16 +65,22 @@ def containers_conf(path: Path | None = None) -> Path:
     return chosen
 
 
-def render_conf(source: Path, dest: Path) -> Path:
-    """``source`` with trialforge's OCI runtime wrapper as ``runc`` and its slirp4netns wrapper, written to ``dest``."""
+def render_conf(source: Path, home: Path) -> Path:
+    """``source`` with trialforge's OCI runtime wrapper (filled in, written to ``home``) as ``runc`` and its slirp4netns
+    wrapper, written to ``home``; returns the conf's path."""
+    runtime = _write(home / RUNTIME, runtime_script(_PODMAN_DIR / "oci-runtime"), mode=0o755)
     text = source.read_text()
     engine = f'network_cmd_path = "{_PODMAN_DIR / "slirp4netns-userns"}"\n'
-    runtimes = f'\n[engine.runtimes]\nrunc = ["{_PODMAN_DIR / "oci-runtime"}"]\n'
     if "[engine]" not in text:
         text += "\n[engine]\n"
-    text = text.replace("[engine]\n", "[engine]\n" + engine, 1) + runtimes
+    text = text.replace("[engine]\n", "[engine]\n" + engine, 1) + f'\n[engine.runtimes]\nrunc = ["{runtime}"]\n'
+    return _write(home / RENDERED_CONF, text, mode=0o644)
+
+
+def _write(dest: Path, text: str, *, mode: int) -> Path:
     tmp = dest.with_suffix(f".{os.getpid()}.part")
     tmp.write_text(text)
+    tmp.chmod(mode)
     tmp.replace(dest)
     return dest
 
@@ -156,7 +164,7 @@ class PodmanService:
                 "podman is not installed (apt-get install podman runc) and DOCKER_HOST is unset", cause="engine"
             )
         home = self._home()
-        self._rendered = render_conf(containers_conf(self.conf), home / RENDERED_CONF)
+        self._rendered = render_conf(containers_conf(self.conf), home)
         self.tmp_dir = _own_dir(temp_dir(home))
         socket = home / "podman.sock"
         socket.unlink(missing_ok=True)
@@ -203,6 +211,7 @@ class PodmanService:
             self.tmp_dir = None
         if self._rendered is not None:
             self._rendered.unlink(missing_ok=True)
+            self._rendered.with_name(RUNTIME).unlink(missing_ok=True)
             self._rendered = None
         if self._made_dir is not None:
             remove_home(self._made_dir)

@@ -1,4 +1,4 @@
-"""Per-mount limits of every sandbox, and the OCI config rewrite that applies them where an engine's API cannot.
+"""Per-mount and per-namespace limits of every sandbox, and how trialforge's Podman applies what its API cannot.
 
 * A tmpfs of ``size`` bytes holds ``INODES_PER_MIB`` inodes per MiB of it (``disk.py`` sizes every
   place by this rule): a flood of empty files, which take no bytes, stops there.
@@ -13,19 +13,13 @@
 
 bwrap mounts the first two itself, and each bwrap sandbox is a host uid of its own, counted alone;
 Docker takes ``nr_inodes``. Podman's API refuses ``nr_inodes`` and has no say over devpts or the
-namespace's limits, so trialforge's Podman runs ``runc`` through ``images/podman/oci-runtime``, which
-runs this file on a container's ``config.json`` before ``runc create`` (it prints the namespace's
-limits, which the wrapper sets once the container exists). It imports nothing of trialforge (it runs
-under the system's Python, ``-I -S``), so the rules live here and ``disk.py`` imports them.
-
-    python3 -I -S oci_limits.py BUNDLE/config.json
+namespace's limits, so trialforge's Podman runs ``runc`` through ``images/podman/oci-runtime``, a shell
+script (it runs at every create) that ``runtime_script`` fills in with these values.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
+from pathlib import Path
 
 INODES_PER_MIB = 128  # 32,768 files and directories in a 256 MiB quota: a large repository's checkout fits
 PTYS = 16  # terminals one sandbox may hold at once (a test suite that drives a shell through one needs a few)
@@ -33,48 +27,19 @@ PTYS = 16  # terminals one sandbox may hold at once (a test suite that drives a 
 # filter refuses nested namespaces to the sandbox, while its slirp4netns makes a mount namespace in this one.)
 USERNS_LIMITS = {"max_inotify_instances": 128, "max_inotify_watches": 65536}
 MIB = 1 << 20
-_SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def inodes_for(size_bytes: int) -> int:
+    """The inode limit of a tmpfs of ``size_bytes`` (the runtime wrapper computes the same in shell)."""
     return max(1, size_bytes * INODES_PER_MIB // MIB)
 
 
-def _bytes(value: str) -> int:
-    value = value.strip().lower()
-    if value and value[-1] in _SUFFIX:
-        return int(value[:-1]) * _SUFFIX[value[-1]]
-    return int(value)
-
-
-def add_limits(config: dict) -> int:
-    """Give every sized tmpfs mount of an OCI ``config`` its inode limit, and its devpts its terminal limit; returns
-    how many mounts it changed."""
-    changed = 0
-    for mount in config.get("mounts") or []:
-        options = mount.get("options") or []
-        sizes = [o for o in options if o.startswith("size=")]
-        if mount.get("type") == "tmpfs" and sizes and not any(o.startswith("nr_inodes=") for o in options):
-            mount["options"] = [*options, f"nr_inodes={inodes_for(_bytes(sizes[0][len('size=') :]))}"]
-        elif mount.get("type") == "devpts" and not any(o.startswith("max=") for o in options):
-            mount["options"] = [*options, f"max={PTYS}"]
-        else:
-            continue
-        changed += 1
-    return changed
-
-
-def main(path: str) -> None:
-    """Rewrite the bundle's config, and print the user namespace's limits (``NAME VALUE`` lines) for the wrapper."""
-    with open(path, encoding="utf-8") as fh:
-        config = json.load(fh)
-    if add_limits(config):
-        tmp = f"{path}.tf-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(config, fh)
-        os.replace(tmp, path)
-    print("\n".join(f"{name} {value}" for name, value in USERNS_LIMITS.items()))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
+def runtime_script(template: Path) -> str:
+    """``images/podman/oci-runtime`` with these limits filled in."""
+    limits = "; ".join(f"echo {value} > /proc/sys/user/{name}" for name, value in USERNS_LIMITS.items())
+    return (
+        template.read_text()
+        .replace("@INODES_PER_MIB@", str(INODES_PER_MIB))
+        .replace("@PTYS@", str(PTYS))
+        .replace("@USERNS_LIMITS@", limits)
+    )
