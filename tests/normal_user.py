@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -110,6 +111,10 @@ def normal_user(base_image) -> Iterator[NormalUser]:
             time.sleep(0.01)  # until they have exited: userdel refuses a user that still runs something
         subprocess.run(["userdel", "--remove", name], check=False, capture_output=True)
         shutil.rmtree(user.home, ignore_errors=True)  # what rootless Podman stored under other ids
+        for entry in Path(tempfile.gettempdir()).iterdir():  # and its run dir, made again by a late cleanup process
+            with contextlib.suppress(OSError):
+                if entry.lstat().st_uid == user.uid and entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
 
 
 @pytest.fixture
