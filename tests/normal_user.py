@@ -85,6 +85,15 @@ def _interpreter_in_reach() -> list[str]:
     return ["unshare", "--mount", "--propagation=private", "sh", "-c", show, "show", str(closed), keep]
 
 
+def running(cmdline: str) -> bool:
+    """Whether a process with exactly ``cmdline`` (NULs as spaces) runs on this host (as anyone)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip() == cmdline:
+                return True
+    return False
+
+
 def _process_uids() -> Iterator[tuple[int, int]]:
     for proc in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from normal_user import running
 
 from trialforge.sandbox import usernet
 from trialforge.sandbox.base import Limits, SandboxSpec
@@ -160,7 +161,7 @@ def test_slirp4netns_holds_no_host_privilege(backend, base_image):
     try:
         command.start()
         for _ in range(1000):  # until the command runs, its network attached
-            if _running(tag) and _slirps() - before:
+            if running(tag) and _slirps() - before:
                 break
             time.sleep(0.01)
         slirps = {pid: _identity(pid) for pid in _slirps() - before}
@@ -198,29 +199,18 @@ def test_kill_9_of_the_owner_leaves_no_slirp4netns_after_trialforge_reap(base_im
     child = subprocess.Popen([sys.executable, "-c", code, str(state_dir), tag], stdout=subprocess.PIPE, text=True)
     sandbox_id = child.stdout.readline().strip()
     for _ in range(1000):  # until the sleeper runs, its network attached
-        if _running(tag) and _slirps() - before:
+        if running(tag) and _slirps() - before:
             break
         time.sleep(0.01)
-    assert _running(tag) and _slirps() - before, "the networked command never started"
+    assert running(tag) and _slirps() - before, "the networked command never started"
     child.kill()
     child.wait()
     trialforge = Path(sys.executable).with_name("trialforge")
     env = {**os.environ, "TRIALFORGE_STATE_DIR": str(state_dir)}
     subprocess.run([str(trialforge), "reap"], env=env, capture_output=True, text=True, check=True)
     assert not (state_dir / "sandboxes" / sandbox_id).exists()
-    assert not _running(tag)
+    assert not running(tag)
     assert _slirps() <= before
-
-
-def _running(cmdline: str) -> bool:
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip() == cmdline:
-                    return True
-            except OSError:
-                continue
-    return False
 
 
 COUNT_RUN = "echo ran >> /work/runs; echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1"

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from normal_user import running
 
 from trialforge.sandbox.base import Limits
 
@@ -134,17 +135,17 @@ def test_kill_9_of_a_normal_users_owner_leaves_nothing_after_trialforge_reap(nor
     child = normal_user.run(KILLED, tag, cgroup=delegated_cgroup, background=True)
     sandbox_id, lease, holder, *groups = child.stdout.readline().split()
     for _ in range(1000):
-        if _running(tag):
+        if running(tag):
             break
         time.sleep(0.01)
-    assert _running(tag) and Path(lease).is_symlink() and all(Path(g).is_dir() for g in groups)
+    assert running(tag) and Path(lease).is_symlink() and all(Path(g).is_dir() for g in groups)
     child.kill()
     child.wait()
     for _ in range(1000):  # the holder sees its owner's pipe close; bwrap dies with its parent
-        if not _running(tag) and not Path(f"/proc/{holder}").exists():
+        if not running(tag) and not Path(f"/proc/{holder}").exists():
             break
         time.sleep(0.01)
-    assert not _running(tag) and not Path(f"/proc/{holder}").exists()  # the namespace and its mounts are gone
+    assert not running(tag) and not Path(f"/proc/{holder}").exists()  # the namespace and its mounts are gone
     reap = "import sys; sys.argv = ['trialforge', 'reap']; from trialforge.cli import app; app()"  # the CLI's door
     done = normal_user.run(reap, cgroup=delegated_cgroup)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -152,16 +153,6 @@ def test_kill_9_of_a_normal_users_owner_leaves_nothing_after_trialforge_reap(nor
     assert not (normal_user.home / "state" / "sandboxes" / sandbox_id).exists()
     assert not any(Path(g).exists() for g in groups)
     assert not Path(lease).is_symlink()  # the id is back in the user's range
-
-
-def _running(cmdline: str) -> bool:
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip() == cmdline:
-                return True
-        except OSError:
-            continue
-    return False
 
 
 # --- the docker backend: an engine that applies no limits ------------------------------------------------------

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox.statedir import account_dir
 
 SUBUID = Path("/etc/subuid")
 SUBGID = Path("/etc/subgid")
@@ -86,12 +87,7 @@ class Lease:
 def registry_dir() -> Path:
     """Where this host account's leases live: ``$TRIALFORGE_IDS_DIR``, else ``/run/trialforge-ids`` as root, else
     ``$XDG_RUNTIME_DIR/trialforge-ids`` (or ``~/.local/state/trialforge-ids``)."""
-    if env := os.environ.get(IDS_ENV):
-        return Path(env)
-    if os.geteuid() == 0:
-        return Path("/run/trialforge-ids")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "trialforge-ids" if runtime else Path.home() / ".local" / "state" / "trialforge-ids"
+    return account_dir(IDS_ENV, "trialforge-ids")
 
 
 def lease(ids: IdRange, home: Path, registry: Path | None = None) -> Lease:
