@@ -6,8 +6,11 @@ Podman service, or DOCKER_HOST).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import http.client
+import io
 import os
 import pwd
 import select
@@ -40,8 +43,9 @@ from trialforge.sandbox.docker import (
     DockerSandbox,
     owner_label,
 )
-from trialforge.sandbox.engine import PodmanService, engine_client
+from trialforge.sandbox.engine import PodmanService, engine_client, remove_home
 from trialforge.sandbox.identity import SANDBOX_UID
+from trialforge.sandbox.images import Image
 from trialforge.sandbox.leftovers import reap_containers
 from trialforge.sandbox.proc import _Capture
 
@@ -450,6 +454,35 @@ def test_a_vanished_sandbox_raises_died_and_close_is_idempotent(
     with pytest.raises(SandboxError) as err:
         box.exec(["true"])
     assert err.value.cause == "closed"
+
+
+def _tiny_image(folder: Path, content: bytes) -> Image:
+    """An image of one file: any tar imports, and a different ``content`` is a different image."""
+    tarball = folder / f"tiny-{content.hex()}.tar"
+    with tarfile.open(tarball, "w") as tar:
+        info = tarfile.TarInfo("marker")
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    digest = "sha256:" + hashlib.sha256(tarball.read_bytes()).hexdigest()
+    return Image(f"localhost/trialforge-tiny:{digest[7:19]}", folder, tarball, digest)
+
+
+def test_an_image_import_leaves_nothing_in_the_engines_temp_dir(tmp_path: Path) -> None:
+    """Podman keeps the upload of every import through the API in its temp dir (~200 MB per image): trialforge's
+    service has a temp dir of its own, emptied after each import and removed when the service stops."""
+    home = tmp_path / f"svc{uuid.uuid4().hex[:8]}"
+    home.mkdir()
+    try:
+        service = PodmanService(home, use_docker_host=False, own_storage=True)  # a fresh store: it imports
+        with service, contextlib.closing(service.client()) as client:
+            DockerBackend(client, _tiny_image(tmp_path, b"one")).ensure_image()  # no engine_tmp: left there
+            assert list(service.tmp_dir.glob("api_load.tar*")), "Podman no longer leaves its uploads behind"
+            DockerBackend(client, _tiny_image(tmp_path, b"two"), engine_tmp=service.tmp_dir).ensure_image()
+            assert list(service.tmp_dir.glob("api_load.tar*")) == []
+            tmp_dir = service.tmp_dir
+        assert not tmp_dir.exists()
+    finally:
+        remove_home(home)  # and its own store, with the images imported here
 
 
 def test_unreachable_engine_is_a_clear_engine_error(tmp_path: Path) -> None:

@@ -414,7 +414,8 @@ class BwrapSandbox:
         self._require_alive()
         snap_id = uuid.uuid4().hex[:12]
         path = self.owner.snapshot_dir / snap_id
-        path.mkdir(mode=0o700, parents=True)
+        self.owner.snapshot_dir.mkdir(mode=0o700, exist_ok=True)  # its parent is private_dir's
+        path.mkdir(mode=0o700)
         try:
             self._copy_out(path, f"the snapshot of {self.id}")
         except BaseException:

@@ -167,7 +167,7 @@ class SandboxCgroup:
             self.killer(pids)
             return
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # gone, or another uid's: removal waits
                 os.kill(pid, signal.SIGKILL)
 
     def holders(self) -> str:
