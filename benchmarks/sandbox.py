@@ -1,21 +1,28 @@
 """Sandbox lifecycle costs per backend, and what pooling with snapshot reset saves per episode.
 
-    .venv/bin/python benchmarks/sandbox.py [--reps 30] [--backends bwrap,docker]
+    .venv/bin/python benchmarks/sandbox.py [--reps 30] [--backends bwrap,docker] [--baseline REV]
 
 Prints median and p95 (ms) of cold start, warm acquire, exec of `true`, snapshot,
-restore and close; then a short "episode" (acquire, write a file, run a command,
+restore, export and close; then a short "episode" (acquire, write a file, run a command,
 release) done two ways in the same run: pooled with reset versus a fresh sandbox
 per episode, and their ratio. For bwrap it also times, in the same run, `true` under
 the bare bubblewrap command line the backend used before it was hardened (no account
 switch, no seccomp, no /proc masks): what the confinement costs per command.
+
+``--baseline REV`` compares with the code of git revision REV instead, in the same run: REV's
+``src`` and ``images`` (``git archive``, nothing checked out) and this tree's are each timed in a
+process of their own, alternately (``--rounds``), and the medians are printed side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +34,8 @@ from trialforge.sandbox.images import base_image
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 
 LIMITS = Limits(memory_mb=512, pids=128, disk_mb=64)
+OPERATIONS = ("cold start", "warm acquire", "exec true", "snapshot", "restore", "export", "close")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
@@ -66,19 +75,19 @@ def backends(names: list[str]) -> Iterator[list[tuple[str, Backend]]]:
 
 def measure(name: str, backend: Backend, image: str, seed: Path, reps: int) -> dict[str, list[float]]:
     spec = SandboxSpec(image=image, workspace=seed, limits=LIMITS)
-    out: dict[str, list[float]] = {
-        k: [] for k in ("cold start", "warm acquire", "exec true", "snapshot", "restore", "close")
-    }
-    for _ in range(reps):
-        ms, sandbox = timed(backend.create, spec)
-        out["cold start"].append(ms)
-        out["exec true"].append(timed(sandbox.exec, ["true"])[0])
-        ms, snap = timed(sandbox.snapshot)
-        out["snapshot"].append(ms)
-        sandbox.write_file("scratch.txt", b"dirty")
-        out["restore"].append(timed(sandbox.restore, snap)[0])
-        backend.release(snap)
-        out["close"].append(timed(sandbox.close)[0])
+    out: dict[str, list[float]] = {k: [] for k in OPERATIONS}
+    with tempfile.TemporaryDirectory() as exports:
+        for rep in range(reps):
+            ms, sandbox = timed(backend.create, spec)
+            out["cold start"].append(ms)
+            out["exec true"].append(timed(sandbox.exec, ["true"])[0])
+            ms, snap = timed(sandbox.snapshot)
+            out["snapshot"].append(ms)
+            sandbox.write_file("scratch.txt", b"dirty")
+            out["restore"].append(timed(sandbox.restore, snap)[0])
+            out["export"].append(timed(sandbox.export_workspace, Path(exports) / str(rep))[0])
+            backend.release(snap)
+            out["close"].append(timed(sandbox.close)[0])
     pool = SandboxPool(backend, LIMITS, PoolConfig(warm_per_image=1))
     pool.prewarm(image, 1)
     for _ in range(reps):
@@ -126,16 +135,64 @@ def episode_ratio(backend: Backend, image: str, seed: Path, reps: int) -> tuple[
     return pooled_ms, naive_ms
 
 
+def make_seed(root: Path) -> Path:
+    seed = root / "seed"
+    for i in range(20):  # a task-sized workspace
+        (seed / "pkg").mkdir(parents=True, exist_ok=True)
+        (seed / "pkg" / f"mod{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 20)
+    return seed
+
+
+def worker(names: list[str], reps: int) -> None:
+    """One side of a comparison: the samples of ``measure`` per backend, as JSON on stdout (the last line)."""
+    with tempfile.TemporaryDirectory() as tmp, backends(names) as found:
+        seed = make_seed(Path(tmp))
+        samples = {name: measure(name, backend, base_image().name, seed, reps) for name, backend in found}
+    print(json.dumps(samples))
+
+
+def compare(baseline: str, names: list[str], reps: int, rounds: int) -> None:
+    """Time REV's code and this tree's alternately, ``rounds`` times each, and print their medians side by side."""
+    merged: dict[str, dict[str, dict[str, list[float]]]] = {"before": {}, "after": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", baseline, "src", "images"], capture_output=True)
+        if archive.returncode != 0:
+            raise SystemExit(f"cannot read revision {baseline}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        sides = {"before": Path(tmp) / "src", "after": REPO / "src"}
+        for _ in range(rounds):
+            for side, src in sides.items():
+                env = {**os.environ, "PYTHONPATH": str(src)}
+                argv = [sys.executable, __file__, "--worker", "--reps", str(reps), "--backends", ",".join(names)]
+                done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+                if done.returncode != 0:
+                    raise SystemExit(f"the {side} side failed:\n{done.stderr[-3000:]}")
+                for name, ops in json.loads(done.stdout.splitlines()[-1]).items():
+                    for op, values in ops.items():
+                        merged[side].setdefault(name, {}).setdefault(op, []).extend(values)
+    for name in names:
+        print(f"\n== {name}: {baseline} (before) against this tree (after), {reps * rounds} reps each, ms")
+        print(f"{'operation':<14} {'before':>8} {'after':>8} {'change':>8}")
+        for op in OPERATIONS:
+            before, after = (statistics.median(merged[s][name].get(op) or [0.0]) for s in ("before", "after"))
+            change = f"{(after - before) / before * 100:+7.1f}%" if before else "       -"
+            print(f"{op:<14} {before:8.1f} {after:8.1f} {change}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--backends", default="bwrap,docker")
+    parser.add_argument("--baseline", help="a git revision to compare with, timed in the same run")
+    parser.add_argument("--rounds", type=int, default=3, help="with --baseline: alternations of the two sides")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker(args.backends.split(","), args.reps)
+    if args.baseline:
+        return compare(args.baseline, args.backends.split(","), max(args.reps // args.rounds, 1), args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
-        seed = Path(tmp) / "seed"
-        for i in range(20):  # a task-sized workspace
-            (seed / "pkg").mkdir(parents=True, exist_ok=True)
-            (seed / "pkg" / f"mod{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 20)
+        seed = make_seed(Path(tmp))
         with backends(args.backends.split(",")) as found:
             for name, backend in found:
                 image = base_image().name

@@ -23,7 +23,7 @@ os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: torch's thread pool only adds contention on 2 cores
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest_plugins = ["s3_server", "engine_fixture", "chat_server", "prefect_server", "ray_fixture", "leaks"]
+pytest_plugins = ["s3_server", "engine_fixture", "chat_server", "prefect_server", "ray_fixture", "leaks", "normal_user"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

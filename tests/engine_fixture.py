@@ -48,13 +48,13 @@ def docker_client(container_engine: PodmanService) -> Iterator[docker.DockerClie
 
 
 @pytest.fixture(scope="session")
-def docker_backend(docker_client: docker.DockerClient) -> Iterator[DockerBackend]:
+def docker_backend(docker_client: docker.DockerClient, container_engine: PodmanService) -> Iterator[DockerBackend]:
     """A DockerBackend over the base image, imported into the engine once per machine."""
     try:
         image = base_image(build=False)
     except SandboxError as exc:
         pytest.skip(f"{exc} (needs debootstrap and a Debian mirror once)")
-    backend = DockerBackend(docker_client, image)
+    backend = DockerBackend(docker_client, image, engine_tmp=container_engine.tmp_dir)
     backend.ensure_image()
     try:
         yield backend

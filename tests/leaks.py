@@ -143,12 +143,16 @@ def _processes(state_dir: Path, live_container_ids: set[str]) -> set[str]:
 def _empty_cgroups() -> set[str]:
     """Sandbox cgroups (``tf-*``, any controller, any depth) with no process in them: a live one is a sandbox's."""
     found = set()
-    for path in CGROUP_ROOT.glob("*/**/tf-*"):
-        try:
-            if path.is_dir() and not (path / "cgroup.procs").read_text().strip():
-                found.add(str(path))
-        except OSError:
-            continue
+    for top, dirs, _ in os.walk(CGROUP_ROOT):  # not Path.glob: a group removed meanwhile must not end the walk
+        for name in dirs:
+            if not name.startswith("tf-"):
+                continue
+            path = Path(top) / name
+            try:
+                if not (path / "cgroup.procs").read_text().strip():
+                    found.add(str(path))
+            except OSError:
+                continue
     return found
 
 

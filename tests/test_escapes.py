@@ -380,17 +380,25 @@ def test_host_side_reads_and_writes_never_follow_links_out(sandbox):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the host account question arises only when trialforge is root")
 def test_files_the_sandbox_writes_belong_to_no_host_user_that_owns_anything(bwrap_backend, base_image):
+    """Each sandbox is a host uid of its own, leased from the sandbox account's subordinate range (as Podman's
+    containers are), and given back when it closes."""
     sb = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
+    other = bwrap_backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
     try:
         sb.exec(["sh", "-c", "echo x > /work/made"])
         owner = os.lstat(sb.workspace / "made").st_uid
+        lease = sb.lease
+        other_uid = other.lease.uid
     finally:
         sb.close()
-    ident = sandbox_identity()
-    assert owner == ident.uid != 0
+        other.close()
+    ids = bwrap_backend.ids
+    assert owner == lease.uid != 0 and owner != other_uid
+    assert ids.first_uid <= owner < ids.first_uid + ids.count and owner != sandbox_identity().uid
+    assert not lease.path.is_symlink()  # given back
     assert (
         subprocess.run(
-            # live sandboxes' workspaces (another test session's, running meanwhile) are the account's by design
+            # nothing on the host belongs to it (its places were tmpfs, off this filesystem, and are gone)
             ["find", "/", "-xdev", "-path", "*/sandboxes/tf-*", "-prune", "-o", "-user", str(owner), "-print", "-quit"],
             capture_output=True,
             text=True,

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from trialforge.sandbox.docker import LABEL_SANDBOX
-from trialforge.sandbox.engine import API_VERSION
+from trialforge.sandbox.engine import API_VERSION, temp_dir
 from trialforge.sandbox.leftovers import cmdline
 from trialforge.sandbox.reaper import process_start
 
@@ -52,6 +52,8 @@ def test_kill_9_of_a_docker_run_owner_then_reap_leaves_no_container_volume_servi
     assert _pids_withcmdline(tag), "the sandboxed command never started"
     service_dirs = [p for p in state_dir.glob("podman-*") if f'"owner_pid": {child.pid},' in _read(p / "service.json")]
     assert len(service_dirs) == 1
+    engine_tmp = temp_dir(service_dirs[0])
+    assert engine_tmp.is_dir()  # the service's TMPDIR: where Podman leaves the uploads of image imports
     service = json.loads(_read(service_dirs[0] / "service.json"))
     child.send_signal(signal.SIGKILL)
     child.wait()
@@ -71,6 +73,7 @@ def test_kill_9_of_a_docker_run_owner_then_reap_leaves_no_container_volume_servi
     assert not _pids_withcmdline(tag)
     assert process_start(service["service_pid"]) != service["service_start"], "the Podman service still runs"
     assert not [p for p in state_dir.glob("podman-*") if p in service_dirs]
+    assert not engine_tmp.exists()
     socket_path = url.removeprefix("unix://")
     assert not Path(socket_path).exists()
     listed = subprocess.run(

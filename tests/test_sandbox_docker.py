@@ -6,8 +6,11 @@ Podman service, or DOCKER_HOST).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import http.client
+import io
 import os
 import pwd
 import select
@@ -27,6 +30,7 @@ import pytest
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox import container_confinement as confine
+from trialforge.sandbox import disk
 from trialforge.sandbox.base import TRUNCATION_MARK, Limits, SandboxSpec
 from trialforge.sandbox.bwrap import SANDBOX_ENV
 from trialforge.sandbox.container_confinement import MASKED_PATHS
@@ -39,10 +43,11 @@ from trialforge.sandbox.docker import (
     DockerSandbox,
     owner_label,
 )
-from trialforge.sandbox.docker_io import SpoolSink
-from trialforge.sandbox.engine import PodmanService, engine_client
+from trialforge.sandbox.engine import PodmanService, engine_client, remove_home
 from trialforge.sandbox.identity import SANDBOX_UID
+from trialforge.sandbox.images import Image
 from trialforge.sandbox.leftovers import reap_containers
+from trialforge.sandbox.proc import _Capture
 
 SMALL = Limits(cpus=1.0, memory_mb=192, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=4096)
 # One line per process in the sandbox: its command line, NULs as spaces.
@@ -326,7 +331,7 @@ def test_an_archive_the_engine_lost_on_the_way_is_asked_for_again(docker_backend
         def lossy(argv, *args, out=None, **kwargs):
             calls.append(argv)
             if argv == SAVE_ARGV and len(calls) == 1:
-                return real(argv, *args, out=SpoolSink(1 << 30), **kwargs)  # ran, but nothing reached the caller
+                return real(argv, *args, out=_Capture(1 << 20), **kwargs)  # ran, but nothing reached the caller
             return real(argv, *args, out=out, **kwargs)
 
         box._helper = lossy
@@ -451,6 +456,35 @@ def test_a_vanished_sandbox_raises_died_and_close_is_idempotent(
     assert err.value.cause == "closed"
 
 
+def _tiny_image(folder: Path, content: bytes) -> Image:
+    """An image of one file: any tar imports, and a different ``content`` is a different image."""
+    tarball = folder / f"tiny-{content.hex()}.tar"
+    with tarfile.open(tarball, "w") as tar:
+        info = tarfile.TarInfo("marker")
+        info.size = len(content)
+        tar.addfile(info, io.BytesIO(content))
+    digest = "sha256:" + hashlib.sha256(tarball.read_bytes()).hexdigest()
+    return Image(f"localhost/trialforge-tiny:{digest[7:19]}", folder, tarball, digest)
+
+
+def test_an_image_import_leaves_nothing_in_the_engines_temp_dir(tmp_path: Path) -> None:
+    """Podman keeps the upload of every import through the API in its temp dir (~200 MB per image): trialforge's
+    service has a temp dir of its own, emptied after each import and removed when the service stops."""
+    home = tmp_path / f"svc{uuid.uuid4().hex[:8]}"
+    home.mkdir()
+    try:
+        service = PodmanService(home, use_docker_host=False, own_storage=True)  # a fresh store: it imports
+        with service, contextlib.closing(service.client()) as client:
+            DockerBackend(client, _tiny_image(tmp_path, b"one")).ensure_image()  # no engine_tmp: left there
+            assert list(service.tmp_dir.glob("api_load.tar*")), "Podman no longer leaves its uploads behind"
+            DockerBackend(client, _tiny_image(tmp_path, b"two"), engine_tmp=service.tmp_dir).ensure_image()
+            assert list(service.tmp_dir.glob("api_load.tar*")) == []
+            tmp_dir = service.tmp_dir
+        assert not tmp_dir.exists()
+    finally:
+        remove_home(home)  # and its own store, with the images imported here
+
+
 def test_unreachable_engine_is_a_clear_engine_error(tmp_path: Path) -> None:
     with pytest.raises(SandboxError) as err:
         engine_client(f"unix://{tmp_path}/no-engine.sock")
@@ -526,17 +560,20 @@ def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
             assert os.stat(f"/proc/{pid}/root/work/mine").st_uid == host_uid
 
 
-def test_work_and_tmp_are_nosuid_nodev_tmpfs_of_the_disk_quota(docker_backend: DockerBackend) -> None:
+def test_every_writable_place_is_a_nosuid_nodev_tmpfs_of_its_share_of_the_disk_quota(
+    docker_backend: DockerBackend,
+) -> None:
     with sandbox(docker_backend, disk_mb=16) as box:
-        # Only the two lines asked about: the whole table can pass the sandbox's 4 KiB output cap, and the cap keeps
+        # Only the lines asked about: the whole table can pass the sandbox's 4 KiB output cap, and the cap keeps
         # its head and tail, which need not hold them.
-        found = box.exec(["grep", "-E", "^([^ ]+ ){4}/(work|tmp) ", "/proc/self/mountinfo"])
+        found = box.exec(["grep", "-E", "^([^ ]+ ){4}/(work|tmp|var/tmp|dev/shm|run) ", "/proc/self/mountinfo"])
         mountinfo = found.stdout.splitlines()
     mounts = {line.split()[4]: line for line in mountinfo}
-    for target in ("/work", "/tmp"):
-        options, tail = mounts[target].split()[5], mounts[target].split(" - ")[1].split()
-        assert tail[0] == "tmpfs" and "size=16384k" in tail[2], mounts[target]
-        assert {"rw", "nosuid", "nodev"} <= set(options.split(",")), mounts[target]
+    for place in disk.places(dataclasses.replace(SMALL, disk_mb=16)):
+        options, tail = mounts[place.path].split()[5], mounts[place.path].split(" - ")[1].split()
+        assert tail[0] == "tmpfs" and f"size={place.size_bytes // 1024}k" in tail[2], mounts[place.path]
+        assert f"nr_inodes={place.inodes}" in tail[2], mounts[place.path]
+        assert {"rw", "nosuid", "nodev"} <= set(options.split(",")), mounts[place.path]
 
 
 def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: DockerBackend) -> None:
@@ -600,18 +637,18 @@ def test_a_docker_daemon_without_userns_remap_is_refused_unless_accepted() -> No
 
 def test_the_host_config_lists_every_protection() -> None:
     limits = dataclasses.replace(SMALL, network=False)
-    podman = confine.host_config(confine.Engine(podman=True), limits, workdir="/work", seccomp_profile="/p.json")
+    podman = confine.host_config(confine.Engine(podman=True), limits, seccomp_profile="/p.json")
     assert podman["CapDrop"] == ["ALL"] and podman["ReadonlyRootfs"] is True and podman["NetworkMode"] == "none"
     assert podman["SecurityOpt"][:2] == ["no-new-privileges", "seccomp=/p.json"]
     assert podman["SecurityOpt"][2] == "mask=" + ":".join(MASKED_PATHS)
     assert podman["UsernsMode"] == "auto" and "U" in podman["Tmpfs"]["/work"].split(",")
     assert podman["Memory"] == podman["MemorySwap"] == SMALL.memory_mb * 2**20 and podman["PidsLimit"] == SMALL.pids
     networked = dataclasses.replace(SMALL, network=True)
-    dock = confine.host_config(
-        confine.Engine(podman=False, userns_remap=True), networked, workdir="/work", seccomp_profile="{}"
-    )
+    dock = confine.host_config(confine.Engine(podman=False, userns_remap=True), networked, seccomp_profile="{}")
     assert dock["NetworkMode"] == "bridge" and dock["MaskedPaths"] == list(MASKED_PATHS)
     assert "host" not in (podman["NetworkMode"], dock["NetworkMode"])
-    assert confine.host_config(confine.Engine(podman=True), networked, workdir="/w", seccomp_profile="x")[
-        "NetworkMode"
-    ].startswith("slirp4netns:allow_host_loopback=false")
+    assert "nr_inodes=" in dock["Tmpfs"]["/work"] and "nr_inodes=" not in podman["Tmpfs"]["/work"]  # Podman's API
+    assert set(podman["Tmpfs"]) == set(dock["Tmpfs"]) == {p.path for p in disk.places(limits)}  # refuses it
+    assert confine.host_config(confine.Engine(podman=True), networked, seccomp_profile="x")["NetworkMode"].startswith(
+        "slirp4netns:allow_host_loopback=false"
+    )

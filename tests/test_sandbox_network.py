@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from normal_user import running
 
 from trialforge.sandbox import usernet
 from trialforge.sandbox.base import Limits, SandboxSpec
@@ -123,36 +124,61 @@ def test_without_network_there_is_only_loopback(bwrap_backend, base_image, host_
 
 
 REFUSAL = """
-import sys, tempfile
-from pathlib import Path
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.sandbox.bwrap import BwrapBackend
 from trialforge.sandbox.images import base_image
-state = Path(tempfile.mkdtemp(prefix="tf-user-state-"))
-backend = BwrapBackend(base_image(build=False), state_dir=state / "s")
+backend = BwrapBackend(base_image(build=False))
 try:
     backend.create(SandboxSpec(image="", limits=Limits(network=True)))
 except SandboxError as exc:
     print(exc.cause, "needs trialforge to run as root" in str(exc))
 finally:
     backend.close()
-    __import__("shutil").rmtree(state)
 """
 
 
-def test_network_is_refused_with_the_reason_when_not_root(base_image):
-    """As a normal user (the sandbox account when the suite runs as root), network is refused, saying why."""
-    argv = [sys.executable, "-c", REFUSAL]
-    if os.geteuid() == 0:
-        from trialforge.sandbox.identity import sandbox_identity
-
-        ident = sandbox_identity()
-        argv = ["setpriv", f"--reuid={ident.uid}", f"--regid={ident.gid}", "--clear-groups", *argv]
-    src = Path(__file__).resolve().parents[1] / "src"
-    env = {"PATH": os.environ["PATH"], "TRIALFORGE_CACHE": str(base_image.rootfs.parents[1]), "PYTHONPATH": str(src)}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, cwd="/", timeout=120)
+def test_network_is_refused_with_the_reason_when_not_root(normal_user, delegated_cgroup):
+    """As a normal user (one this suite makes, with its own delegated cgroup), network is refused, saying why."""
+    done = normal_user.run(REFUSAL, cgroup=delegated_cgroup, timeout=120)
     assert done.stdout.split() == ["network", "True"], done.stderr[-3000:]
+
+
+@pytest.fixture(params=["bwrap", "docker"])
+def backend(request, bwrap_backend):
+    if request.param == "bwrap" and (os.geteuid() != 0 or shutil.which("slirp4netns") is None):
+        pytest.skip("sandbox network on bwrap needs root and slirp4netns (scripts/setup-system.sh)")
+    return bwrap_backend if request.param == "bwrap" else request.getfixturevalue("docker_backend")
+
+
+def test_slirp4netns_holds_no_host_privilege(backend, base_image):
+    """A slirp4netns bug must not be a root foothold: it runs as an unprivileged host uid (the sandbox's own, or the
+    container's first subordinate one), with no capability in the host's user namespace."""
+    before = _slirps()
+    tag = f"sleep 30.{secrets.randbelow(10**8)}"
+    sb = backend.create(SandboxSpec(image=base_image.name, limits=NETWORKED))
+    command = threading.Thread(target=lambda: sb.exec(tag.split(), timeout=3))
+    try:
+        command.start()
+        for _ in range(1000):  # until the command runs, its network attached
+            if running(tag) and _slirps() - before:
+                break
+            time.sleep(0.01)
+        slirps = {pid: _identity(pid) for pid in _slirps() - before}
+    finally:
+        command.join()
+        sb.close()
+    assert slirps, "no slirp4netns served the sandbox"
+    host_userns = os.readlink("/proc/self/ns/user")
+    for pid, (uid, capabilities, userns) in slirps.items():
+        assert uid != 0, (pid, uid)
+        assert capabilities == 0 or userns != host_userns, (pid, hex(capabilities), userns)
+
+
+def _identity(pid: int) -> tuple[int, int, str]:
+    """(host uid, effective capabilities, user namespace) of a process."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["Uid"].split()[0]), int(fields["CapEff"], 16), os.readlink(f"/proc/{pid}/ns/user")
 
 
 @needs_slirp
@@ -173,29 +199,18 @@ def test_kill_9_of_the_owner_leaves_no_slirp4netns_after_trialforge_reap(base_im
     child = subprocess.Popen([sys.executable, "-c", code, str(state_dir), tag], stdout=subprocess.PIPE, text=True)
     sandbox_id = child.stdout.readline().strip()
     for _ in range(1000):  # until the sleeper runs, its network attached
-        if _running(tag) and _slirps() - before:
+        if running(tag) and _slirps() - before:
             break
         time.sleep(0.01)
-    assert _running(tag) and _slirps() - before, "the networked command never started"
+    assert running(tag) and _slirps() - before, "the networked command never started"
     child.kill()
     child.wait()
     trialforge = Path(sys.executable).with_name("trialforge")
     env = {**os.environ, "TRIALFORGE_STATE_DIR": str(state_dir)}
     subprocess.run([str(trialforge), "reap"], env=env, capture_output=True, text=True, check=True)
     assert not (state_dir / "sandboxes" / sandbox_id).exists()
-    assert not _running(tag)
+    assert not running(tag)
     assert _slirps() <= before
-
-
-def _running(cmdline: str) -> bool:
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip() == cmdline:
-                    return True
-            except OSError:
-                continue
-    return False
 
 
 COUNT_RUN = "echo ran >> /work/runs; echo 'bwrap: loopback: Failed RTM_NEWADDR: No child processes' >&2; exit 1"

@@ -95,6 +95,9 @@ class SandboxParams(_Section):
 
     # Docker without userns-remap would run the sandbox's uid 1000 as host uid 1000: refused unless accepted here
     allow_host_uids: bool = False
+    # no cgroup to limit sandboxes with (a normal user without a delegated one; rootless Podman on cgroup v1):
+    # refused unless accepted here (bwrap then falls back to per-process rlimits)
+    allow_unlimited: bool = False
     cpus: float = 1.0
     memory_mb: int = 1024
     pids: int = 256

@@ -89,7 +89,7 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
         from trialforge.sandbox.reaper import reap
 
         reap()  # sandboxes a crashed run left behind
-        backend = BwrapBackend(image)
+        backend = BwrapBackend(image, allow_unlimited=params.sandbox.allow_unlimited)
         stack.callback(backend.close)
         return backend, image.digest
     if params.sandbox.engines:
@@ -100,6 +100,7 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
             image,
             stack,
             allow_host_uids=params.sandbox.allow_host_uids,
+            allow_unlimited=params.sandbox.allow_unlimited,
             health_s=params.sandbox.engine_health_s,
             registry=params.sandbox.registry,
         )
@@ -109,13 +110,20 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
     from trialforge.sandbox.leftovers import reap_containers, reap_services
 
     host = params.sandbox.docker_host or os.environ.get("DOCKER_HOST", "")
+    engine_tmp = None
     if not host:
         reap_services()  # Podman services (and their containers) of crashed runs
-        host = stack.enter_context(PodmanService()).base_url
+        service = stack.enter_context(PodmanService())
+        host, engine_tmp = service.base_url, service.tmp_dir
     client = engine_client(host)
     reap_containers(client)  # containers of crashed runs (dead owner or deadline passed)
     backend = DockerBackend(
-        client, image, allow_host_uids=params.sandbox.allow_host_uids, registry=params.sandbox.registry
+        client,
+        image,
+        allow_host_uids=params.sandbox.allow_host_uids,
+        registry=params.sandbox.registry,
+        allow_unlimited=params.sandbox.allow_unlimited,
+        engine_tmp=engine_tmp,
     )
     stack.callback(backend.close)
     backend.ensure_image()  # imported now: a broken engine fails here, not in the first episode

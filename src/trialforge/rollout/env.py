@@ -158,7 +158,8 @@ class CodingEnv:
         except (TypeError, ValueError, KeyError, FileNotFoundError, UnicodeDecodeError) as exc:
             text, error = f"error: {exc}", True
         except SandboxError as exc:
-            if exc.cause != "path":  # only a bad path is the policy's doing; the rest is infrastructure
+            # a bad path, or a file past the workspace's quota, is the policy's doing; the rest is infrastructure
+            if exc.cause not in ("path", "quota"):
                 raise
             text, error = f"error: {exc}", True
         return StepOutcome(self._cap(text), False, error, time.monotonic() - start)

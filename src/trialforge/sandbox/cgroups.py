@@ -3,6 +3,10 @@
 Container engines set these themselves; bubblewrap does not, so the bwrap backend
 creates one child group per sandbox below this process's own groups (cgroup v1,
 as on hybrid hosts, or the unified v2 hierarchy) and starts every command inside it.
+Root may do that anywhere; a normal user where its groups are delegated to it (a systemd
+user slice, or a subtree an administrator chowned to it and started it in): ``missing``
+says what stands in the way, and the backend refuses to run sandboxes without limits
+unless told to accept that.
 The group's CPU counter is kept by the kernel, out of the sandboxed code's reach: what
 an episode used is read there (``cpu_s``), not from anything the sandbox reports.
 """
@@ -43,13 +47,33 @@ def _is_v1() -> bool:
     return (ROOT / "memory" / "memory.limit_in_bytes").exists() or (ROOT / "memory").is_dir()
 
 
-def available() -> bool:
-    """True when this process may create child cgroups (root, writable hierarchy)."""
+V2_CONTROLLERS = ("memory", "pids", "cpu")
+
+
+def missing() -> list[str]:
+    """What keeps this process from giving each sandbox a cgroup with limits (empty: nothing)."""
+    uid = os.geteuid()
     try:
-        base = ROOT / "memory" / _own_path("memory").lstrip("/") if _is_v1() else ROOT / _own_path("").lstrip("/")
-    except (OSError, SandboxError):
-        return False
-    return os.access(base, os.W_OK)
+        if _is_v1():
+            bases = [(c, ROOT / c / _own_path(c).lstrip("/")) for c in CONTROLLERS]
+        else:
+            bases = [("unified", ROOT / _own_path("").lstrip("/"))]
+    except (OSError, SandboxError) as exc:
+        return [str(exc)]
+    problems = [
+        f"{name}: {base} is not writable by uid {uid}"
+        for name, base in bases
+        if not (base.is_dir() and os.access(base, os.W_OK) and os.access(base / "cgroup.procs", os.W_OK))
+    ]
+    if not problems and not _is_v1():
+        enabled = (bases[0][1] / "cgroup.controllers").read_text().split()
+        problems += [f"{c}: not delegated to {bases[0][1]}" for c in V2_CONTROLLERS if c not in enabled]
+    return problems
+
+
+def available() -> bool:
+    """True when this process may create child cgroups with limits (root, or a delegated hierarchy)."""
+    return not missing()
 
 
 @dataclass
@@ -59,6 +83,7 @@ class SandboxCgroup:
     name: str
     dirs: list[Path]
     v1: bool
+    killer: Callable[[list[int]], None] | None = None  # how its processes are killed, when not by os.kill
 
     @staticmethod
     def paths(name: str) -> list[Path]:
@@ -71,6 +96,11 @@ class SandboxCgroup:
     def create(cls, name: str, *, memory_mb: int, pids: int, cpus: float) -> SandboxCgroup:
         group = cls(name=name, dirs=cls.paths(name), v1=_is_v1())
         try:
+            if not group.v1:  # the parent hands its controllers down (a delegated group allows it)
+                subtree = group.dirs[0].parent / "cgroup.subtree_control"
+                wanted = [c for c in V2_CONTROLLERS if c not in subtree.read_text().split()]
+                if wanted:
+                    subtree.write_text(" ".join(f"+{c}" for c in wanted))
             for d in group.dirs:
                 d.mkdir(exist_ok=True)
             group._set_limits(memory_mb, pids, cpus)
@@ -132,8 +162,12 @@ class SandboxCgroup:
         return sorted(found)
 
     def kill_all(self) -> None:
-        for pid in self.pids():
-            with contextlib.suppress(ProcessLookupError):
+        pids = self.pids()
+        if self.killer is not None and pids:
+            self.killer(pids)
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # gone, or another uid's: removal waits
                 os.kill(pid, signal.SIGKILL)
 
     def holders(self) -> str:

@@ -12,8 +12,12 @@ and tests/test_escapes.py and tests/test_sandbox_docker.py to the attack that pr
    it the backend refuses unless the caller accepts host uids explicitly (``allow_host_uids``).
 2. ``privileges``: every capability dropped, ``no-new-privileges``.
 3. ``seccomp``: the rules of ``seccomp.py`` as an OCI profile, in place of the engine's default.
-4. ``filesystem``: the image read-only; ``/work`` and ``/tmp``, tmpfs of the disk quota's size,
-   the only writable trees, both ``nosuid,nodev``; the kernel's info files masked and its knobs
+4. ``filesystem``: the image read-only; ``/work``, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` the only
+   trees the sandbox user can write, each a tmpfs of its share of the disk quota in bytes and inodes
+   (``disk.py``, as on bwrap), ``nosuid,nodev``; ``/run`` one too, the container root's (the engine's
+   own ``/run`` and ``/var/tmp`` would have no size). Docker takes ``nr_inodes`` here; Podman's API
+   refuses it, so trialforge's Podman adds it as runc starts (``oci_limits``), and the first sandbox of
+   a backend checks that it did (``DockerSandbox._check_limits``); the kernel's info files masked and its knobs
    read-only: the bwrap backend's lists (``confinement.MASKED_PROC``/``READONLY_PROC``) plus runc's
    ``/sys`` ones, on top of the engine's defaults.
 5. ``network``: none. When a task asks for network: a user-mode stack of the container's own on
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox import disk
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.confinement import MASKED_PROC, READONLY_PROC
 from trialforge.sandbox.identity import SANDBOX_UID
@@ -82,18 +87,15 @@ def seccomp(profile: str) -> dict[str, Any]:
     return {"SecurityOpt": [f"seccomp={profile}"]}
 
 
-def filesystem(engine: Engine, *, workdir: str, disk_mb: int) -> dict[str, Any]:
+def filesystem(engine: Engine, limits: Limits) -> dict[str, Any]:
     # /work belongs to the sandbox user inside its user namespace: Podman's ``U`` chowns the mount
     # to the container's user; Docker takes the tmpfs's uid/gid options (in-namespace ids).
     owner = "U" if engine.podman else f"uid={SANDBOX_UID},gid={SANDBOX_UID}"
-    config: dict[str, Any] = {
-        "ReadonlyRootfs": True,
-        "Tmpfs": {
-            workdir: f"size={disk_mb}m,mode=0755,nosuid,nodev,{owner}",
-            "/tmp": f"size={disk_mb}m,mode=1777,nosuid,nodev",
-            "/dev/shm": f"size={min(disk_mb, 64)}m,mode=1777,nosuid,nodev,noexec",  # see ``namespaces``
-        },
-    }
+    extra = {disk.WORKDIR: f",{owner}", "/dev/shm": ",noexec"}  # /dev/shm: see ``namespaces``
+    config: dict[str, Any] = {"ReadonlyRootfs": True, "Tmpfs": {}}
+    for place in disk.places(limits):
+        options = place.tmpfs_options() if not engine.podman else f"size={place.size_bytes},mode={place.mode:04o}"
+        config["Tmpfs"][place.path] = f"{options},nosuid,nodev{extra.get(place.path, '')}"
     if engine.podman:  # Podman adds these to its defaults (its compat API ignores MaskedPaths)
         config["SecurityOpt"] = ["mask=" + ":".join(MASKED_PATHS)]
     else:  # Docker replaces its defaults with these lists, which include them
@@ -126,7 +128,6 @@ def host_config(
     engine: Engine,
     limits: Limits,
     *,
-    workdir: str,
     seccomp_profile: str,
     allow_host_uids: bool = False,
 ) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def host_config(
         identity(engine, allow_host_uids=allow_host_uids),
         privileges(),
         seccomp(seccomp_profile),
-        filesystem(engine, workdir=workdir, disk_mb=limits.disk_mb),
+        filesystem(engine, limits),
         network(engine, enabled=limits.network),
         namespaces(),
         resources(limits),

@@ -11,18 +11,24 @@ how bytes cross is ``docker_io.py``, and what a crash leaves behind is ``leftove
   process and a deadline so a reaper can remove what a crash leaves behind. Pid 1 is a tiny
   ``sh`` loop that idles *and reaps zombies*: orphans of killed commands are re-parented to
   pid 1, and a bare ``sleep infinity`` would leave them as zombies that eat the pids limit.
-* **Disk quota: tmpfs.** Overlay has no size limit without XFS project quotas, so ``/work``
-  is a ``tmpfs`` of ``disk_mb`` (writes past it fail with ENOSPC, honestly), and so is
-  ``/tmp``. They live and die with the container: nothing else to remove or to leak.
+* **Disk quota: tmpfs.** Overlay has no size limit without XFS project quotas, so every
+  writable place (``/work``, ``/tmp``, ``/var/tmp``, ``/dev/shm``) is a ``tmpfs`` of its share of
+  ``disk_mb`` in bytes and inodes (``disk.py``: writes past it fail with ENOSPC, honestly). They
+  live and die with the container: nothing else to remove or to leak.
 * **Files, snapshots, restore: tar inside the sandbox.** Every byte crosses through
   ``exec`` (``docker_io``): ``tar`` runs as the sandbox user and reads or writes an archive
   on its stdin or stdout. With a read-only root and no process outliving its command,
   ``/work`` is the only state that carries from one command to the next besides scratch
   tmpfs, so a tar of it (sanitized, without ``.git``, members owned by the sandbox user)
-  kept on the host under the state directory *is* a snapshot. Restore and ``reset`` (a
-  pool's reuse) are one exec: kill every process, empty ``/work`` and the scratch space,
-  extract the archive from stdin. ``from_snapshot`` starts a container seeded from the tar
-  (the group fork).
+  kept on the host under the state directory *is* a snapshot. An archive coming out is read
+  as it arrives and charged to the workspace's quota member by member (``hostcopy.Budget``),
+  so what the host writes never passes it. Restore and ``reset`` (a pool's reuse) are one
+  exec: kill every process, remove the IPC objects (System V shared memory, semaphores,
+  message queues, POSIX queues) and empty ``/work`` and the scratch space, extract the
+  archive from stdin. ``from_snapshot`` starts a container seeded from the tar (the group fork).
+* **Limits are checked, not assumed.** The first sandbox of a backend reads its own cgroup's
+  memory, pids and CPU limits from inside: an engine that ignores them (rootless Podman on
+  cgroup v1) is refused unless ``allow_unlimited`` accepts it.
 * **Exec.** docker-py's timeout does not bound an exec, so every command runs under
   ``timeout -s KILL`` inside the sandbox, wrapped by a fixed ``sh`` script that, when the
   command ends, kills every process but pid 1: as with bwrap (whose pid namespace dies with
@@ -58,11 +64,14 @@ import requests.exceptions
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox import container_confinement as confine
-from trialforge.sandbox import docker_io
+from trialforge.sandbox import disk, docker_io
 from trialforge.sandbox import registry as image_registry
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
+from trialforge.sandbox.engine import IMPORT_LEFTOVERS
+from trialforge.sandbox.hostcopy import Budget, CopyLimits, too_big
 from trialforge.sandbox.identity import SANDBOX_UID
 from trialforge.sandbox.images import Image, find_image
+from trialforge.sandbox.oci_limits import PTYS, USERNS_LIMITS
 from trialforge.sandbox.proc import _Capture
 from trialforge.sandbox.reaper import SandboxRecord
 from trialforge.sandbox.registry import RegistryParams
@@ -98,17 +107,21 @@ kill -9 -1
 exit "$rc"
 """
 
-# Resolve $1 as the sandbox user; refuse anything outside /work (existing or not); print the file.
+# Resolve $1 as the sandbox user; refuse anything outside /work (existing or not); state the file's size and print
+# it, unless it is larger than $2 bytes (exit 8; never more than that is printed, however the file grows).
 READ_SCRIPT = """
 p=$(realpath -m -- "$1") || exit 2
 case "$p" in /work|/work/*) ;; *) printf '%s' "$p" >&2; exit 3 ;; esac
 [ -f "$p" ] || { printf 'no such regular file' >&2; exit 1; }
-stat -c %s -- "$p" >&2 || exit 1
-exec cat -- "$p"
+size=$(stat -c %s -- "$p") || exit 1
+printf '%s' "$size" >&2
+[ "$size" -le "$2" ] || exit 8
+exec head -c "$2" -- "$p"
 """
 
 # Resolve $1 as the sandbox user; refuse anything outside /work; create its parents; write the $2
-# bytes of stdin to it (a byte count, not EOF, ends it: a TLS connection cannot half-close). An
+# bytes of stdin to it (a byte count, not EOF, ends it: a TLS connection cannot half-close; a write that fails, on
+# a full disk, still reads the rest, so the sender is not cut off mid-stream). An
 # existing file keeps its mode (even a read-only one); anything but a regular file there (a fifo
 # would block the writer) is replaced.
 WRITE_SCRIPT = """
@@ -118,7 +131,7 @@ case "$p" in /work|/work/*) ;; *) printf '%s' "$p" >&2; exit 3 ;; esac
 mkdir -p -- "${p%/*}" || exit 4
 if [ -e "$p" ] && [ ! -f "$p" ]; then rm -f -- "$p" || exit 4; fi
 mode=$(stat -c %a -- "$p" 2>/dev/null) && chmod u+w -- "$p"
-head -c "$2" > "$p" || exit 6
+head -c "$2" > "$p" || { cat > /dev/null; exit 6; }
 [ -z "$mode" ] || chmod "$mode" -- "$p"
 [ "$(stat -c %s -- "$p")" = "$2" ] || exit 7
 """
@@ -127,20 +140,33 @@ WRITE_ATTEMPTS = 3  # exit 7: stdin arrived short (Podman 4's exec attach can dr
 # (docker_io._read_ahead, fixed); the check stays for engines that truncate an exec's output (containers/podman#9096).
 READ_ATTEMPTS = 3
 
-# A clean slate, then the archive on stdin as /work: no processes, empty scratch space, and /work
-# exactly the archive (restore, reset, seeding). tar stops at the archive's end marker, not at EOF.
-# ``-p``: the archive's modes, not the umask's.
+# A clean slate, then the archive on stdin as /work: no processes, no IPC objects (the IPC namespace lives as long
+# as the container), empty scratch space, and /work exactly the archive (restore, reset, seeding). tar stops at the
+# archive's end marker, not at EOF. ``-p``: the archive's modes, not the umask's.
 LOAD_SCRIPT = """
 kill -9 -1 2>/dev/null
-for d in /var/tmp /dev/shm; do [ -d "$d" ] && find "$d" -mindepth 1 -delete 2>/dev/null; done
-chmod -R u+rwX /work /tmp 2>/dev/null
-find /work /tmp -mindepth 1 -delete || exit 4
+ipcrm --all 2>/dev/null
+chmod -R u+rwX /work /tmp /var/tmp /dev/shm 2>/dev/null
+find /work /tmp /var/tmp /dev/shm $([ -d /dev/mqueue ] && echo /dev/mqueue) -mindepth 1 -delete || exit 4
 exec tar -x -p --no-same-owner -f - -C /work
 """
+NO_ROOM_WORDS = ("No space left", "Disk quota exceeded", "Too many links")
 
 SAVE_ARGV = ["tar", "-c", "-f", "-", "-C", WORKDIR, "."]
 
 OOM_SCRIPT = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null; true"
+# The container's own limits as its cgroup (v2, else v1) states them (memory, pids, CPU quota), then its mounts.
+LIMITS_SCRIPT = """
+if [ -f /sys/fs/cgroup/memory.max ]; then
+  cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max /sys/fs/cgroup/cpu.max
+else
+  cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us
+fi 2>/dev/null
+echo --
+cat /proc/sys/user/max_inotify_instances
+echo --
+cat /proc/self/mounts
+"""
 
 _ENGINE_DOWN = (requests.exceptions.RequestException, docker.errors.DockerException, OSError)
 
@@ -153,11 +179,13 @@ def owner_label() -> str:
 
 @dataclass(frozen=True)
 class DockerSnapshot:
-    """A sandbox's /work as a tar (members relative to /work) on the host."""
+    """A sandbox's /work as a tar (members relative to /work) on the host, and what it holds (as its budget counted)."""
 
     id: str
     path: Path
     image_digest: str
+    bytes: int = 0
+    entries: int = 0
 
 
 @dataclass
@@ -190,9 +218,17 @@ class DockerBackend:
         state_dir: Path | None = None,
         allow_host_uids: bool = False,
         registry: RegistryParams | None = None,
+        allow_unlimited: bool = False,
+        engine_tmp: Path | None = None,
     ) -> None:
-        """``allow_host_uids``: accept a Docker daemon without ``userns-remap`` (sandbox uid 1000 = host uid 1000)."""
+        """``allow_host_uids``: accept a Docker daemon without ``userns-remap`` (sandbox uid 1000 = host uid 1000).
+        ``allow_unlimited``: accept an engine that does not apply memory, pids and CPU limits (rootless Podman on
+        cgroup v1) instead of refusing it. ``engine_tmp``: the temp dir of a Podman service of ours
+        (``PodmanService.tmp_dir``), where each image import leaves a copy of the image that this backend removes."""
         self.client = client
+        self.engine_tmp = engine_tmp
+        self.allow_unlimited = allow_unlimited
+        self.limits_checked = False  # the first sandbox reads its own cgroup's limits (``DockerSandbox._check_limits``)
         self.api: docker.APIClient = client.api
         self.image = image
         self.state_dir = state_dir or state_root()
@@ -333,6 +369,14 @@ class DockerBackend:
             self.api.tag(image_id, repo, tag)  # Podman ignores the tag in an import's name; Docker honours it
         except _ENGINE_DOWN as exc:
             raise SandboxError(f"cannot import {image.tarball} as {image.name}: {exc}", cause="image") from exc
+        finally:
+            self._remove_import_leftovers()
+
+    def _remove_import_leftovers(self) -> None:
+        """Podman keeps the upload of every import in its temp dir (it never removes it): ours is known, so is it."""
+        if self.engine_tmp is not None:
+            for leftover in self.engine_tmp.glob(IMPORT_LEFTOVERS):
+                leftover.unlink(missing_ok=True)
 
     # --- sandboxes and snapshots -----------------------------------------------------------
     def create(self, spec: SandboxSpec) -> DockerSandbox:
@@ -342,7 +386,7 @@ class DockerBackend:
         """A new sandbox whose workspace starts as ``snap`` (the fork of a rollout group)."""
         if not snap.path.is_file():
             raise SandboxError(f"snapshot {snap.id} is gone", cause="snapshot")
-        return DockerSandbox(self, spec, seed_tar=snap.path)
+        return DockerSandbox(self, spec, seed=snap)
 
     def release(self, snap: DockerSnapshot) -> None:
         snap.path.unlink(missing_ok=True)
@@ -358,7 +402,7 @@ class DockerBackend:
 class DockerSandbox:
     backend = "docker"
 
-    def __init__(self, owner: DockerBackend, spec: SandboxSpec, *, seed_tar: Path | None = None) -> None:
+    def __init__(self, owner: DockerBackend, spec: SandboxSpec, *, seed: DockerSnapshot | None = None) -> None:
         self.owner = owner
         self.api = owner.api
         self.limits: Limits = spec.limits
@@ -374,12 +418,14 @@ class DockerSandbox:
         self.container_id = ""
         self.closed = False
         self._oom_kills = 0
+        self.copy_limits = CopyLimits.of(self.limits)
         owner.count(+1)  # close() gives it back, also when starting fails below
         try:
             self._start()
-            if seed_tar is not None:
-                with seed_tar.open("rb") as fh:
-                    self._load(fh, "seed the workspace")
+            if not owner.limits_checked:
+                self._check_limits()
+            if seed is not None:
+                self.restore(seed)
             else:
                 self.reset(spec.workspace)
         except BaseException:
@@ -392,7 +438,6 @@ class DockerSandbox:
         host_config = confine.host_config(
             owner.engine(),
             self.limits,
-            workdir=WORKDIR,
             seccomp_profile=owner.seccomp_option(),
             allow_host_uids=owner.allow_host_uids,
         )
@@ -426,6 +471,41 @@ class DockerSandbox:
             remove_container(self.api, self.id)
         except _ENGINE_DOWN as exc:  # the reaper removes what we could not
             log.warning("sandbox cleanup failed", extra={"sandbox": self.id, "error": str(exc)})
+
+    def _check_limits(self) -> None:
+        """Read this container's cgroup limits from inside (before any agent code runs) and refuse an engine that did
+        not apply them, unless the backend accepts that (``allow_unlimited``)."""
+        text = self._helper(LIMITS_SCRIPT).out_bytes().decode(errors="replace")
+        cgroup, inotify, mounts = [*text.split("--", 2), "", ""][:3]
+        values = cgroup.split()
+        memory, pids, quota = [*values, "", "", ""][:3]
+        options = {f[1]: f[3] for f in (line.split() for line in mounts.splitlines()) if len(f) > 3}
+        lim = self.limits
+        missing = [
+            name
+            for name, ok in (
+                ("memory", memory.isdigit() and int(memory) <= lim.memory_mb * 1024 * 1024),
+                ("pids", pids.isdigit() and int(pids) <= lim.pids),
+                ("cpu", quota.lstrip("-").isdigit() and int(quota) > 0),
+                *((f"{p.path} inodes", "nr_inodes=" in options.get(p.path, "")) for p in disk.places(lim)),
+                ("/dev/pts terminals", f"max={PTYS}" in options.get("/dev/pts", "")),
+                ("inotify", inotify.strip().isdigit() and int(inotify) <= USERNS_LIMITS["max_inotify_instances"]),
+            )
+            if not ok
+        ]
+        if missing and not self.owner.allow_unlimited:
+            raise SandboxError(
+                f"the container engine did not apply the sandbox's {', '.join(missing)} limits (its cgroup says "
+                f"{' '.join(values) or 'nothing'}): rootless Podman on cgroup v1 cannot set cgroup limits, and a "
+                "Podman without trialforge's containers.conf (which PodmanService writes) sets no inode, terminal or "
+                "inotify limit. "
+                "Run the engine as root (or on cgroup v2 with the controllers delegated) with that configuration, "
+                "or set sandbox.allow_unlimited: true (params.yaml) to accept that",
+                cause="cgroup",
+            )
+        if missing:
+            log.warning("the engine applies no %s limits; accepted by sandbox.allow_unlimited", ", ".join(missing))
+        self.owner.limits_checked = True
 
     def __enter__(self) -> DockerSandbox:
         return self
@@ -587,12 +667,16 @@ class DockerSandbox:
 
     # --- files -----------------------------------------------------------------------
     def read_file(self, path: str) -> bytes:
-        """The file's bytes; the script states its size first, so output the engine lost is asked for again."""
+        """The file's bytes; the script states its size first, so output the engine lost is asked for again, and a
+        file larger than the workspace's quota is refused before a byte of it is sent."""
         target = _confined(path)
+        cap = self.copy_limits.bytes
         for _ in range(READ_ATTEMPTS):
-            run = self._helper(READ_SCRIPT, target, cap=2 * self.limits.disk_mb * 1024 * 1024 + 2)
+            run = self._helper(READ_SCRIPT, target, str(cap), cap=cap + 2)
             if run.exit_code == 3:
                 raise SandboxError(f"path {path!r} resolves outside {WORKDIR} (to {run.err_text()})", cause="path")
+            if run.exit_code == 8:
+                raise too_big(repr(path), int(run.err_text() or 0), cap)
             if run.exit_code != 0:
                 raise FileNotFoundError(f"{path}: {run.err_text() or 'cannot read'}")
             data = run.out_bytes()
@@ -604,6 +688,7 @@ class DockerSandbox:
 
     def write_file(self, path: str, data: bytes) -> None:
         target = _confined(path)
+        Budget(self.copy_limits, f"writing {path!r} into {self.id}").take_bytes(len(data), path)
         for _ in range(WRITE_ATTEMPTS):
             run = self._helper(WRITE_SCRIPT, target, str(len(data)), stdin=bytes(data))
             if run.exit_code != 7:
@@ -614,44 +699,76 @@ class DockerSandbox:
             raise IsADirectoryError(f"{path}: Is a directory")
         if run.exit_code != 0:
             why = "its content arrived short" if run.exit_code == 7 else run.err_text()
-            raise SandboxError(f"cannot write {path!r} in {self.id}: {why}", cause="path")
+            full = any(words in why for words in NO_ROOM_WORDS)
+            raise SandboxError(f"cannot write {path!r} in {self.id}: {why}", cause="quota" if full else "path")
 
     def export_workspace(self, dest: Path) -> None:
+        budget = Budget(self.copy_limits, f"the export of {self.id}")
         with self._workspace_tar() as tar:
-            docker_io.extract_workspace(tar, dest)
+            docker_io.extract_workspace(tar, dest, budget)
 
     @contextlib.contextmanager
     def _workspace_tar(self) -> Iterator[tarfile.TarFile]:
-        """/work as a tar that ``tar`` in the sandbox wrote (members ``./...``), spooled on the host.
+        """/work as the tar that ``tar`` in the sandbox writes (members ``./...``), read in stream mode as it arrives.
 
         ``tar`` never writes nothing (an empty archive is two zero blocks): an exit 0 with no byte is output lost on
-        the way (as READ_ATTEMPTS says), so the archive is asked for once more.
+        the way (as READ_ATTEMPTS says), so the archive is asked for once more. A caller that stops reading (its
+        budget ran out) ends the exec: the pipe closes, the stream is dropped, and whatever still runs is killed.
         """
-        cap = 2 * self.limits.disk_mb * 1024 * 1024 + (1 << 20)
-        sink = docker_io.SpoolSink(cap)
+        for attempt in (1, 2):
+            sink = docker_io.PipeSink()
+            outcome: dict[str, Any] = {}
+            pump = threading.Thread(target=self._archive_into, args=(sink, outcome), name="archive", daemon=True)
+            pump.start()
+            finished = False
+            try:
+                tar = sink.open_tar()
+                if tar is None:
+                    pump.join()
+                    run = self._archived(outcome)
+                    if run.exit_code == 0 and sink.total == 0 and attempt == 1:
+                        log.warning("the engine delivered no byte of %s's workspace archive (exit 0): asking again",
+                                    self.id)  # fmt: skip
+                        finished = True  # nothing left running to kill
+                        continue
+                    raise SandboxError(f"the workspace archive of {self.id} is unreadable", cause="snapshot") from None
+                with tar:
+                    yield tar
+                sink.drain()
+                finished = True
+            finally:
+                sink.reader.close()  # a writer still sending gets EPIPE: the exec's reading ends
+                pump.join()
+                if not finished:
+                    self._kill_all()
+            self._archived(outcome)
+            return
+
+    def _archive_into(self, sink: docker_io.PipeSink, outcome: dict[str, Any]) -> None:
         try:
-            run = self._helper(SAVE_ARGV, out=sink)
-            if run.exit_code == 0 and sink.total == 0:
-                log.warning("the engine delivered no byte of %s's workspace archive (exit 0): asking again", self.id)
-                sink.close()
-                sink = docker_io.SpoolSink(cap)
-                run = self._helper(SAVE_ARGV, out=sink)
-            if sink.overflow:
-                raise SandboxError(f"the workspace archive of {self.id} exceeds {sink.cap} bytes", cause="snapshot")
-            if run.exit_code != 0:
-                self._raise_if_dead("archive")
-                raise SandboxError(f"cannot archive the workspace of {self.id}: {run.err_text()}", cause="snapshot")
-            with tarfile.open(fileobj=sink.rewind(), mode="r:") as tar:
-                yield tar
+            outcome["run"] = self._helper(SAVE_ARGV, out=sink)
+        except BaseException as exc:  # handed to the reading thread, which decides what it means
+            outcome["error"] = exc
         finally:
-            sink.close()
+            sink.close_writer()
+
+    def _archived(self, outcome: dict[str, Any]) -> _Run:
+        """The archiving exec's result, or its error raised; a failed ``tar`` is a ``snapshot`` error."""
+        if "error" in outcome:
+            raise outcome["error"]
+        run: _Run = outcome["run"]
+        if run.exit_code != 0:
+            self._raise_if_dead("archive")
+            raise SandboxError(f"cannot archive the workspace of {self.id}: {run.err_text()}", cause="snapshot")
+        return run
 
     def _load(self, archive: IO[bytes], what: str) -> None:
         """/work becomes exactly ``archive`` (its ``.`` entry makes /work the sandbox user's), with no process left."""
         run = self._helper(LOAD_SCRIPT, stdin=archive)
         if run.exit_code != 0:
             self._raise_if_dead(what)
-            raise SandboxError(f"cannot {what} of {self.id}: {run.err_text()}", cause="died")
+            full = any(words in run.err_text() for words in NO_ROOM_WORDS)
+            raise SandboxError(f"cannot {what} of {self.id}: {run.err_text()}", cause="quota" if full else "died")
 
     # --- snapshots ---------------------------------------------------------------------
     def snapshot(self) -> DockerSnapshot:
@@ -661,19 +778,23 @@ class DockerSandbox:
             private_dir(self.owner.state_dir / "snapshots")
             folder.mkdir(exist_ok=True)
         path = folder / f"{snap_id}.tar"
+        budget = Budget(self.copy_limits, f"the snapshot of {self.id}")
         with self._workspace_tar() as src:
-            docker_io.write_snapshot(src, path)
-        return DockerSnapshot(id=snap_id, path=path, image_digest=self.image_digest)
+            docker_io.write_snapshot(src, path, budget)
+        return DockerSnapshot(snap_id, path, self.image_digest, budget.bytes, budget.entries)
 
     def restore(self, snap: DockerSnapshot) -> None:
+        """/work becomes the snapshot; refused up front when this sandbox's quota cannot hold it."""
         if not snap.path.is_file():
             raise SandboxError(f"snapshot {snap.id} is gone", cause="snapshot")
+        budget = Budget(self.copy_limits, f"the restore of snapshot {snap.id} into {self.id}")
+        budget.take_tree(snap.bytes, snap.entries)
         with snap.path.open("rb") as fh:
             self._load(fh, f"restore snapshot {snap.id}")
 
     def reset(self, workspace: Path | None) -> None:
         """Make /work hold exactly ``workspace`` (empty when None), with no process left running: pool reuse."""
-        with docker_io.tar_of_dir(workspace) as fh:
+        with docker_io.tar_of_dir(workspace, Budget(self.copy_limits, f"the seeding of {self.id}")) as fh:
             self._load(fh, "reset the workspace")
 
 

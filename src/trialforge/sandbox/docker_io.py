@@ -7,6 +7,11 @@ nothing on the host ever follows a path the agent planted, ownership inside is a
 sandbox user's whatever host uid the user namespace gives it, and the same code works on
 Docker and Podman (whose archive APIs cannot see a tmpfs, or cannot write into one owned by
 a user namespace).
+
+An archive coming out is read as it arrives (``PipeSink``: the exec's frames feed a pipe that
+``tarfile`` reads in stream mode), member by member, each charged to the copy's ``Budget``
+(``hostcopy``) before its data is read: a header announcing a 1 GiB sparse file stops the copy
+at that header, and nothing is spooled on the host first.
 """
 
 from __future__ import annotations
@@ -26,39 +31,51 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from trialforge.sandbox.hostcopy import Budget
 from trialforge.sandbox.identity import SANDBOX_UID
 from trialforge.sandbox.sanitize import tar_member
 
 DRAIN_S = 5.0  # after the host's deadline, how long to wait for the killed command's last output
 SPOOL_BYTES = 8 << 20  # archives bigger than this go to a temporary file
+TRAILER_CAP = 1 << 20  # what may follow an archive's end marker (tar pads to its record size, 10 KiB)
 
 
 class Sink(Protocol):
     def feed(self, chunk: bytes) -> None: ...
 
 
-class SpoolSink:
-    """A byte stream kept whole (in memory, then on disk), up to ``cap`` bytes; past it, ``overflow`` is set."""
+class PipeSink:
+    """An exec's output handed to a reader in another thread through a pipe, with back-pressure: the exec is read
+    only as fast as ``reader`` is. Once the reader is closed, ``feed`` fails (EPIPE), which ends the exec's reading."""
 
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
+    def __init__(self) -> None:
+        read_end, self._write_end = os.pipe()
+        self.reader: IO[bytes] = os.fdopen(read_end, "rb")
         self.total = 0
-        self.overflow = False
-        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (closed by owner)
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
-        if self.total > self.cap:
-            self.overflow = True
-            return
-        self.file.write(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(self._write_end, view) :]
 
-    def rewind(self) -> IO[bytes]:
-        self.file.seek(0)
-        return self.file
+    def close_writer(self) -> None:
+        if self._write_end >= 0:
+            os.close(self._write_end)
+            self._write_end = -1
 
-    def close(self) -> None:
-        self.file.close()
+    def open_tar(self) -> tarfile.TarFile | None:
+        """The stream as a tar read in stream mode (member by member, never seeking); None when no archive came."""
+        try:
+            return tarfile.open(fileobj=self.reader, mode="r|")
+        except tarfile.ReadError:
+            return None
+
+    def drain(self) -> None:
+        """Read what follows the archive (its padding), at most ``TRAILER_CAP`` bytes, so the exec can finish."""
+        left = TRAILER_CAP
+        while left > 0 and (chunk := self.reader.read(min(left, 65536))):
+            left -= len(chunk)
 
 
 def pump_frames(
@@ -191,8 +208,16 @@ def _seedable(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 
 
 @contextlib.contextmanager
-def tar_of_dir(src: Path | None) -> Iterator[IO[bytes]]:
-    """``src`` as a tar whose root entry ``.`` becomes /work itself (just ``.`` when ``src`` is None)."""
+def tar_of_dir(src: Path | None, budget: Budget) -> Iterator[IO[bytes]]:
+    """``src`` as a tar whose root entry ``.`` becomes /work itself (just ``.`` when ``src`` is None), charged to
+    ``budget`` as it is made: a tree /work could not hold is refused before a byte is sent."""
+
+    def seedable(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        kept = _seedable(info)
+        if kept is not None and kept.name != ".":
+            charge(budget, kept)
+        return kept
+
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as fh:
         with tarfile.open(fileobj=fh, mode="w") as tar:  # type: ignore[call-overload]
             if src is None:
@@ -200,9 +225,17 @@ def tar_of_dir(src: Path | None) -> Iterator[IO[bytes]]:
                 root.type, root.mode, root.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
                 tar.addfile(as_sandbox_user(root))
             else:
-                tar.add(str(src), arcname=".", filter=_seedable)
+                tar.add(str(src), arcname=".", filter=seedable)
         fh.seek(0)
         yield fh  # type: ignore[misc]
+
+
+def charge(budget: Budget, member: tarfile.TarInfo) -> None:
+    """Charge one archive member: an entry, and a regular file's size (a hard link's data came with its first name)."""
+    name = member.name.removeprefix("./")
+    budget.take_entry(name, name.count("/"))
+    if member.isreg():
+        budget.take_bytes(member.size, name)
 
 
 def rebased(tar: tarfile.TarFile) -> Iterable[tarfile.TarInfo]:
@@ -224,12 +257,15 @@ def _relative(name: str) -> str | None:
     return norm
 
 
-def write_snapshot(src: tarfile.TarFile, dest: Path) -> None:
-    """The sanitized, sandbox-owned copy of a workspace archive, written atomically to ``dest``."""
+def write_snapshot(src: tarfile.TarFile, dest: Path, budget: Budget) -> None:
+    """The sanitized, sandbox-owned copy of a workspace archive, charged to ``budget`` member by member as it is
+    read, written atomically to ``dest`` (never half a snapshot)."""
     tmp = dest.with_suffix(".part")
     try:
-        with tarfile.open(tmp, mode="w") as out:
+        with budget.writing(), tarfile.open(tmp, mode="w") as out:
             for member in rebased(src):
+                if member.name != ".":
+                    charge(budget, member)
                 safe = tar_member(member)
                 if safe is not None:
                     out.addfile(as_sandbox_user(safe), src.extractfile(member) if member.isreg() else None)
@@ -238,11 +274,19 @@ def write_snapshot(src: tarfile.TarFile, dest: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def extract_workspace(src: tarfile.TarFile, dest: Path) -> None:
-    """What may leave a sandbox (``sanitize``), inside ``dest`` (the stdlib's ``data`` rule), owned by us."""
+def extract_workspace(src: tarfile.TarFile, dest: Path, budget: Budget) -> None:
+    """What may leave a sandbox (``sanitize``), inside ``dest`` (the stdlib's ``data`` rule), owned by us, each member
+    charged to ``budget`` before it is written."""
     dest.mkdir(parents=True, exist_ok=True)
-    for member in rebased(src):
-        src.extract(member, dest, filter=_export_filter)
+    with budget.writing():
+        for member in rebased(src):
+            if member.name == ".":
+                continue
+            charge(budget, member)
+            target = dest / member.name  # a name exported before makes room (a stream cannot go back for a link)
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            src.extract(member, dest, filter=_export_filter)
 
 
 def _export_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:

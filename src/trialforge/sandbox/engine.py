@@ -7,6 +7,14 @@ unix socket for as long as a ``with`` block (or a test session) lasts, with our 
 ``containers.conf`` (images/podman/containers.conf: ulimits, cgroupfs, runc), and
 stops exactly that process afterwards. When ``DOCKER_HOST`` is set the user has
 chosen an engine, and we use it instead of starting anything.
+
+The repository's containers.conf is written into the service's home with two of trialforge's
+programs in it (``render_conf``): ``runc`` through ``images/podman/oci-runtime`` (inode limits
+on every sized tmpfs, which Podman's API cannot ask for) and slirp4netns through
+``images/podman/slirp4netns-userns`` (a container's network without host privileges). The
+service's temp dir is one of its own (``temp_dir``), so what Podman leaves there (the ~200 MB
+``api_load.tar*`` of every image import through the API) goes when the service stops, or
+when ``trialforge reap`` removes the home of a service whose owner died.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import docker.errors
 import requests.exceptions
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox.oci_limits import runtime_script
 from trialforge.sandbox.reaper import process_start, still_running
 from trialforge.sandbox.statedir import private_dir, state_root
 
@@ -36,7 +45,11 @@ log = logging.getLogger(__name__)
 
 API_VERSION = "1.41"
 CONF_ENV = "CONTAINERS_CONF"
-_REPO_CONF = Path(__file__).resolve().parents[3] / "images" / "podman" / "containers.conf"
+_PODMAN_DIR = Path(__file__).resolve().parents[3] / "images" / "podman"
+_REPO_CONF = _PODMAN_DIR / "containers.conf"
+RENDERED_CONF = "containers.conf"  # in a service's home
+RUNTIME = "oci-runtime"  # in a service's home: images/podman/oci-runtime filled in
+IMPORT_LEFTOVERS = "api_load.tar*"  # Podman's copy of an image imported through the API, never removed by Podman
 _ENGINE_DOWN = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
@@ -50,6 +63,26 @@ def containers_conf(path: Path | None = None) -> Path:
             cause="engine",
         )
     return chosen
+
+
+def render_conf(source: Path, home: Path) -> Path:
+    """``source`` with trialforge's OCI runtime wrapper (filled in, written to ``home``) as ``runc`` and its slirp4netns
+    wrapper, written to ``home``; returns the conf's path."""
+    runtime = _write(home / RUNTIME, runtime_script(_PODMAN_DIR / "oci-runtime"), mode=0o755)
+    text = source.read_text()
+    engine = f'network_cmd_path = "{_PODMAN_DIR / "slirp4netns-userns"}"\n'
+    if "[engine]" not in text:
+        text += "\n[engine]\n"
+    text = text.replace("[engine]\n", "[engine]\n" + engine, 1) + f'\n[engine.runtimes]\nrunc = ["{runtime}"]\n'
+    return _write(home / RENDERED_CONF, text, mode=0o644)
+
+
+def _write(dest: Path, text: str, *, mode: int) -> Path:
+    tmp = dest.with_suffix(f".{os.getpid()}.part")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(dest)
+    return dest
 
 
 def engine_client(base_url: str | None = None, *, timeout: float = 120.0) -> docker.DockerClient:
@@ -107,11 +140,16 @@ class PodmanService:
         self.base_url: str | None = self.external
         self.proc: subprocess.Popen[bytes] | None = None
         self._made_dir: Path | None = None
+        self.tmp_dir: Path | None = None  # the service's $TMPDIR: None for the user's engine
+        self._rendered: Path | None = None
 
     @property
     def env(self) -> dict[str, str]:
-        """What podman (service or CLI) needs to see this service's configuration."""
-        return {**os.environ, CONF_ENV: str(containers_conf(self.conf))}
+        """What podman (service or CLI) needs to see this service's configuration, and its own temp dir."""
+        env = {**os.environ, CONF_ENV: str(self._rendered or containers_conf(self.conf))}
+        if self.tmp_dir is not None:
+            env["TMPDIR"] = str(self.tmp_dir)
+        return env
 
     def start(self) -> str:
         """Start the service (unless one is already running or DOCKER_HOST is set); returns its URL."""
@@ -126,6 +164,8 @@ class PodmanService:
                 "podman is not installed (apt-get install podman runc) and DOCKER_HOST is unset", cause="engine"
             )
         home = self._home()
+        self._rendered = render_conf(containers_conf(self.conf), home)
+        self.tmp_dir = _own_dir(temp_dir(home))
         socket = home / "podman.sock"
         socket.unlink(missing_ok=True)
         self.base_url = f"unix://{socket}"
@@ -165,6 +205,14 @@ class PodmanService:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=15)
+        if self.tmp_dir is not None:  # the engine's leftovers (image imports; a rootless Podman's run dir) go with it
+            _kill_users(self.tmp_dir)  # the cleanup processes of a rootless Podman, which would make it again
+            shutil.rmtree(self.tmp_dir, ignore_errors=True)
+            self.tmp_dir = None
+        if self._rendered is not None:
+            self._rendered.unlink(missing_ok=True)
+            self._rendered.with_name(RUNTIME).unlink(missing_ok=True)
+            self._rendered = None
         if self._made_dir is not None:
             remove_home(self._made_dir)
             self._made_dir = None
@@ -236,6 +284,12 @@ class ServiceRecord:
         return still_running(self.service_pid, self.service_start)
 
 
+def temp_dir(home: Path) -> Path:
+    """The service's ``$TMPDIR``: outside the state dir, for the reason ``store_dir`` gives (rootless Podman opened
+    the state dir to every user when its temp dir was in it), named after the home, so a reaper finds it."""
+    return Path(tempfile.gettempdir()) / f"tf-enginetmp-{home.name.removeprefix('podman-')}"
+
+
 def store_dir(home: Path) -> Path:
     """Where the service homed at ``home`` keeps a store of its own: outside the state dir, since Podman opens a
     store's parents to every user (o+x, for user namespaces) and the state dir must stay closed; short, since
@@ -245,14 +299,18 @@ def store_dir(home: Path) -> Path:
 
 def _own_store(home: Path) -> Path:
     """``store_dir(home)``, made by us now (never one somebody else made first), or ours from an earlier start."""
-    store = store_dir(home)
+    return _own_dir(store_dir(home))
+
+
+def _own_dir(path: Path) -> Path:
+    """``path`` made by us now (never one somebody else made first, in the shared temp dir), or ours from before."""
     try:
-        store.mkdir(mode=0o700)
+        path.mkdir(mode=0o700)
     except FileExistsError:
-        info = os.lstat(store)
+        info = os.lstat(path)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise SandboxError(f"refusing Podman store {store}: not a directory of ours", cause="state_dir") from None
-    return store
+            raise SandboxError(f"refusing {path}: not a directory of ours", cause="state_dir") from None
+    return path
 
 
 def remove_home(home: Path) -> None:
@@ -263,6 +321,8 @@ def remove_home(home: Path) -> None:
     for mount in mounts_under(store):
         subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
     shutil.rmtree(store, ignore_errors=True)
+    _kill_users(temp_dir(home))
+    shutil.rmtree(temp_dir(home), ignore_errors=True)
     shutil.rmtree(home, ignore_errors=True)
 
 

@@ -228,6 +228,7 @@ def open_fleet(
     stack: contextlib.ExitStack,
     *,
     allow_host_uids: bool = False,
+    allow_unlimited: bool = False,
     health_s: float = 5.0,
     registry: RegistryParams | None = None,
 ) -> EngineFleet:
@@ -245,7 +246,9 @@ def open_fleet(
         client = endpoint.client(url)
         stack.callback(client.close)
         probe = endpoint.client(url, PROBE_TIMEOUT_S).api
-        backend = DockerBackend(client, image, allow_host_uids=allow_host_uids, registry=registry)
+        backend = DockerBackend(
+            client, image, allow_host_uids=allow_host_uids, registry=registry, allow_unlimited=allow_unlimited
+        )
         engine = FleetEngine(endpoint, backend, probe, tunnel)
         try:
             if tunnel is not None:

@@ -63,11 +63,13 @@ def run_capped(
     env: dict[str, str],
     pass_fds: Sequence[int] = (),
     started: Callable[[subprocess.Popen], None] | None = None,
+    kill: Callable[[subprocess.Popen], None] | None = None,
 ) -> ProcResult:
-    """Run ``argv`` with exactly ``env`` (and ``pass_fds`` open) in its own process group.
+    """Run ``argv`` with exactly ``env`` (and ``pass_fds`` open) in its own process group, in ``/``.
 
     ``started(proc)`` runs once the process exists (the whole group dies if it raises). The
-    whole group is killed at ``timeout`` seconds.
+    whole group is killed at ``timeout`` seconds (by ``kill(proc)`` when given: a process that
+    changed its uid is not ours to signal).
     """
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -76,25 +78,27 @@ def run_capped(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        cwd="/",
         start_new_session=True,
         pass_fds=tuple(pass_fds),
     )
+    killer = kill or _kill_group
     if started is not None:
         try:
             started(proc)
         except BaseException:
-            _kill_group(proc)
+            killer(proc)
             proc.communicate()
             raise
     captures = {proc.stdout: _Capture(cap), proc.stderr: _Capture(cap)}
-    timed_out = _pump(proc, captures, deadline=start + timeout)
+    timed_out = _pump(proc, captures, deadline=start + timeout, kill=killer)
     returncode = proc.wait()
     out, out_cut = captures[proc.stdout].text()
     err, err_cut = captures[proc.stderr].text()
     return ProcResult(returncode, out, err, time.monotonic() - start, timed_out, out_cut or err_cut)
 
 
-def _pump(proc: subprocess.Popen, captures: dict, *, deadline: float) -> bool:
+def _pump(proc: subprocess.Popen, captures: dict, *, deadline: float, kill: Callable[[subprocess.Popen], None]) -> bool:
     """Copy output into the captures until both pipes close; True when the deadline killed it."""
     sel = selectors.DefaultSelector()
     for stream in captures:
@@ -104,7 +108,7 @@ def _pump(proc: subprocess.Popen, captures: dict, *, deadline: float) -> bool:
         remaining = deadline - time.monotonic()
         if remaining <= 0 and not timed_out:
             timed_out = True
-            _kill_group(proc)
+            kill(proc)
             deadline = time.monotonic() + 5  # drain what the dying group already wrote
             continue
         if remaining <= 0:

@@ -23,12 +23,12 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trialforge.sandbox import cgroups
+from trialforge.sandbox import cgroups, idleases, mounts
+from trialforge.sandbox.disk import HOME_MOUNTS
 from trialforge.sandbox.statedir import check_private, state_root
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class SandboxRecord:
         record = cls(**data)
         if record.id != home.name or not SANDBOX_ID.fullmatch(record.id):
             raise ValueError(f"record of {record.id!r} found in {home.name!r}")
-        if any(m != str(home / "work") for m in record.mounts):
+        if any(Path(m).parent != home or Path(m).name not in HOME_MOUNTS for m in record.mounts):
             raise ValueError(f"names foreign mounts {record.mounts}")
         for group in map(Path, record.cgroups):
             if group.name != record.id or cgroups.ROOT not in group.parents or ".." in group.parts:
@@ -125,7 +125,7 @@ def _release(record: SandboxRecord, home: Path) -> bool:
     group = cgroups.SandboxCgroup(name=record.id, dirs=[Path(p) for p in record.cgroups], v1=True)
     left = group.remove()
     for mount in record.mounts:
-        subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
+        mounts.unmount(mount)
     if left:
         log.warning("sandbox %s: cgroups still held (%s); kept for the next reap", record.id, group.holders())
         record.cgroups, record.mounts = [str(d) for d in left], []
@@ -137,22 +137,31 @@ def _release(record: SandboxRecord, home: Path) -> bool:
 
 
 def _remove_home(home: Path) -> None:
-    """The sandbox's home, its workspace unmounted first even if no record names the mount yet (its owner died
-    between mounting and saving): the state dir is ours alone (``check_private``), so is what is mounted in it."""
-    if os.path.ismount(home / "work"):
-        subprocess.run(["umount", "-l", str(home / "work")], check=False, capture_output=True)
+    """The sandbox's home, its places unmounted first even if no record names them (its owner died before saving
+    one): the state dir is ours alone (``check_private``), so is what is mounted in it. Its ids go back with it."""
+    for name in HOME_MOUNTS:
+        if os.path.ismount(home / name):
+            mounts.unmount(home / name)
     shutil.rmtree(home, ignore_errors=True)
 
 
 def reap(state_dir: Path | None = None, *, everything: bool = False) -> list[str]:
     """Remove abandoned sandboxes (owner dead or deadline passed; all of them with ``everything``).
 
-    Returns the ids removed.
+    Returns the ids removed. The host ids of sandboxes gone (theirs or any other run's) return to their range.
     """
     root = state_dir or state_root()
     removed: list[str] = []
     if not (root / "sandboxes").is_dir():
         return removed
+    try:
+        _reap_homes(root, everything, removed)
+    finally:
+        idleases.sweep()
+    return removed
+
+
+def _reap_homes(root: Path, everything: bool, removed: list[str]) -> None:
     check_private(root)
     key = _key(root)
     now = time.time()
@@ -177,4 +186,3 @@ def reap(state_dir: Path | None = None, *, everything: bool = False) -> list[str
         pid = int(snaps.name.split("-", 1)[0]) if snaps.name.split("-", 1)[0].isdigit() else -1
         if everything or not Path(f"/proc/{pid}").exists():
             shutil.rmtree(snaps, ignore_errors=True)
-    return removed

@@ -115,8 +115,10 @@ PERSONALITY_FLAGS = {
     "ADDR_COMPAT_LAYOUT": 0x0200000,
     "READ_IMPLIES_EXEC": 0x0400000,  # executable data pages
 }
-# ioctl() requests that push input into, or reconfigure, the controlling terminal
+# ioctl() requests that push input into, or reconfigure, the controlling terminal. The kernel takes the request
+# as a 32-bit int, so ``0x100005412`` is TIOCSTI too: the rules compare the low 32 bits only (REQUEST_MASK).
 TERMINAL_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
+REQUEST_MASK = 0xFFFFFFFF
 
 
 def rules() -> list[tuple[str, int, list[tuple[int, int]]]]:
@@ -129,21 +131,20 @@ def rules() -> list[tuple[str, int, list[tuple[int, int]]]]:
     return listed
 
 
+def _condition(name: str, flag: int) -> tuple[int, int]:
+    """(mask, value) an argument must equal under the mask: an ioctl request's low 32 bits, else a flag's bits."""
+    return (REQUEST_MASK, flag) if name == "ioctl" else (flag, flag)
+
+
 def oci_profile() -> dict:
     """The rules as an OCI/Docker seccomp profile (what ``--security-opt seccomp=...`` takes)."""
     syscalls = []
     for name, err, args in rules():
         entry: dict = {"names": [name], "action": "SCMP_ACT_ERRNO", "errnoRet": err}
-        if args:
-            ioctl = name == "ioctl"
+        if args:  # SCMP_CMP_MASKED_EQ: ``value`` is the mask, ``valueTwo`` what the masked argument must be
             entry["args"] = [
-                {
-                    "index": index,
-                    "value": flag,
-                    "valueTwo": 0 if ioctl else flag,
-                    "op": "SCMP_CMP_EQ" if ioctl else "SCMP_CMP_MASKED_EQ",
-                }
-                for index, flag in args
+                {"index": index, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+                for index, (mask, value) in ((i, _condition(name, flag)) for i, flag in args)
             ]
         syscalls.append(entry)
     return {"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86_64"], "syscalls": syscalls}
@@ -158,10 +159,7 @@ def filter_bpf() -> bytes:
         raise SandboxError(f"cannot load libseccomp ({exc}): apt-get install libseccomp2", cause="seccomp") from exc
     filt = sc.SyscallFilter(sc.ALLOW)
     for name, err, args in rules():
-        if name == "ioctl":
-            conditions = [sc.Arg(i, sc.MASKED_EQ, 0xFFFFFFFF, request) for i, request in args]
-        else:
-            conditions = [sc.Arg(i, sc.MASKED_EQ, flag, flag) for i, flag in args]
+        conditions = [sc.Arg(i, sc.MASKED_EQ, *_condition(name, flag)) for i, flag in args]
         try:
             filt.add_rule(sc.ERRNO(err), name, *conditions)
         except (ValueError, RuntimeError, OSError):

@@ -29,12 +29,18 @@ def state_root() -> Path:
 
     Never a predictable name in a shared, world-writable directory (``/tmp``).
     """
-    if env := os.environ.get(STATE_ENV):
-        return Path(env)
+    return account_dir(STATE_ENV, "trialforge")
+
+
+def account_dir(env: str, name: str) -> Path:
+    """``$env``, else ``/run/NAME`` as root, else ``$XDG_RUNTIME_DIR/NAME`` (or ``~/.local/state/NAME``): a place of
+    this host account's own."""
+    if chosen := os.environ.get(env):
+        return Path(chosen)
     if os.geteuid() == 0:
-        return Path("/run/trialforge")
+        return Path("/run") / name
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "trialforge" if runtime else Path.home() / ".local" / "state" / "trialforge"
+    return Path(runtime) / name if runtime else Path.home() / ".local" / "state" / name
 
 
 def expected_mode() -> tuple[int, int]:

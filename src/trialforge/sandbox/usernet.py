@@ -5,10 +5,13 @@ Every bwrap command runs in a fresh, private network namespace (``confinement.na
 process of its own, started per command and gone with it:
 
 1. bwrap reports the sandbox's pid on ``--info-fd`` and holds the command on ``--block-fd``;
-2. ``slirp4netns --configure`` enters that network namespace (by path: bwrap's nested user
-   namespace has no rights over it, host root has), creates ``tap0`` (10.0.2.100/24, default
-   route, MTU 65520) and reports on ``--ready-fd``; it then confines itself (``--enable-sandbox``:
-   an empty root, capabilities dropped; ``--enable-seccomp``);
+2. ``slirp4netns --configure`` runs as the sandbox's own host uid (``idleases``), with no capability
+   anywhere and no-new-privileges: it holds no host privilege to lose. Its child joins the sandbox's
+   user namespace, which that uid owns, and through it the network namespace; there it creates
+   ``tap0`` (10.0.2.100/24, default route, MTU 65520) and reports on ``--ready-fd``. The process
+   that stays outside, in the host's network namespace, keeps only the tap's fd and its own
+   syscall filter (``--enable-seccomp``). (slirp4netns's ``--enable-sandbox`` needs root somewhere:
+   a root in the sandbox's user namespace, which bwrap's has not, or host root, which it must not have.)
 3. the command is released; its packets leave through slirp4netns's ordinary sockets on the host,
    as connections the host makes. ``--disable-host-loopback`` refuses 10.0.2.2 (the host's
    127.0.0.1), so services on the host's loopback stay out of reach; another sandbox is another
@@ -29,6 +32,7 @@ from any run of the command, so the backend starts it again.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -38,9 +42,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox.confinement import tool
 
-SLIRP_OPTIONS = ("--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox", "--enable-seccomp")
+SLIRP_OPTIONS = ("--configure", "--mtu=65520", "--disable-host-loopback", "--enable-seccomp")
 RESOLV_CONF = b"nameserver 10.0.2.3\n"
+NS_GET_USERNS = 0xB701  # ioctl on a namespace fd: an fd of the user namespace that owns it
 STOP_WAIT_S = 5.0
 
 
@@ -66,7 +72,7 @@ class UserNet:
 
     def __init__(self, log_path: Path, *, prefix: Sequence[str] = ()) -> None:
         self.log_path = log_path
-        self.prefix = list(prefix)  # e.g. the sandbox's cgroup entry
+        self.prefix = list(prefix)  # the sandbox's cgroup entry and its identity
         self.proc: subprocess.Popen | None = None
         self._exit_w: int | None = None
         self.info_r, self.info_w = os.pipe()
@@ -98,28 +104,35 @@ class UserNet:
         pid = self._sandbox_pid()
         ready_r, ready_w = os.pipe()
         exit_r, self._exit_w = os.pipe()
+        # The user namespace that owns the network namespace, asked of the kernel: the sandbox's process may already
+        # be in the nested one bwrap makes for --disable-userns, which has no rights over it.
+        netns = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        owner = fcntl.ioctl(netns, NS_GET_USERNS)
         try:
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
                     [
                         *self.prefix,
-                        "slirp4netns",
+                        tool("slirp4netns"),
                         *SLIRP_OPTIONS,
                         f"--ready-fd={ready_w}",
                         f"--exit-fd={exit_r}",
+                        f"--userns-path=/proc/self/fd/{owner}",
                         "--netns-type=path",
-                        f"/proc/{pid}/ns/net",
+                        f"/proc/self/fd/{netns}",
                         "tap0",
                     ],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
-                    pass_fds=(ready_w, exit_r),
+                    env={},
+                    cwd="/",
+                    pass_fds=(ready_w, exit_r, owner, netns),
                     start_new_session=True,
                 )
         finally:
-            os.close(ready_w)
-            os.close(exit_r)
+            for fd in (ready_w, exit_r, owner, netns):
+                os.close(fd)
         with os.fdopen(ready_r, "rb") as ready:
             if ready.read(1) != b"1":
                 why = self._log_tail()
