@@ -21,6 +21,7 @@ line unless it says so. ``CLASSES`` lists the attack classes; ``ATTACKS`` the at
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from dataclasses import dataclass, field
 
@@ -1331,3 +1332,25 @@ attack(
 
 BY_NAME = {a.name: a for a in ATTACKS}
 assert len(BY_NAME) == len(ATTACKS), "attack names must be unique"
+
+
+# --- since the first round (docs/redteam.md) ------------------------------------------------------------------
+
+# The observers now write on a channel of their own: nothing reachable from the builtins writes the run's report,
+# so these find no emit (or no lone report pipe) to use and fail as the bug makes them fail.
+_NEUTRALISED = (
+    "guessed_marker_on_the_report_fd",
+    "closure_cell_rewrites_the_report_in_flight",
+    "closure_marker_raw_stream_with_guessed_values",
+)
+ATTACKS[:] = [dataclasses.replace(a, by="construction") if a.name in _NEUTRALISED else a for a in ATTACKS]
+# What still wins, only on tasks whose whole verdict is in process (calc-mean, calc-clamp): the quality gate drops such
+# tasks before training (quality.require_host_judged); detection alone does not stop these (docs/verification.md,
+# "Known limits of detection"). True: it wins every time; False: by a draw (about 26 of 30).
+IN_PROCESS_ONLY = {
+    "always_equal_in_process": True,
+    "answers_from_the_test_source": True,
+    "answer_from_the_callers_frame": True,
+    "answer_from_a_traceback_frame": True,
+    "plausibility_tells_the_must_fail_copy": False,
+}

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from redteam import ATTACKS, CLASSES, Attack
+from redteam import ATTACKS, CLASSES, IN_PROCESS_ONLY, Attack
 from redteam_repo import (
     ADD_HONEST,
     BASE_FILES,
@@ -33,6 +33,7 @@ from redteam_repo import (
     write_tree,
 )
 
+from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.snapshots import SnapshotStore
@@ -86,6 +87,7 @@ def world(request, tmp_path_factory) -> SimpleNamespace:
         name=request.param,
         root=root,
         tasks=tasks,
+        snapshots=snapshots,
         grader=Grader(backend, image.name, image.digest, snapshots, Limits()),
     )
 
@@ -116,7 +118,26 @@ def test_the_gold_patch_and_an_honest_fix_score_one(world, task_id, fix) -> None
     assert not [f for f in verdict.flags if f.startswith("tampered:")], verdict.flags
 
 
-@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def _marked(attack: Attack):
+    """An attack that still wins on an in-process-only task is expected to (the gate, not the grade, stops it)."""
+    if attack.name not in IN_PROCESS_ONLY:
+        return attack
+    reason = "a task judged wholly in process: the quality gate drops it (quality.require_host_judged)"
+    return pytest.param(attack, marks=pytest.mark.xfail(strict=IN_PROCESS_ONLY[attack.name], reason=reason))
+
+
+def test_the_quality_gate_drops_the_tasks_judged_wholly_in_process(world) -> None:
+    """Where every attack that still wins was graded: such a task never reaches a training batch."""
+    kept, records, _ = run_quality_gate(list(world.tasks.values()), world.grader, world.snapshots,
+                                        QualityConfig(max_mutants=0, gates=()))  # fmt: skip
+    assert [t.task_id for t in kept] == ["calc-add"]
+    for task_id in ("calc-mean", "calc-clamp"):
+        assert records[task_id].failed_gates == ["host_judged"] and records[task_id].verifier_runs == 0
+    wins = {a.task for a in ATTACKS if a.name in IN_PROCESS_ONLY}
+    assert wins <= {"calc-mean", "calc-clamp"}
+
+
+@pytest.mark.parametrize("attack", [_marked(a) for a in ATTACKS], ids=[a.name for a in ATTACKS])
 def test_an_attack_scores_zero(world, table, attack: Attack) -> None:
     verdict = grade(world, attack.task, attack.name, attack.edits)
     table.append((world.name, attack, verdict))
