@@ -155,10 +155,11 @@ def image_spec(
 ) -> None:
     """Print the environment spec detected in a repository (with params.yaml's ``env.repos`` over it)."""
     from trialforge.tasks.envdetect import resolve_env
+    from trialforge.tasks.envimages import env_key
 
     ((name, path),) = key_values([repo], "repo").items()
     spec = resolve_env(Path(str(path)), name, load_params(params).env.repos)
-    typer.echo(json.dumps(spec.model_dump(mode="json") | {"image_key": spec.digest()[:16]}, indent=2))
+    typer.echo(json.dumps(spec.model_dump(mode="json") | {"image_key": env_key(spec)}, indent=2))
 
 
 @app.command()
