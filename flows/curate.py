@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from trialforge import pipeline as steps
 from trialforge.config import load_params
-from trialforge.observe.logs import logged_step, stage_done
+from trialforge.observe.logs import logged_step, taskset_done
 from trialforge.orchestrate import StageResult, TaskSetVersion, runners, shards
 
 
@@ -55,16 +55,13 @@ def curate(
     params = load_params(Path(params_path), overrides)
     with runners.held_runtime(params) as rt:
         _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
-        with runners.track("environments"):
-            tasks, provided = logged_step(environments, rt, tasks)
-        with runners.track("validate"):
-            tasks, validated = logged_step(validate, rt, tasks)
+        tasks, provided = logged_step(environments, rt, tasks)
+        tasks, validated = logged_step(validate, rt, tasks)
         tasks, decontaminated = logged_step(decontaminate, rt, tasks)
-        with runners.track("quality gate"):
-            tasks, gated = logged_step(quality, rt, tasks)
+        tasks, gated = logged_step(quality, rt, tasks)
         started = time.monotonic()
         version = publish_taskset(rt, tier(tasks))
-        stage_done("task set", f"{len(tasks)} tasks published as {version}", started=started, version=version)
+        taskset_done(len(tasks), version, started=started)
     funnels = [provided.as_dict(), validated.as_dict(), decontaminated.as_dict(), gated.as_dict()]
     runners.funnel_artifacts(funnels)
     return StageResult(version=version, tasks=len(tasks), funnels=funnels)

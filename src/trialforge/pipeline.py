@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from trialforge.config import Params, RolloutParams
@@ -26,6 +25,7 @@ from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
 from trialforge.observe.health import Health, assert_trainable, check_health
 from trialforge.observe.metrics import iteration_metrics, load_run
+from trialforge.progress import track, tracked_map
 from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
@@ -72,13 +72,16 @@ def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
             concurrency=rt.params.sandbox.concurrency,
         )
         ep = rt.params.env
-        for repo in sorted(p for p in Path(src.repos).iterdir() if p.is_dir()):
-            # Mutants are screened and validated in the repository's own environment, as its tickets will be.
-            env = resolve_env(repo, repo.name, ep.repos)
-            image = env_image(env, timeout_s=ep.build_timeout_s).image.name
-            made, synthesis = synthesize(repo, repo.name, rt.backend, image, rt.snapshots, cfg, env=env)
-            funnel.absorb(synthesis)
-            tasks += made
+        repos = sorted(p for p in Path(src.repos).iterdir() if p.is_dir())
+        with track("synthesize (repositories)", len(repos)) as advance:
+            for repo in repos:
+                # Mutants are screened and validated in the repository's own environment, as its tickets will be.
+                env = resolve_env(repo, repo.name, ep.repos)
+                image = env_image(env, timeout_s=ep.build_timeout_s).image.name
+                made, synthesis = synthesize(repo, repo.name, rt.backend, image, rt.snapshots, cfg, env=env)
+                funnel.absorb(synthesis)
+                tasks += made
+                advance()
     return tasks, funnel
 
 
@@ -93,9 +96,10 @@ def environments(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     The bundled repositories need nothing beyond the base image and get it; every task records its image.
     """
     ep = rt.params.env
-    provided, funnel, built = provide_images(
-        tasks, rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s, store=rt.store
-    )
+    with track("environments"):
+        provided, funnel, built = provide_images(
+            tasks, rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s, store=rt.store
+        )
     for image in built:
         log.info(
             "environment image",
@@ -120,8 +124,7 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
             return task  # synthesis validated it, in this image
         return validate_task(task, rt.backend, image.name, rt.snapshots, limits, cfg, shared)
 
-    with ThreadPoolExecutor(max_workers=rt.params.sandbox.concurrency) as pool:
-        checked = list(pool.map(one, tasks))
+    checked = tracked_map("validate", one, tasks, rt.params.sandbox.concurrency)
     funnel = Funnel("validate")
     return record_verdicts(checked, funnel), funnel
 

@@ -26,6 +26,7 @@ import logging
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TextIO, TypeVar
@@ -135,6 +136,25 @@ def stage_done(stage: str, summary: str, *, started: float, **fields: Any) -> No
 def counted(counts: Mapping[str, int]) -> str:
     """``ok 9, env_error 1``: most first."""
     return ", ".join(f"{key} {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def rollout_done(iteration: int, final: bool, statuses: list[Mapping[str, int]], *, started: float) -> None:
+    """The line of an iteration's rollout: its episodes by status (``statuses``: each shard's); ``final``: the
+    held-out evaluation after the last update."""
+    total: Counter[str] = sum((Counter(s) for s in statuses), Counter())
+    said = f"{total.total()} episodes: {counted(total)}" if total else "no new episodes"
+    name = f"rollout {iteration}" + (" (held-out eval)" if final else "")
+    stage_done(name, said, started=started, statuses=dict(total))
+
+
+def train_done(iteration: int, stats: Mapping[str, Any] | None, resumed: bool, *, started: float) -> None:
+    """The line of an iteration's update: trained, or skipped (the reasons are logged as errors before it)."""
+    decision = (stats or {}).get("decision", "no learner among the policies")
+    stage_done(f"train {iteration}", decision + (" (taken before)" if resumed else ""), started=started)
+
+
+def taskset_done(tasks: int, version: str, *, started: float) -> None:
+    stage_done("task set", f"{tasks} tasks published as {version}", started=started, version=version)
 
 
 def logged_step(step: Callable[..., tuple[T, Funnel]], *args: Any) -> tuple[T, Funnel]:
