@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from trialforge.config import Params, load_params
+from trialforge.errors import ConfigError
 from trialforge.ingest_cli import app as ingest_app
 from trialforge.observe import cli as observe_cli
 from trialforge.orchestrate.cli import app as orchestrate_app
@@ -60,9 +61,11 @@ def run(
     shard_size: Annotated[int, typer.Option("--shard-size", help="episodes per Prefect task")] = 64,
 ) -> None:
     """Run the whole pipeline as one Prefect flow (ephemeral Prefect unless PREFECT_API_URL is set)."""
+    overrides = key_values(set_, "--set")
+    _check_sources(load_params(params, overrides))
     parameters = {
         "params_path": str(params),
-        "overrides": key_values(set_, "--set"),
+        "overrides": overrides,
         "run_id": run_id,
         "runner": runner,
         "ray_address": ray_address,
@@ -205,6 +208,19 @@ def stage(
     from trialforge.stages import run_stage
 
     run_stage(name, load_params(params, key_values(set_, "--set")))
+
+
+def _check_sources(params: Params) -> None:
+    """Before the pipeline starts: it has a source, and the bundled ones params.yaml names exist (here, or in the
+    checkout). A ConfigError of one line, not a failed flow run."""
+    from trialforge.checkout import source_path
+
+    sources = params.sources
+    if not (sources.tickets or sources.synthesize or sources.extra):
+        raise ConfigError("no sources: sources.tickets, sources.synthesize and sources.extra name none to ingest")
+    for setting in ("tickets", "repos", "eval_set"):
+        if path := getattr(sources, setting):
+            source_path(path, f"sources.{setting}")
 
 
 if __name__ == "__main__":

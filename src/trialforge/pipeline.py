@@ -10,6 +10,7 @@ import logging
 import uuid
 from pathlib import Path
 
+from trialforge.checkout import source_path
 from trialforge.config import Params, RolloutParams
 from trialforge.curate.decontam import (
     DecontamConfig,
@@ -63,8 +64,13 @@ def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
 
 def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
     src = rt.params.sources
-    tasks, funnel = ingest_github_issues(Path(src.tickets), Path(src.repos), rt.snapshots, caps=src.caps)
-    if src.synthesize:
+    tasks: list[Task] = []
+    funnel = Funnel("ingest")
+    repos_dir = source_path(src.repos, "sources.repos") if src.repos else None
+    if src.tickets and repos_dir:
+        tickets = source_path(src.tickets, "sources.tickets")
+        tasks, funnel = ingest_github_issues(tickets, repos_dir, rt.snapshots, caps=src.caps)
+    if src.synthesize and repos_dir:
         cfg = SynthesisConfig(
             max_total=src.synthesize,
             seed=rt.params.run.seed,
@@ -72,7 +78,7 @@ def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
             concurrency=rt.params.sandbox.concurrency,
         )
         ep = rt.params.env
-        repos = sorted(p for p in Path(src.repos).iterdir() if p.is_dir())
+        repos = sorted(p for p in repos_dir.iterdir() if p.is_dir())
         with track("synthesize (repositories)", len(repos)) as advance:
             for repo in repos:
                 # Mutants are screened and validated in the repository's own environment, as its tickets will be.
@@ -146,9 +152,8 @@ def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
         seed=rt.params.run.seed,
     )
     refs = humaneval_refs()
-    eval_set = Path(rt.params.sources.eval_set)
-    if eval_set.exists():
-        refs += swebench_refs(eval_set, ref_set="heldout_eval")
+    if rt.params.sources.eval_set:
+        refs += swebench_refs(source_path(rt.params.sources.eval_set, "sources.eval_set"), ref_set="heldout_eval")
     tasks = assign_splits(tasks, by=cp.split_by, eval_fraction=cp.eval_fraction, salt=cp.split_salt)
     tasks = enforce_hygiene(tasks, cfg)
     clean, report = run_decontamination(tasks, DecontamIndex.build(refs, cfg), cfg)

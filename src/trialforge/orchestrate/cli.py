@@ -46,15 +46,16 @@ def prefect_defaults() -> None:
 
 
 def run_flow(name: str, parameters: dict[str, Any]) -> Any:
-    """Run ``flows/NAME.py:NAME`` in this process (from the repository root) with progress bars."""
+    """Run ``flows/NAME.py:NAME`` (the checkout's) in this process with progress bars."""
     if name not in FLOWS:
         raise typer.BadParameter(f"unknown flow {name!r}; flows: {', '.join(FLOWS)}")
     prefect_defaults()
     from prefect.flows import load_flow_from_entrypoint
 
+    from trialforge.checkout import flow_entrypoint
     from trialforge.progress import progress_bars
 
-    flow = load_flow_from_entrypoint(f"flows/{name}.py:{name}")
+    flow = load_flow_from_entrypoint(flow_entrypoint(name))
     with progress_bars():
         return flow(**parameters)
 
