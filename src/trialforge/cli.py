@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from trialforge.config import Params, load_params
-from trialforge.errors import ConfigError
+from trialforge.errors import ConfigError, TrialforgeError
 from trialforge.ingest_cli import app as ingest_app
 from trialforge.observe import cli as observe_cli
 from trialforge.orchestrate.cli import app as orchestrate_app
@@ -18,7 +19,20 @@ from trialforge.orchestrate.cli import key_values, run_flow
 if TYPE_CHECKING:
     from trialforge.tasks.envimages import BuiltImage
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+class _Commands(TyperGroup):
+    """A trialforge error (bad params, a missing file, an engine that does not answer) ends any command with its
+    message and status 1, no traceback: it is the user's to fix. Anything else is a bug and keeps its traceback."""
+
+    def invoke(self, ctx: typer.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except TrialforgeError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False, help=__doc__)
 image_app = typer.Typer(no_args_is_help=True, help="Sandbox images.")
 app.add_typer(image_app, name="image")
 app.add_typer(orchestrate_app)  # `serve` and `flow NAME` at the top level
