@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from trialforge import pipeline as steps
 from trialforge.config import load_params
 from trialforge.observe.logs import logged_step, taskset_done
+from trialforge.observe.summary import write_funnels
 from trialforge.orchestrate import StageResult, TaskSetVersion, runners, shards
 
 
@@ -63,5 +64,6 @@ def curate(
         version = publish_taskset(rt, tier(tasks))
         taskset_done(len(tasks), version, started=started)
     funnels = [provided.as_dict(), validated.as_dict(), decontaminated.as_dict(), gated.as_dict()]
+    write_funnels(Path(params.run.out_dir), funnels)
     runners.funnel_artifacts(funnels)
     return StageResult(version=version, tasks=len(tasks), funnels=funnels)

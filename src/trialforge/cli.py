@@ -214,11 +214,14 @@ def engines(params: ParamsOpt = Path("params.yaml")) -> None:
 
 @app.command()
 def stage(
-    name: Annotated[str, typer.Argument(help="ingest | validate | decontaminate | tier | train | report")],
+    name: Annotated[
+        str, typer.Argument(help="ingest | images | validate | decontaminate | quality | tier | train | report")
+    ],
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = [],  # noqa: B006
 ) -> None:
-    """Run one pipeline stage file-to-file (what dvc.yaml calls)."""
+    """Run one stage of dvc.yaml file to file, in out/, with the lines, progress and funnel `trialforge run`
+    shows (a task stage's funnel: out/funnel/NAME.json)."""
     from trialforge.stages import run_stage
 
     run_stage(name, load_params(params, key_values(set_, "--set")))
