@@ -1,4 +1,5 @@
-"""Curate an ingested task set: environments -> validate -> decontaminate -> quality gate -> tier -> publish."""
+"""Curate an ingested task set (or a task file): environments -> validate -> decontaminate -> quality gate -> tier ->
+publish."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from trialforge.config import load_params
 from trialforge.observe.logs import logged_step, taskset_done
 from trialforge.observe.summary import write_funnels
 from trialforge.orchestrate import StageResult, TaskSetVersion, runners, shards
+from trialforge.tasks.taskset import read_tasks
 
 
 @task(cache_policy=NO_CACHE)
@@ -51,11 +53,16 @@ def curate(
     params_path: str = "params.yaml",
     overrides: dict[str, Any] | None = None,
     ingested: TaskSetVersion | None = None,
+    tasks_file: str | None = None,
 ) -> StageResult:
-    """``ingested``: the version the ingest flow published; None takes the latest."""
+    """``ingested``: the version the ingest flow published, None the latest; ``tasks_file``: a task set file
+    instead (`trialforge validate FILE`)."""
     params = load_params(Path(params_path), overrides)
     with runners.held_runtime(params) as rt:
-        _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
+        if tasks_file is not None:
+            tasks = read_tasks(Path(tasks_file))
+        else:
+            _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
         tasks, provided = logged_step(environments, rt, tasks)
         tasks, validated = logged_step(validate, rt, tasks)
         tasks, decontaminated = logged_step(decontaminate, rt, tasks)

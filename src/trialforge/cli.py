@@ -227,6 +227,27 @@ def stage(
     run_stage(name, load_params(params, key_values(set_, "--set")))
 
 
+@app.command()
+def validate(
+    tasks: Annotated[Path, typer.Argument(help="a task set file, e.g. what `trialforge ingest KIND` wrote")],
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = [],  # noqa: B006
+) -> None:
+    """Curate a task file as `trialforge run` curates its sources: environments, validation in sandboxes,
+    decontamination, the quality gate and tiers, with progress and the funnel. What it keeps is published as the
+    task set (out/tasks/taskset.parquet, and the store, where `trialforge serve env` finds it)."""
+    from trialforge.observe.metrics import task_metrics
+    from trialforge.observe.summary import print_tasks
+    from trialforge.tasks.taskset import read_tasks
+
+    overrides = key_values(set_, "--set")
+    loaded = load_params(params, overrides)
+    read_tasks(tasks)  # a file that is no task set: one line, before the flow starts
+    result = run_flow("curate", {"params_path": str(params), "overrides": overrides, "tasks_file": str(tasks)})
+    where = Path(loaded.run.out_dir) / "tasks" / "taskset.parquet"
+    print_tasks(task_metrics(result.funnels), footer=f"{result.tasks} tasks published as {result.version}: {where}")
+
+
 def _check_sources(params: Params) -> None:
     """Before the pipeline starts: it has a source, and the bundled ones params.yaml names exist (here, or in the
     checkout). A ConfigError of one line, not a failed flow run."""

@@ -132,7 +132,7 @@ def _ingest(fields: dict[str, Any], params_path: Path, set_: list[str], out: Pat
     version = write_tasks(dest, tasks)
     for line in funnel_lines(funnel):
         typer.echo(line)
-    typer.echo(f"wrote {len(tasks)} tasks to {dest} (task set {version})")
+    typer.echo(f"wrote {len(tasks)} tasks to {dest} (task set {version}); curate them: trialforge validate {dest}")
 
 
 def funnel_lines(funnel: Funnel, shown: int = SHOWN_DROPS) -> list[str]:
