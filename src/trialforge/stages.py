@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trialforge import pipeline
 from trialforge.config import Params
@@ -30,6 +29,7 @@ from trialforge.observe.tracking import track_run
 from trialforge.orchestrate.iterations import train_in_process
 from trialforge.progress import progress_bars
 from trialforge.runtime import open_runtime
+from trialforge.tasks.schema import Task
 from trialforge.tasks.taskset import read_tasks, write_tasks
 
 
@@ -42,7 +42,7 @@ class Stage:
     deps: tuple[str, ...]  # the repository's sources and code it depends on
 
 
-TASK_STEPS: dict[str, Callable[..., tuple[list[Any], Funnel]]] = {  # the stages that keep and drop tasks
+TASK_STEPS: dict[str, Callable[..., tuple[list[Task], Funnel]]] = {  # the stages that keep and drop tasks
     "ingest": pipeline.ingest,
     "images": pipeline.environments,
     "validate": pipeline.validate,
