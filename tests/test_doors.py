@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cli_runner import invoke
 from conftest import REPO_ROOT
 from prefect_server import PrefectServer
 from pydantic import BaseModel
@@ -35,6 +36,7 @@ from test_orchestration import stop_group
 from trialforge.config import Params, load_params
 from trialforge.errors import ConfigError
 from trialforge.rollout.policies import patch_to_actions
+from trialforge.sandbox.images import cache_root
 from trialforge.stages import NAMES, STAGES
 from trialforge.tasks.taskset import read_tasks
 
@@ -178,6 +180,7 @@ def clone(tmp_path_factory, state_dir) -> Clone:
     env |= {
         "PATH": os.pathsep.join(on_path),
         "HOME": str(tmp_path_factory.mktemp("home")),  # no user config for git, dvc, prefect
+        "TRIALFORGE_CACHE": str(cache_root()),  # the machine's images, wherever HOME is
         "PREFECT_HOME": str(tmp_path_factory.mktemp("prefect-home")),
         "DVC_NO_ANALYTICS": "1",
         "GIT_CONFIG_NOSYSTEM": "1",
@@ -250,10 +253,12 @@ def test_a_task_file_is_ingested_then_curated_into_the_task_set_with_its_funnel(
 @pytest.mark.slow
 def test_the_cli_commands_of_the_readme_run_as_printed(clone, reproduced):
     first = clone.json("out/train/run.json")["run_id"]  # dvc's
+    shutil.rmtree(clone.root / "out" / "funnel")
     run = clone.sh("trialforge run")
     second = clone.json("out/metrics.json")["run_id"]
     assert second != first and "\nquality: kept " in run and "\nrollout 0: " in run and "Learning health" in run
-    assert clone.json("out/funnel/quality.json")["stage"] == "quality"
+    for name in ("ingest", "images", "validate", "decontaminate", "quality"):  # the funnels, as dvc leaves them
+        assert clone.json(f"out/funnel/{name}.json")["stage"] == name
 
     assert clone.sh(f"trialforge report {first}").strip().endswith(f"out/report-{first}.html")
     assert (clone.root / "out" / f"report-{first}.html").stat().st_size > 0
@@ -262,6 +267,13 @@ def test_the_cli_commands_of_the_readme_run_as_printed(clone, reproduced):
     for fmt in ("verl", "trl"):
         exported = clone.sh(f"trialforge export {fmt} newcomer-{fmt}")
         assert " episodes -> " in exported and not exported.startswith("0 ")
+
+    # README, "Reading the data": its Python, on this clone's store
+    readme = (clone.root / "README.md").read_text()
+    snippet = readme.split("## Reading the data", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = snippet.replace("/path/to/.trialforge/store", str(clone.root / ".trialforge" / "store"))
+    read = clone.sh(f"python - <<'EOF'\n{snippet}print(len(episodes), set(episodes['policy']))\nEOF")
+    assert read.strip().endswith("{'repair'}") and int(read.split()[0]) > 0
 
     spec = json.loads(clone.sh("trialforge image spec textkit=tasks_src/repos/textkit"))
     assert spec["python"] == "3.11" and spec["image_key"]
@@ -305,6 +317,11 @@ def test_the_service_commands_of_the_table_answer_as_printed(clone, container_en
 
 
 # --- bad input, and outside the checkout -----------------------------------------------------------------------
+
+
+def test_the_stage_command_names_every_stage():
+    shown = invoke("stage", "--help")
+    assert shown.exit_code == 0 and all(name in shown.output for name in NAMES), shown.output
 
 
 def test_a_bundled_source_set_to_null_or_empty_is_off_and_one_that_needs_the_repositories_says_so():
