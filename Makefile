@@ -17,6 +17,7 @@ export OMP_NUM_THREADS ?= 1
 .PHONY: setup system image demo test bench lint lock lock-mlflow clean
 
 setup: system $(STAMP) $(MLFLOW_STAMP) image
+	@echo "set up. The commands of README.md run in the virtualenv: source $(VENV)/bin/activate"
 
 system:
 	@scripts/setup-system.sh

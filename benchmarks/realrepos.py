@@ -44,7 +44,7 @@ from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import ENV_REPO, base_image, cache_root
 from trialforge.store.objstore import open_store
 from trialforge.tasks.envdetect import EnvError, resolve_env
-from trialforge.tasks.envimages import KEY_CHARS, BuiltImage, provide_images, task_image
+from trialforge.tasks.envimages import BuiltImage, env_key, provide_images, task_image
 from trialforge.tasks.ingest.gitlog import ingest_git_history
 from trialforge.tasks.ingest.repos import Mirrors, git
 from trialforge.tasks.schema import Task
@@ -125,7 +125,7 @@ def forget_image(snapshot: str, repo: str, snapshots: SnapshotStore, overrides: 
     except EnvError:
         return  # provide_images reports it
     if not spec.is_base():
-        shutil.rmtree(cache_root() / "envs" / spec.digest()[:KEY_CHARS], ignore_errors=True)
+        shutil.rmtree(cache_root() / "envs" / env_key(spec), ignore_errors=True)
 
 
 def check(

@@ -1,4 +1,5 @@
-"""Curate an ingested task set: environments -> validate -> decontaminate -> quality gate -> tier -> publish."""
+"""Curate an ingested task set (or a task file): environments -> validate -> decontaminate -> quality gate -> tier ->
+publish."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from prefect.cache_policies import NO_CACHE
 
 from trialforge import pipeline as steps
 from trialforge.config import load_params
-from trialforge.observe.logs import logged_step, stage_done
+from trialforge.observe.logs import logged_step, taskset_done
+from trialforge.observe.summary import write_funnels
 from trialforge.orchestrate import StageResult, TaskSetVersion, runners, shards
+from trialforge.tasks.taskset import read_tasks
 
 
 @task(cache_policy=NO_CACHE)
@@ -50,21 +53,24 @@ def curate(
     params_path: str = "params.yaml",
     overrides: dict[str, Any] | None = None,
     ingested: TaskSetVersion | None = None,
+    tasks_file: str | None = None,
 ) -> StageResult:
-    """``ingested``: the version the ingest flow published; None takes the latest."""
+    """``ingested``: the version the ingest flow published, None the latest; ``tasks_file``: a task set file
+    instead (`trialforge validate FILE`)."""
     params = load_params(Path(params_path), overrides)
     with runners.held_runtime(params) as rt:
-        _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
-        with runners.track("environments"):
-            tasks, provided = logged_step(environments, rt, tasks)
-        with runners.track("validate"):
-            tasks, validated = logged_step(validate, rt, tasks)
+        if tasks_file is not None:
+            tasks = read_tasks(Path(tasks_file))
+        else:
+            _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
+        tasks, provided = logged_step(environments, rt, tasks)
+        tasks, validated = logged_step(validate, rt, tasks)
         tasks, decontaminated = logged_step(decontaminate, rt, tasks)
-        with runners.track("quality gate"):
-            tasks, gated = logged_step(quality, rt, tasks)
+        tasks, gated = logged_step(quality, rt, tasks)
         started = time.monotonic()
         version = publish_taskset(rt, tier(tasks))
-        stage_done("task set", f"{len(tasks)} tasks published as {version}", started=started, version=version)
+        taskset_done(len(tasks), version, started=started)
     funnels = [provided.as_dict(), validated.as_dict(), decontaminated.as_dict(), gated.as_dict()]
+    write_funnels(Path(params.run.out_dir), funnels)
     runners.funnel_artifacts(funnels)
     return StageResult(version=version, tasks=len(tasks), funnels=funnels)

@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from trialforge import pipeline as steps
 from trialforge.config import load_params
 from trialforge.observe.logs import logged_step
+from trialforge.observe.summary import write_funnels
 from trialforge.orchestrate import StageResult, runners, shards
 
 
@@ -32,5 +33,6 @@ def ingest(params_path: str = "params.yaml", overrides: dict[str, Any] | None = 
         tasks, funnel = logged_step(ingest_sources, rt)
         version = publish_ingested(rt, tasks)
     funnels = [funnel.as_dict()]
+    write_funnels(Path(params.run.out_dir), funnels)
     runners.funnel_artifacts(funnels)
     return StageResult(version=version, tasks=len(tasks), funnels=funnels)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
 from trialforge.config import load_params
-from trialforge.observe.logs import counted, stage_done
+from trialforge.observe.logs import rollout_done
 from trialforge.orchestrate import Iteration, RolloutResult, RunId, Runner, ShardSize, TaskSetVersion, runners, shards
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import code_version
@@ -40,8 +39,5 @@ def rollout(
         wall_s = time.monotonic() - start
         runners.episode_artifacts(rt.store, run_id, iteration)
         runners.shard_artifact(reports)
-    statuses = sum((Counter(r.statuses) for r in reports), Counter())
-    said = f"{statuses.total()} episodes: {counted(statuses)}" if statuses else "no new episodes"
-    name = f"rollout {iteration}" + (" (held-out eval)" if iteration >= params.train.iterations else "")
-    stage_done(name, said, started=start, statuses=dict(statuses))
+    rollout_done(iteration, iteration >= params.train.iterations, [r.statuses for r in reports], started=start)
     return RolloutResult(run_id=run_id, iteration=iteration, wall_s=wall_s, reports=reports, record=record)

@@ -9,7 +9,7 @@ from typing import Any
 from prefect import flow
 
 from trialforge.config import load_params
-from trialforge.observe.logs import stage_done
+from trialforge.observe.logs import train_done
 from trialforge.orchestrate import Iteration, RunId, TrainResult, runners, shards
 
 
@@ -27,6 +27,5 @@ def train(
     started = time.monotonic()
     with runners.held_runtime(params) as rt:
         result = shards.train_iteration(rt, run_id, iteration, checkpoint)
-    decision = (result.stats or {}).get("decision", "no learner among the policies")
-    stage_done(f"train {iteration}", decision + (" (taken before)" if result.resumed else ""), started=started)
+    train_done(iteration, result.stats, result.resumed, started=started)
     return result

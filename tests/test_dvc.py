@@ -2,7 +2,8 @@
 and its outputs pushed to an S3 remote (the moto server) and pulled back byte for byte.
 
 The stages are small Python commands reading params.yaml, so the test measures DVC, not the
-trialforge stages (whose imports alone take longer than this whole test on a loaded machine).
+trialforge stages (whose imports alone take longer than this whole test on a loaded machine); the project's
+own dvc.yaml is reproduced in tests/test_doors.py.
 DVC's repository lock fails instead of waiting, so every dvc command here runs one at a time.
 """
 

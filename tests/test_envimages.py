@@ -21,10 +21,19 @@ import pytest
 from pydantic import ValidationError
 
 from trialforge.errors import SandboxError
+from trialforge.sandbox import images
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.images import BASE_NAME, ENV_REPO, find_image
+from trialforge.sandbox.images import BASE_NAME, ENV_REPO, base_key, find_image
 from trialforge.store.objstore import open_store
-from trialforge.tasks.envimages import env_image, image_key, obtain_images, provide_images, publish_image, task_image
+from trialforge.tasks.envimages import (
+    env_image,
+    env_key,
+    image_key,
+    obtain_images,
+    provide_images,
+    publish_image,
+    task_image,
+)
 from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
@@ -174,6 +183,22 @@ def test_the_task_gets_an_image_with_its_detected_dependencies_pinned_and_its_sr
     home = Path(env_image(env).image.rootfs).parent
     lock = (home / "lock.txt").read_text().split()
     assert {"tfpure==1.0", "tfcext==1.0"} <= set(lock)  # what pip resolved is recorded with the image
+
+
+def test_python_is_the_images_python3_in_the_base_and_in_an_environment_image(provided, bwrap_backend):
+    where = "import os, sys; print(os.path.realpath(sys.executable), sys.version_info[:2])"
+    for image in (BASE_NAME, provided.image):
+        with bwrap_backend.create(SandboxSpec(image=image, limits=Limits())) as sandbox:
+            python, python3 = (sandbox.exec([name, "-c", where], timeout=30) for name in ("python", "python3"))
+        assert python.exit_code == 0, (image, python.stderr)
+        assert python.stdout == python3.stdout and python.stdout.startswith("/usr/bin/python3."), image
+
+
+def test_a_new_base_image_gets_a_new_key_and_so_does_every_environment_image_on_it(monkeypatch):
+    spec = EnvSpec(requirements=("tfpure==1.0",))
+    before = (base_key(), env_key(spec))
+    monkeypatch.setattr(images, "BASE_PACKAGES", (*images.BASE_PACKAGES, "git"))
+    assert base_key() != before[0] and env_key(spec) != before[1]  # nothing built on the old base is reused
 
 
 def test_the_same_spec_is_built_once(provided):

@@ -110,13 +110,18 @@ def process_group(argv: list[str], env: dict[str, str], log: Path) -> Iterator[s
     try:
         yield process
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM to the process group a process leads (``start_new_session``), then SIGKILL after ``timeout``."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def cli(*args: str) -> list[str]:

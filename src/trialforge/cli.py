@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from trialforge.config import Params, load_params
+from trialforge.errors import ConfigError, TrialforgeError
 from trialforge.ingest_cli import app as ingest_app
 from trialforge.observe import cli as observe_cli
 from trialforge.orchestrate.cli import app as orchestrate_app
@@ -17,7 +19,20 @@ from trialforge.orchestrate.cli import key_values, run_flow
 if TYPE_CHECKING:
     from trialforge.tasks.envimages import BuiltImage
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+class _Commands(TyperGroup):
+    """A trialforge error (bad params, a missing file, an engine that does not answer) ends any command with its
+    message and status 1, no traceback: it is the user's to fix. Anything else is a bug and keeps its traceback."""
+
+    def invoke(self, ctx: typer.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except TrialforgeError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False, help=__doc__)
 image_app = typer.Typer(no_args_is_help=True, help="Sandbox images.")
 app.add_typer(image_app, name="image")
 app.add_typer(orchestrate_app)  # `serve` and `flow NAME` at the top level
@@ -60,9 +75,11 @@ def run(
     shard_size: Annotated[int, typer.Option("--shard-size", help="episodes per Prefect task")] = 64,
 ) -> None:
     """Run the whole pipeline as one Prefect flow (ephemeral Prefect unless PREFECT_API_URL is set)."""
+    overrides = key_values(set_, "--set")
+    _check_sources(load_params(params, overrides))
     parameters = {
         "params_path": str(params),
-        "overrides": key_values(set_, "--set"),
+        "overrides": overrides,
         "run_id": run_id,
         "runner": runner,
         "ray_address": ray_address,
@@ -155,10 +172,11 @@ def image_spec(
 ) -> None:
     """Print the environment spec detected in a repository (with params.yaml's ``env.repos`` over it)."""
     from trialforge.tasks.envdetect import resolve_env
+    from trialforge.tasks.envimages import env_key
 
     ((name, path),) = key_values([repo], "repo").items()
     spec = resolve_env(Path(str(path)), name, load_params(params).env.repos)
-    typer.echo(json.dumps(spec.model_dump(mode="json") | {"image_key": spec.digest()[:16]}, indent=2))
+    typer.echo(json.dumps(spec.model_dump(mode="json") | {"image_key": env_key(spec)}, indent=2))
 
 
 @app.command()
@@ -196,14 +214,51 @@ def engines(params: ParamsOpt = Path("params.yaml")) -> None:
 
 @app.command()
 def stage(
-    name: Annotated[str, typer.Argument(help="ingest | validate | decontaminate | tier | train | report")],
+    name: Annotated[
+        str, typer.Argument(help="ingest | images | validate | decontaminate | quality | tier | train | report")
+    ],
     params: ParamsOpt = Path("params.yaml"),
     set_: SetOpt = [],  # noqa: B006
 ) -> None:
-    """Run one pipeline stage file-to-file (what dvc.yaml calls)."""
+    """Run one stage of dvc.yaml file to file, in out/, with the lines, progress and funnel `trialforge run`
+    shows (a task stage's funnel: out/funnel/NAME.json)."""
     from trialforge.stages import run_stage
 
     run_stage(name, load_params(params, key_values(set_, "--set")))
+
+
+@app.command()
+def validate(
+    tasks: Annotated[Path, typer.Argument(help="a task set file, e.g. what `trialforge ingest KIND` wrote")],
+    params: ParamsOpt = Path("params.yaml"),
+    set_: SetOpt = [],  # noqa: B006
+) -> None:
+    """Curate a task file as `trialforge run` curates its sources: environments, validation in sandboxes,
+    decontamination, the quality gate and tiers, with progress and the funnel. What it keeps is published as the
+    task set (out/tasks/taskset.parquet, and the store, where `trialforge serve env` finds it)."""
+    from trialforge.observe.metrics import task_metrics
+    from trialforge.observe.summary import print_tasks
+    from trialforge.tasks.taskset import read_tasks
+
+    overrides = key_values(set_, "--set")
+    loaded = load_params(params, overrides)
+    read_tasks(tasks)  # a file that is no task set: one line, before the flow starts
+    result = run_flow("curate", {"params_path": str(params), "overrides": overrides, "tasks_file": str(tasks)})
+    where = Path(loaded.run.out_dir) / "tasks" / "taskset.parquet"
+    print_tasks(task_metrics(result.funnels), footer=f"{result.tasks} tasks published as {result.version}: {where}")
+
+
+def _check_sources(params: Params) -> None:
+    """Before the pipeline starts: it has a source, and the bundled ones params.yaml names exist (here, or in the
+    checkout). A ConfigError of one line, not a failed flow run."""
+    from trialforge.checkout import source_path
+
+    sources = params.sources
+    if not (sources.tickets or sources.synthesize or sources.extra):
+        raise ConfigError("no sources: sources.tickets, sources.synthesize and sources.extra name none to ingest")
+    for setting in ("tickets", "repos", "eval_set"):
+        if path := getattr(sources, setting):
+            source_path(path, f"sources.{setting}")
 
 
 if __name__ == "__main__":

@@ -40,12 +40,28 @@ class RunParams(_Section):
 
 
 class SourceParams(_Section):
-    tickets: str = "tasks_src/tickets/github_issues.jsonl"
-    repos: str = "tasks_src/repos"
-    eval_set: str = "tasks_src/eval/heldout.jsonl"
+    """The bundled sources (paths relative to the working directory, a ``tasks_src/...`` one else the checkout's:
+    ``trialforge.checkout``); null or "" turns one off."""
+
+    tickets: str | None = "tasks_src/tickets/github_issues.jsonl"  # a GitHub issue export, fixes in `repos`
+    repos: str | None = "tasks_src/repos"  # a directory of repositories: the tickets' fixes, synthesis's sources
+    eval_set: str | None = "tasks_src/eval/heldout.jsonl"  # held-out references beside HumanEval (SWE-bench JSONL)
     synthesize: int = Field(0, ge=0)  # bug-injection tasks to make per repository under `repos` (0: none)
     extra: list[SourceEntry] = []  # more sources, by `kind` (tasks/ingest/sources.py), ingested after `tickets`
     caps: IngestCaps = IngestCaps()  # size caps on an ingested record, every source
+
+    @field_validator("tickets", "repos", "eval_set")
+    @classmethod
+    def _none_when_empty(cls, path: str | None) -> str | None:
+        return path or None
+
+    @model_validator(mode="after")
+    def _repos_when_needed(self) -> SourceParams:
+        if self.repos is None and self.tickets is not None:
+            raise ValueError("sources.tickets needs sources.repos (the repositories of its fixes): set both, or null")
+        if self.repos is None and self.synthesize:
+            raise ValueError(f"sources.synthesize is {self.synthesize} but sources.repos is null: set it to 0")
+        return self
 
 
 class ElasticParams(_Section):

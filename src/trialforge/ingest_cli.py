@@ -15,7 +15,6 @@ import typer
 from pydantic import TypeAdapter, ValidationError
 
 from trialforge.config import load_params
-from trialforge.errors import TrialforgeError
 from trialforge.funnel import Funnel
 from trialforge.orchestrate.cli import key_values
 from trialforge.tasks.ingest.repos import MAX_CHANGED_LINES
@@ -116,7 +115,7 @@ def gitlog(
 
 
 def _ingest(fields: dict[str, Any], params_path: Path, set_: list[str], out: Path | None) -> None:
-    """Build the entry, ingest it, write the task set and print the funnel; a trialforge error exits 1."""
+    """Build the entry, ingest it, write the task set and print the funnel (a trialforge error exits 1: cli.py)."""
     from trialforge.runtime import store_url
     from trialforge.sandbox.images import cache_root
     from trialforge.store.objstore import open_store
@@ -126,18 +125,14 @@ def _ingest(fields: dict[str, Any], params_path: Path, set_: list[str], out: Pat
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'entry'}: {e['msg']}" for e in exc.errors())
         raise typer.BadParameter(problems) from None
-    try:
-        params = load_params(params_path, key_values(set_, "--set"))
-        snapshots = SnapshotStore(open_store(store_url(params)), cache_root() / "snapshots")
-        tasks, funnel = ingest_source(entry, snapshots, params.sources.caps, params.env.repos)
-        dest = out or Path(params.run.out_dir) / "tasks" / f"ingested-{entry.kind}.parquet"
-        version = write_tasks(dest, tasks)
-    except TrialforgeError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+    params = load_params(params_path, key_values(set_, "--set"))
+    snapshots = SnapshotStore(open_store(store_url(params)), cache_root() / "snapshots")
+    tasks, funnel = ingest_source(entry, snapshots, params.sources.caps, params.env.repos)
+    dest = out or Path(params.run.out_dir) / "tasks" / f"ingested-{entry.kind}.parquet"
+    version = write_tasks(dest, tasks)
     for line in funnel_lines(funnel):
         typer.echo(line)
-    typer.echo(f"wrote {len(tasks)} tasks to {dest} (task set {version})")
+    typer.echo(f"wrote {len(tasks)} tasks to {dest} (task set {version}); curate them: trialforge validate {dest}")
 
 
 def funnel_lines(funnel: Funnel, shown: int = SHOWN_DROPS) -> list[str]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from trialforge.checkout import source_path
 from trialforge.config import Params, RolloutParams
 from trialforge.curate.decontam import (
     DecontamConfig,
@@ -26,6 +26,7 @@ from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
 from trialforge.observe.health import Health, assert_trainable, check_health
 from trialforge.observe.metrics import iteration_metrics, load_run
+from trialforge.progress import track, tracked_map
 from trialforge.quality.gate import QualityConfig, run_quality_gate
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
@@ -63,8 +64,13 @@ def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
 
 def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
     src = rt.params.sources
-    tasks, funnel = ingest_github_issues(Path(src.tickets), Path(src.repos), rt.snapshots, caps=src.caps)
-    if src.synthesize:
+    tasks: list[Task] = []
+    funnel = Funnel("ingest")
+    repos_dir = source_path(src.repos, "sources.repos") if src.repos else None
+    if src.tickets and repos_dir:
+        tickets = source_path(src.tickets, "sources.tickets")
+        tasks, funnel = ingest_github_issues(tickets, repos_dir, rt.snapshots, caps=src.caps)
+    if src.synthesize and repos_dir:
         cfg = SynthesisConfig(
             max_total=src.synthesize,
             seed=rt.params.run.seed,
@@ -72,13 +78,16 @@ def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
             concurrency=rt.params.sandbox.concurrency,
         )
         ep = rt.params.env
-        for repo in sorted(p for p in Path(src.repos).iterdir() if p.is_dir()):
-            # Mutants are screened and validated in the repository's own environment, as its tickets will be.
-            env = resolve_env(repo, repo.name, ep.repos)
-            image = env_image(env, timeout_s=ep.build_timeout_s).image.name
-            made, synthesis = synthesize(repo, repo.name, rt.backend, image, rt.snapshots, cfg, env=env)
-            funnel.absorb(synthesis)
-            tasks += made
+        repos = sorted(p for p in repos_dir.iterdir() if p.is_dir())
+        with track("synthesize (repositories)", len(repos)) as advance:
+            for repo in repos:
+                # Mutants are screened and validated in the repository's own environment, as its tickets will be.
+                env = resolve_env(repo, repo.name, ep.repos)
+                image = env_image(env, timeout_s=ep.build_timeout_s).image.name
+                made, synthesis = synthesize(repo, repo.name, rt.backend, image, rt.snapshots, cfg, env=env)
+                funnel.absorb(synthesis)
+                tasks += made
+                advance()
     return tasks, funnel
 
 
@@ -93,9 +102,10 @@ def environments(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     The bundled repositories need nothing beyond the base image and get it; every task records its image.
     """
     ep = rt.params.env
-    provided, funnel, built = provide_images(
-        tasks, rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s, store=rt.store
-    )
+    with track("environments"):
+        provided, funnel, built = provide_images(
+            tasks, rt.snapshots, ep.repos, timeout_s=ep.build_timeout_s, store=rt.store
+        )
     for image in built:
         log.info(
             "environment image",
@@ -120,8 +130,7 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
             return task  # synthesis validated it, in this image
         return validate_task(task, rt.backend, image.name, rt.snapshots, limits, cfg, shared)
 
-    with ThreadPoolExecutor(max_workers=rt.params.sandbox.concurrency) as pool:
-        checked = list(pool.map(one, tasks))
+    checked = tracked_map("validate", one, tasks, rt.params.sandbox.concurrency)
     funnel = Funnel("validate")
     return record_verdicts(checked, funnel), funnel
 
@@ -143,9 +152,8 @@ def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
         seed=rt.params.run.seed,
     )
     refs = humaneval_refs()
-    eval_set = Path(rt.params.sources.eval_set)
-    if eval_set.exists():
-        refs += swebench_refs(eval_set, ref_set="heldout_eval")
+    if rt.params.sources.eval_set:
+        refs += swebench_refs(source_path(rt.params.sources.eval_set, "sources.eval_set"), ref_set="heldout_eval")
     tasks = assign_splits(tasks, by=cp.split_by, eval_fraction=cp.eval_fraction, salt=cp.split_salt)
     tasks = enforce_hygiene(tasks, cfg)
     clean, report = run_decontamination(tasks, DecontamIndex.build(refs, cfg), cfg)

@@ -26,9 +26,12 @@ import logging
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TextIO, TypeVar
+
+from trialforge.errors import TrialforgeError
 
 if TYPE_CHECKING:
     from trialforge.funnel import Funnel
@@ -58,14 +61,19 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``LEVEL logger: message`` for a person; a stage line is its message alone."""
+    """``LEVEL logger: message`` for a person; a stage line is its message alone. A trialforge error logged with
+    its traceback (Prefect logs every failed flow and task run so) shows its message alone unless ``tracebacks``:
+    it says what was wrong, and the traceback only buries that."""
 
-    def __init__(self) -> None:
+    def __init__(self, tracebacks: bool = True) -> None:
         super().__init__("%(levelname)s %(name)s: %(message)s")
+        self.tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
         if record.name == STAGE_LOGGER and record.levelno == logging.INFO:
             return record.getMessage()
+        if not self.tracebacks and record.exc_info and isinstance(record.exc_info[1], TrialforgeError):
+            record = logging.makeLogRecord(record.__dict__ | {"exc_info": None, "exc_text": None})
         return super().format(record)
 
 
@@ -96,18 +104,23 @@ def setup_logging(
 
     ``stream`` None: the current ``sys.stderr`` at each record. ``quiet``: below WARNING only the stage lines
     pass, whatever the level of the logger that made a record (Prefect's and Ray's are INFO on their own).
+    Text shows a trialforge error's traceback at DEBUG only.
     """
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME or _is_prefect_console(h)]:
         root.removeHandler(old)  # Prefect's: imported first, it put its console there; every line would show twice
     handler = logging.StreamHandler(stream) if stream is not None else ConsoleHandler()
     handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(tracebacks=_level(level) <= logging.DEBUG))
     if quiet:
         handler.addFilter(_quiet)
     root.addHandler(handler)
     root.setLevel(level)
     return handler
+
+
+def _level(level: int | str) -> int:
+    return level if isinstance(level, int) else logging.getLevelNamesMapping()[level.upper()]
 
 
 def _is_prefect_console(handler: logging.Handler) -> bool:
@@ -135,6 +148,25 @@ def stage_done(stage: str, summary: str, *, started: float, **fields: Any) -> No
 def counted(counts: Mapping[str, int]) -> str:
     """``ok 9, env_error 1``: most first."""
     return ", ".join(f"{key} {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def rollout_done(iteration: int, final: bool, statuses: list[Mapping[str, int]], *, started: float) -> None:
+    """The line of an iteration's rollout: its episodes by status (``statuses``: each shard's); ``final``: the
+    held-out evaluation after the last update."""
+    total: Counter[str] = sum((Counter(s) for s in statuses), Counter())
+    said = f"{total.total()} episodes: {counted(total)}" if total else "no new episodes"
+    name = f"rollout {iteration}" + (" (held-out eval)" if final else "")
+    stage_done(name, said, started=started, statuses=dict(total))
+
+
+def train_done(iteration: int, stats: Mapping[str, Any] | None, resumed: bool, *, started: float) -> None:
+    """The line of an iteration's update: trained, or skipped (the reasons are logged as errors before it)."""
+    decision = (stats or {}).get("decision", "no learner among the policies")
+    stage_done(f"train {iteration}", decision + (" (taken before)" if resumed else ""), started=started)
+
+
+def taskset_done(tasks: int, version: str, *, started: float) -> None:
+    stage_done("task set", f"{tasks} tasks published as {version}", started=started, version=version)
 
 
 def logged_step(step: Callable[..., tuple[T, Funnel]], *args: Any) -> tuple[T, Funnel]:

@@ -22,15 +22,39 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def print_summary(metrics: dict[str, Any], console: Console | None = None) -> None:
+def funnel_file(stage: str) -> str:
+    """Where a task step's funnel (``Funnel.as_dict``: every drop with its reason) is kept, under run.out_dir."""
+    return f"funnel/{stage}.json"
+
+
+def write_funnels(out_dir: Path, funnels: list[dict[str, Any]]) -> None:
+    for funnel in funnels:
+        write_json(out_dir / funnel_file(funnel["stage"]), funnel)
+
+
+def print_tasks(funnels: dict[str, Any], console: Console | None = None, footer: str = "") -> None:
+    """The funnel: per task step, what it saw, kept and dropped by reason, then the first few drops of each reason
+    (``observe.metrics.task_metrics``); ``footer``: a line after it."""
     console = console or Console()
     tasks = Table(title="Tasks", show_lines=False)
     for col in ("stage", "seen", "kept", "dropped (reason: count)"):
         tasks.add_column(col)
-    for stage, row in metrics.get("tasks", {}).items():
+    for stage, row in funnels.items():
         dropped = ", ".join(f"{k}: {v}" for k, v in row["dropped"].items()) or "-"
         tasks.add_row(stage, str(row["seen"]), str(row["kept"]), dropped)
     console.print(tasks)
+    for stage, row in funnels.items():
+        for reason, shown in row.get("examples", {}).items():
+            console.print(Text(f"  {stage}/{reason}:", style="bold"))
+            for line in shown:
+                console.print(Text(f"    {line}"))
+    if footer:
+        console.print(Text(footer))
+
+
+def print_summary(metrics: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    print_tasks(metrics.get("tasks", {}), console)
     judged = (metrics.get("quality") or {}).get("host_judged") or {}
     if judged.get("fail_to_pass"):
         console.print(
@@ -38,11 +62,6 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
             f"{judged['fail_to_pass']} fail-to-pass tests ({judged['fail_to_pass_share']:.0%}), "
             f"{judged['assertions_host_judged']} of {judged['assertions']} assertions ({judged['assertion_share']:.0%})"
         )
-    for stage, row in metrics.get("tasks", {}).items():  # why, for the first few of each reason
-        for reason, shown in row.get("examples", {}).items():
-            console.print(Text(f"  {stage}/{reason}:", style="bold"))
-            for line in shown:
-                console.print(Text(f"    {line}"))
     eps = metrics.get("episodes", {})
     table = Table(title=f"Episodes: {eps.get('episodes', 0)}  (env error rate {eps.get('env_error_rate', 0):.1%})")
     table.add_column("policy")

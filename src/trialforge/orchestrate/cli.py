@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,34 +45,17 @@ def prefect_defaults() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
-@contextlib.contextmanager
-def progress_bars() -> Iterator[None]:
-    """Draw the long steps of flows run in this process (validation, rollout shards) as rich progress bars."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from trialforge.orchestrate.runners import progress_sink
-
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn()) as progress:
-        bars: dict[str, Any] = {}
-
-        def draw(label: str, done: int, total: int | None) -> None:
-            if label not in bars:
-                bars[label] = progress.add_task(label, total=total)
-            progress.update(bars[label], completed=done, total=total)
-
-        with progress_sink(draw):
-            yield
-
-
 def run_flow(name: str, parameters: dict[str, Any]) -> Any:
-    """Run ``flows/NAME.py:NAME`` in this process (from the repository root) with progress bars."""
+    """Run ``flows/NAME.py:NAME`` (the checkout's) in this process with progress bars."""
     if name not in FLOWS:
         raise typer.BadParameter(f"unknown flow {name!r}; flows: {', '.join(FLOWS)}")
     prefect_defaults()
     from prefect.flows import load_flow_from_entrypoint
 
-    flow = load_flow_from_entrypoint(f"flows/{name}.py:{name}")
+    from trialforge.checkout import flow_entrypoint
+    from trialforge.progress import progress_bars
+
+    flow = load_flow_from_entrypoint(flow_entrypoint(name))
     with progress_bars():
         return flow(**parameters)
 

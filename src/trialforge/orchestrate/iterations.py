@@ -12,13 +12,16 @@ The flows and the DVC stage drive iterations through ``run_iterations``, each wi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from trialforge.config import Params
 from trialforge.inference.managed import serving
+from trialforge.observe.logs import rollout_done, train_done
 from trialforge.orchestrate import ShardReport, TrainResult, shards
+from trialforge.progress import track
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, code_version
 from trialforge.tasks.schema import Task, task_set_version
@@ -76,18 +79,31 @@ def _iterate(
 def train_in_process(
     rt: Runtime, tasks: list[Task], run_id: str, shard_size: int = 64, on_iteration: OnIteration | None = None
 ) -> LoopResult:
-    """The loop with every rollout shard and update run in this process (the DVC stage's door)."""
+    """The loop with every rollout shard and update run in this process (the DVC stage's door), with the lines
+    and progress the flows show."""
     version = task_set_version(tasks)
 
     def roll(checkpoint: str | None, iteration: int) -> object:
         lineage = Lineage(run_id, iteration, version, rt.params.digest(), code_version())
+        started = time.monotonic()
 
         def run(pending: list[shards.Shard]) -> list[ShardReport]:
-            return [shards.execute_shard(rt, shard, tasks, checkpoint, lineage) for shard in pending]
+            reports = []
+            with track(shards.round_label(iteration, pending), len(pending)) as advance:
+                for shard in pending:
+                    reports.append(shards.execute_shard(rt, shard, tasks, checkpoint, lineage))
+                    advance()
+            return reports
 
-        return shards.rollout_iteration(rt, tasks, lineage, checkpoint, shard_size, run)
+        done = shards.rollout_iteration(rt, tasks, lineage, checkpoint, shard_size, run)
+        final = iteration >= rt.params.train.iterations
+        rollout_done(iteration, final, [r.statuses for r in done[1]], started=started)
+        return done
 
     def learn(iteration: int, checkpoint: str | None) -> TrainResult:
-        return shards.train_iteration(rt, run_id, iteration, checkpoint)
+        started = time.monotonic()
+        trained = shards.train_iteration(rt, run_id, iteration, checkpoint)
+        train_done(iteration, trained.stats, trained.resumed, started=started)
+        return trained
 
     return run_iterations(rt.params, roll, learn, on_iteration)

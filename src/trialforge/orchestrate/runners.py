@@ -12,7 +12,7 @@
 - **Caching**: validation verdicts persist keyed by what decides them (tasks, settings, image, code),
   so curating the same tickets again does not validate them again.
 - **Artifacts** of each run (funnel, pass-rate and error tables, links to the Parquet data) and
-  **progress** for whoever waits (``progress_sink``: the CLI draws it with rich).
+  **progress** for whoever waits (``trialforge.progress``: the CLI draws it with rich).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import atexit
 import contextlib
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -45,7 +45,8 @@ from prefect.tasks import exponential_backoff
 from trialforge.config import Params
 from trialforge.errors import ConfigError, SandboxError, StoreError
 from trialforge.orchestrate import Runner, ShardReport
-from trialforge.orchestrate.shards import RunShards, Shard, execute_shard, round_of
+from trialforge.orchestrate.shards import RunShards, Shard, execute_shard, round_label
+from trialforge.progress import track
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, open_runtime
 from trialforge.store import datasets
@@ -218,8 +219,7 @@ def shard_submitter(
             with spread_over_nodes(runner):
                 futures = [task_runner.submit(rollout_shard, {"work": w}) for w in works]
             reports = []
-            label = f"rollout iteration {lineage.iteration}" + (f" round {round_of(shards[0].id)}" if shards else "")
-            with track(label, len(shards)) as advance:
+            with track(round_label(lineage.iteration, shards), len(shards)) as advance:
                 for future in as_completed(futures):
                     report = future.result()
                     reports.append(report)
@@ -332,38 +332,3 @@ def error_table(episodes: pd.DataFrame) -> list[dict[str, Any]]:
         return [{"status": "-", "policy": "-", "episodes": 0, "cause": "every episode ended ok"}]
     counts = failed.groupby(["status", "policy", "cause"], sort=True).size().reset_index(name="episodes")
     return counts[["status", "policy", "episodes", "cause"]].to_dict("records")
-
-
-# --- progress ----------------------------------------------------------------------------
-
-ProgressSink = Callable[[str, int, int | None], None]  # (label, done, total); total None: running, uncounted
-_sinks: list[ProgressSink] = []
-
-
-@contextlib.contextmanager
-def progress_sink(sink: ProgressSink) -> Iterator[None]:
-    """Send the progress of long steps run in this process to ``sink`` while the block runs."""
-    _sinks.append(sink)
-    try:
-        yield
-    finally:
-        _sinks.remove(sink)
-
-
-@contextlib.contextmanager
-def track(label: str, total: int | None = None) -> Iterator[Callable[[], None]]:
-    """Report a long step: yields ``advance()`` for each item done; the step shows complete when the block ends."""
-    done = 0
-
-    def emit(count: int, of: int | None) -> None:
-        for sink in list(_sinks):
-            sink(label, count, of)
-
-    def advance() -> None:
-        nonlocal done
-        done += 1
-        emit(done, total)
-
-    emit(0, total)
-    yield advance
-    emit(total if total is not None else 1, total if total is not None else 1)

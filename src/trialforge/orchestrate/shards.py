@@ -138,6 +138,11 @@ def round_of(part: str) -> Round | None:
     return EVAL if match.group(2) else int(match.group(1))
 
 
+def round_label(iteration: int, shards: list[Shard]) -> str:
+    """What the progress view calls a round's shards."""
+    return f"rollout iteration {iteration}" + (f" round {round_of(shards[0].id)}" if shards else "")
+
+
 # --- running one shard -------------------------------------------------------------------
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trialforge.errors import ConfigError, PatchError
 from trialforge.funnel import Funnel
+from trialforge.progress import tracked_map
 from trialforge.quality import Change, Probe
 from trialforge.quality.leaks import find_leaks
 from trialforge.quality.shortcuts import audit_shortcuts
@@ -91,8 +91,7 @@ def run_quality_gate(
     def one(task: Task) -> QualityRecord:
         return audit_task(task, grader, snapshots, cfg)
 
-    with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
-        records = list(pool.map(one, tasks))
+    records = tracked_map("quality gate", one, tasks, cfg.concurrency)
     funnel = QualityFunnel("quality")
     kept = []
     for task, record in zip(tasks, records, strict=True):

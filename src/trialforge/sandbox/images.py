@@ -27,8 +27,9 @@ DEFAULT_SUITE = "bookworm"
 BASE_REPO = "localhost/trialforge-base"
 BASE_NAME = f"{BASE_REPO}:{DEFAULT_SUITE}"
 ENV_REPO = "localhost/trialforge-env"
-# pip installs an environment image's requirements at build time (there is no network after it).
-BASE_PACKAGES = ("python3", "python3-pytest", "python3-pip")
+# pip installs an environment image's requirements at build time (there is no network after it);
+# python-is-python3 makes `python` the release's python3, as nearly every agent and person types it.
+BASE_PACKAGES = ("python3", "python-is-python3", "python3-pytest", "python3-pip")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
@@ -48,9 +49,7 @@ def cache_root() -> Path:
 
 def base_image(cache_dir: Path | None = None, *, build: bool = True, suite: str = DEFAULT_SUITE) -> Image:
     """The base image of Debian ``suite``, built first when absent (a minute or two, once per machine)."""
-    # The package list is part of the cache key: changing it builds a new base, never reuses a stale one.
-    key = hashlib.sha256(" ".join(BASE_PACKAGES).encode()).hexdigest()[:8]
-    home = (cache_dir or cache_root()) / f"base-{suite}-{key}"
+    home = (cache_dir or cache_root()) / base_key(suite)
     if not (home / "digest").exists():
         if not build:
             raise SandboxError(f"base image is not built in {home}: run `trialforge image build`", cause="image")
@@ -58,6 +57,12 @@ def base_image(cache_dir: Path | None = None, *, build: bool = True, suite: str 
             if not (home / "digest").exists():
                 _build_base(home, suite)
     return cached_image(f"{BASE_REPO}:{suite}", home)
+
+
+def base_key(suite: str = DEFAULT_SUITE) -> str:
+    """The base image's cache key: its release and package list. Changing either builds a new base, and new
+    environment images on it (their keys hold this one), never reuses a stale one."""
+    return f"base-{suite}-{hashlib.sha256(' '.join(BASE_PACKAGES).encode()).hexdigest()[:8]}"
 
 
 def find_image(name: str, cache_dir: Path | None = None) -> Image:

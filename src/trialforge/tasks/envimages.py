@@ -1,6 +1,6 @@
 """Environment images: a base image plus what one repository's code needs, built from its ``EnvSpec``.
 
-Built once per spec digest into ``CACHE/envs/KEY`` (rootfs, tarball, digest: the same layout as the
+Built once per spec digest and base image into ``CACHE/envs/KEY`` (rootfs, tarball, digest: the same layout as the
 base image, so both backends open it and the docker backend imports it by digest), and named
 ``localhost/trialforge-env:KEY``. The build is the only time a sandboxed tree has the network:
 Debian packages come from the release's mirror and requirements from the package index (or the
@@ -15,6 +15,7 @@ policy output. What pip resolved is frozen into ``lock.txt`` beside the image (a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from trialforge.sandbox.images import (
     ENV_REPO,
     Image,
     base_image,
+    base_key,
     build_lock,
     cache_root,
     cached_image,
@@ -76,8 +78,14 @@ class BuiltImage:
     lock: str  # pip freeze of the image: the resolved pins
 
 
+def env_key(spec: EnvSpec) -> str:
+    """The image's tag and cache directory: what goes into it (the spec's digest) and what it is built on (the base
+    image's key), so a new base never reuses an environment image built on the old one."""
+    return hashlib.sha256(f"{spec.digest()}\0{base_key(spec.suite)}".encode()).hexdigest()[:KEY_CHARS]
+
+
 def image_name(spec: EnvSpec) -> str:
-    return f"{ENV_REPO}:{spec.digest()[:KEY_CHARS]}"
+    return f"{ENV_REPO}:{env_key(spec)}"
 
 
 def env_image(spec: EnvSpec, cache_dir: Path | None = None, *, timeout_s: float = 1800.0) -> BuiltImage:
@@ -85,7 +93,7 @@ def env_image(spec: EnvSpec, cache_dir: Path | None = None, *, timeout_s: float 
     start = time.monotonic()
     if spec.is_base():
         return BuiltImage(base_image(cache_dir), spec, False, 0.0, "")
-    home = (cache_dir or cache_root()) / "envs" / spec.digest()[:KEY_CHARS]
+    home = (cache_dir or cache_root()) / "envs" / env_key(spec)
     built = False
     if not (home / "digest").exists():
         with build_lock(home):
@@ -214,7 +222,7 @@ def provide_images(
                 if store is not None and not task.env.is_base():
                     publish_image(store, built[digest].image)
             except SandboxError as exc:
-                log.warning("environment image build failed", extra={"spec": digest[:KEY_CHARS], "error": str(exc)})
+                log.warning("environment image build failed", extra={"image": image_name(task.env), "error": str(exc)})
                 built[digest] = exc
     provided = []
     for task in resolved:

@@ -40,6 +40,11 @@ def write_tasks(path: Path, tasks: list[Task]) -> str:
 
 
 def read_tasks(path: Path) -> list[Task]:
+    """The tasks of a task set file; a TaskError that says why for a missing file or one that holds no task set."""
     if not path.exists():
         raise TaskError(f"no task set at {path}: run the step that writes it first")
-    return from_table(pq.read_table(path))
+    try:
+        return from_table(pq.read_table(path))
+    except (OSError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:  # pydantic's errors are ValueErrors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TaskError(f"{path} is not a task set (the Parquet `trialforge ingest` writes): {first}") from exc
