@@ -88,10 +88,31 @@ def test_split_code_from_tests_and_runner_config(tmp_path):
     ("path", "is_test"),
     [("tests/test_x.py", True), ("pkg/test_x.py", True), ("pkg/x_test.py", True), ("conftest.py", True),
      ("sub/conftest.py", True), ("pytest.ini", True), ("setup.cfg", True), ("pyproject.toml", True),
-     ("sitecustomize.py", True), ("pkg/evil.pth", True), ("pkg/core.py", False), ("pkg/testing_utils.py", False)],
+     ("sitecustomize.py", True), ("pkg/evil.pth", True), ("pkg/core.py", False), ("pkg/testing_utils.py", False),
+     ("pkg/distinfo.py", False), ("pkg/egg.py", False), ("pkg/pycache.py", False)],
 )  # fmt: skip
 def test_is_test_path(path, is_test):
     assert is_test_path(path) is is_test
+
+
+def _new_file(path: str, line: str) -> str:
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+{line}\n"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [".pytest.ini", "pytest.toml", ".pytest.toml", "sub/.pytest.ini", "usercustomize.py", "pkg/sitecustomize.py",
+     "evil.pth", "calc_tools-0.dist-info/entry_points.txt", "calc_tools-0.dist-info/METADATA",
+     "calc_tools.egg-info/entry_points.txt", "calc_tools.egg-info", "lib/calc_tools-0.dist-info/RECORD",
+     "calc-0.egg/EGG-INFO/entry_points.txt", "pkg/__pycache__/core.cpython-311.pyc", "pkg/__pycache__/notes.txt",
+     "pkg/core.pyc", "pkg/core.pyo"],
+)  # fmt: skip
+def test_files_that_change_import_or_collection_time_behaviour_are_dropped_from_a_diff(path):
+    """An entry-point plugin in packaging metadata, a .pth file, stale bytecode, an interpreter customization module
+    or a pytest ini file pytest would read: none survives the grader's filter (``is_test_path``)."""
+    assert is_test_path(path)
+    code, dropped = filter_patch(_new_file(path, "x") + _new_file("pkg/fix.py", "x = 1"), lambda p: not is_test_path(p))
+    assert dropped == [path] and "pkg/fix.py" in code and path not in code
 
 
 def test_gold_patch_replays_as_tool_calls(tmp_path):

@@ -246,6 +246,10 @@ def test_what_honest_runs_do_is_no_evidence():
     # a skip raised by the code under test for a test nobody asked for (a whole-suite run) is not evidence
     other = _stream(*HONEST, _t("tests/t.py::test_other", "skipped", k="calc/x.py"), end={})
     assert _read(other).evidence == ()
+    # a wrong answer that happens to be the copy's changed constant passes the copy and fails its source (validation's
+    # run before the fix does this too): the copy passing is evidence only next to its source passing (CASES)
+    collided = _stream(_t("tests/t.py::test_real", "failed"), C_FAIL, C_PASS, _t(COPY.node_id, "passed"), end={})
+    assert _read(collided).evidence == ()
 
 
 # --- the recorder in a sandbox ---------------------------------------------------------------------

@@ -19,10 +19,17 @@ _HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _FILE_LINE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)", re.MULTILINE)
 MAX_PATCH_BYTES = 1 << 20
 
-# Files the test runner reads: an agent that edits these could change how tests are collected or judged.
-TEST_CONFIG_NAMES = frozenset(
-    {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py"}
-)
+# Files the test runner reads: an agent that edits these could change how tests are collected or judged. Every ini
+# file pytest reads (pytest.toml and .pytest.toml: pytest 9), and the modules the interpreter imports at start.
+TEST_CONFIG_NAMES = frozenset({
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
+    "sitecustomize.py", "usercustomize.py",
+})  # fmt: skip
+# What the interpreter or a package index reads at start or import, whoever wrote it: .pth files (run by site),
+# bytecode (imported instead of its source when it looks fresh), and distribution metadata (entry points: pytest
+# plugins that load before the run's first check).
+IMPORT_TIME_SUFFIXES = (".pth", ".pyc", ".pyo")
+IMPORT_TIME_DIR_SUFFIXES = (".dist-info", ".egg-info", ".egg")
 IGNORED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".trialforge"})
 
 
@@ -56,15 +63,19 @@ def check_paths(patch: str) -> None:
 
 
 def is_test_path(path: str) -> bool:
-    """A test file or a piece of test-runner configuration (restored from pristine before grading)."""
+    """A test file, a piece of test-runner configuration, or a file that changes what runs at import or collection
+    time without being imported by name (``.pth`` files, ``__pycache__`` bytecode, ``*.dist-info``/``*.egg-info``
+    metadata, ``sitecustomize``/``usercustomize``, every ini file pytest reads): restored from pristine (dropped from
+    an agent's diff) before grading."""
     pure = PurePosixPath(path)
     name = pure.name
     return (
-        any(part in ("tests", "test", "testing") for part in pure.parts[:-1])
+        any(part in ("tests", "test", "testing", "__pycache__") for part in pure.parts[:-1])
+        or any(part.endswith(IMPORT_TIME_DIR_SUFFIXES) for part in pure.parts)
         or name.startswith("test_")
         or name.endswith("_test.py")
         or name in TEST_CONFIG_NAMES
-        or name.endswith(".pth")
+        or name.endswith(IMPORT_TIME_SUFFIXES)
     )
 
 

@@ -153,7 +153,7 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         path = os.path.abspath(path)
         return path == workspace or path.startswith(workspace + os.sep)
 
-    codes = CodeRegistry(workspace, pristine, key["tests"], sha256)
+    codes = CodeRegistry(workspace, pristine, key["tests"], sha256, function_of)
 
     def pristine_code(function):
         """The function's code is one the recorder vouches for by identity: it existed before any code under
@@ -196,19 +196,21 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         workspace=workspace, key=key, pristine=pristine, tests=key["tests"], channel=channel, marker=marker,
         emit=emit, evidence=evidence, function_of=function_of, fingerprint=fingerprint,
         check_fingerprint=check_fingerprint, in_workspace=in_workspace, pristine_code=pristine_code,
-        foreign=foreign, first_error_line=first_error_line, importlib=importlib, main_code=sys._getframe(0).f_code,
+        foreign=foreign, first_error_line=first_error_line, importlib=importlib,
         own_code=own_code(sys._getframe(1).f_code), codes=codes, current=[None], dumps=json.dumps,
     )  # fmt: skip
     install_observers(kit)
 
     def check_baseline(function, module, test_id):
         """A test of a pristine file runs code the recorder vouches for (``CodeRegistry``), in the globals of the
-        module that code came from: not a function put in the test's place before collection ended (a module
-        ``__getattr__``, a swapped attribute, a copy of the pristine code under other globals)."""
+        module that code came from, and it is the function its module's body bound under the test's name, with the
+        code it had then: not a function put in the test's place before collection ended (a module ``__getattr__``,
+        a swapped attribute or code object, a copy of the pristine code under other globals, another test of the
+        same file, a function of the standard library that passes)."""
         path = getattr(module, "__file__", None)
         if pristine is None or not path or not in_workspace(path) or foreign(path) is not None:
             return
-        if function is None or not codes.vouched(function.__code__):
+        if function is None or not codes.vouched(function.__code__) or not codes.as_bound(function, module, test_id):
             evidence(f"test_item_patched:{test_id}")
             return
         if id(function.__code__) not in codes.workspace_ids:
@@ -895,16 +897,19 @@ class CodeRegistry:
     the diff left alone (their bytes hash to the host's); ``tests``, those of the pristine test files.
 
     A pristine workspace file is compiled from its source here, never from a ``.pyc`` the code under test
-    could have written next to it.
+    could have written next to it. What the body of a pristine test module bound (``bodies``: every name, and
+    the members of its classes, with each function's code then) is held as it was when the body ended.
     """
 
-    def __init__(self, workspace, pristine, tests, sha256):
+    def __init__(self, workspace, pristine, tests, sha256, function_of):
         import gc
         from importlib.machinery import SourceFileLoader
         from types import CodeType, FunctionType
 
         self.workspace, self.pristine, self.tests, self.sha256 = workspace, pristine, frozenset(tests), sha256
         self.trusted, self.workspace_ids, self.test_ids, self.kept, self.code_type = set(), set(), set(), [], CodeType
+        self.function_of, self.function_type = function_of, FunctionType
+        self.test_paths, self.bodies, self.classes, self.code_then = set(), {}, {}, {}
         for obj in gc.get_objects():
             if type(obj) is FunctionType:
                 self.add(obj.__code__, self.trusted)
@@ -923,6 +928,13 @@ class CodeRegistry:
             return code
 
         SourceFileLoader.get_code = get_code
+        run_body = SourceFileLoader.exec_module
+
+        def exec_module(loader, module, _original=run_body, _registry=registry):
+            _original(loader, module)
+            _registry.body_ran(module)
+
+        SourceFileLoader.exec_module = exec_module
 
     def add(self, code, into):
         todo = [code]
@@ -961,9 +973,58 @@ class CodeRegistry:
         self.add(code, self.workspace_ids)
         if os.path.relpath(os.path.abspath(path), self.workspace) in self.tests:
             self.add(code, self.test_ids)
+            self.test_paths.add(os.path.abspath(path))
 
     def vouched(self, code):
         return id(code) in self.trusted or id(code) in self.workspace_ids
+
+    def body_ran(self, module):
+        """Hold what a pristine test module's body bound, now that it has run: its names, its classes' members,
+        and the code of every function among them."""
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        if not origin or os.path.abspath(origin) not in self.test_paths:
+            return
+        scope = vars(module)
+        self.bodies[id(scope)] = (scope, dict(scope))
+        for value in list(scope.values()):
+            self.hold_code(value)
+            if isinstance(value, type) and id(value) not in self.classes:
+                members = dict(vars(value))
+                self.classes[id(value)] = (value, members)
+                for member in members.values():
+                    self.hold_code(member)
+
+    def hold_code(self, value):
+        """The code a function (or a static or class method's) has now, if it is one: never an attribute read of any
+        other object, whose ``__getattr__`` may do anything."""
+        if type(value) in (staticmethod, classmethod):
+            value = value.__func__
+        if type(value) is self.function_type:
+            self.code_then[id(value)] = (value, value.__code__)
+
+    def as_bound(self, function, module, test_id):
+        """``function`` is what the body of the test's module bound at the test's name (in its classes), with the
+        same code; True when that body is not one this registry holds, or bound nothing there (nothing to compare)."""
+        body = self.bodies.get(id(getattr(module, "__dict__", None)))
+        parts = test_id.split("[", 1)[0].split("::")[1:]
+        if body is None or body[0] is not vars(module) or not parts or parts[0] not in body[1]:
+            return True
+        value = body[1][parts[0]]
+        for name in parts[1:]:
+            if not isinstance(value, type):
+                return True
+            value = next((self.member(klass, name) for klass in value.__mro__ if name in self.member(klass)), None)
+        bound = self.function_of(value) if value is not None else None
+        if bound is None:
+            return True
+        held = self.code_then.get(id(bound))  # none for a method inherited from a class no body of ours made
+        return bound is function and (held is None or held[1] is function.__code__)
+
+    def member(self, klass, name=None):
+        """A class's members as its module's body left them (as they are now, for a class no body of ours made);
+        with ``name``, that member."""
+        members = self.classes.get(id(klass), (None, vars(klass)))[1]
+        return members if name is None else members[name]
 
 
 def compile_pristine_tests(codes, framework_dirs):
@@ -992,6 +1053,7 @@ def compile_pristine_tests(codes, framework_dirs):
         code = compile(tree, origin, "exec", dont_inherit=True)
         _codes.adopt(code, origin)
         exec(code, module.__dict__)
+        _codes.body_ran(module)
 
     hook.exec_module = exec_module
 
@@ -1273,8 +1335,11 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
     a function's code swapped, the collector walked for the recorder's objects, memory read raw.
     Only calls made by the code under test count: the nearest caller that is neither the runner, the
     standard library, generated code (``<...>``) nor a pristine test file, or a thread that holds
-    none of those (started by whom, then?). Everything it uses is bound as a default argument:
-    immutable values, and replacing a function's defaults or code is itself an audited event.
+    none of those (started by whom, then?). Generated code counts as its caller's: with no pristine
+    test and no file of the package below it, only the runner or an installed library (it ran as a
+    callback: of the collector, a weakref, a hook), it is the code under test's, whatever name it was
+    compiled under. Everything it uses is bound as a default argument: immutable values, and
+    replacing a function's defaults or code is itself an audited event.
     ``framework_packages``: the runner's packages, whose classes are watched (less ``excluded_modules``);
     ``own_types``: the recorder's classes.
     """
@@ -1296,7 +1361,6 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
         _trusted=codes.trusted,  # code objects by identity (CodeRegistry): a file name proves nothing
         _tests=codes.test_ids,
         _vouched=kit.pristine is None,
-        _main=kit.main_code,
         _frame=sys._getframe,
         _write=os.write,
         _fd=kit.channel,
@@ -1327,16 +1391,20 @@ def install_audit_hook(kit, framework_dirs, framework_packages, excluded_modules
             return
         else:
             what = event
-        frame = _frame(1)
+        frame, generated = _frame(1), False
         while frame is not None:
             code = frame.f_code
-            if code is _main or id(code) in _tests:
-                return  # the runner's own doing, or a pristine test's
-            if id(code) in _trusted:
-                if not code.co_filename.startswith(_skip):
-                    return  # an installed library's (its file name is real: the code came from that file)
-            elif not code.co_filename.startswith("<"):
-                break  # the code under test: a workspace file's, or code compiled under any other name
+            if id(code) in _tests:
+                return  # a pristine test's doing (or that of code it generated)
+            library = id(code) in _trusted and not code.co_filename.startswith(_skip)  # its file name is real
+            if id(code) in _own_ids or library:
+                if generated:  # code generated at run time that no test and no file of the package called: a
+                    break  # callback (gc, weakref, a hook) the code under test planted, under a name like "<string>"
+                return  # the runner's own doing, or an installed library's
+            if id(code) not in _trusted:
+                if not code.co_filename.startswith("<"):
+                    break  # the code under test: a workspace file's, or code compiled under any other name
+                generated = True  # its caller decides
             frame = frame.f_back
         _write(_fd, (_prefix + '{"e":"tamper","what":"' + what.replace('"', "'") + '"}\n').encode())
 

@@ -19,13 +19,15 @@ the code under test does not hold; the sandbox reports the process's real exit s
   test file, not by pytest);
 - deselection (``-k``, ``-m``, ``--deselect``, a conftest's) reported outside collection, or a
   deselected test that ran anyway;
-- the canaries (``canaries.py``): a must-fail canary that passed; a canary skipped while real tests
-  of its file ran; a canary missing from a run that was not stopped early, whose file collected and
-  reported other tests, and that did not deselect it (a module that failed or was skipped at
-  collection has no tests, a file the task's options leave out has none, and the task's -k/-m may
-  leave a canary out); in a run whose tests the host named (grading, where no option of the task
-  selects), a canary deselected at all; a must-pass canary that failed in its call (not in
-  setup: an honest but broken diff can break a fixture, never a self-contained assertion).
+- the canaries (``canaries.py``): a must-fail canary that passed (a mutated copy only when its
+  source did not fail: code that returns the changed constant passes the copy honestly); a canary
+  skipped while real tests of its file ran; a canary missing from a run that was not stopped
+  early, whose file collected and reported other tests, and that did not deselect it (a module
+  that failed or was skipped at collection has no tests, a file the task's options leave out has
+  none, and the task's -k/-m may leave a canary out); in a run whose tests the host named
+  (grading, where no option of the task selects), a canary deselected at all; a must-pass canary
+  that failed in its call (not in setup: an honest but broken diff can break a fixture, never a
+  self-contained assertion).
 
 A blinded test (``blinding.py``) passes only if, besides passing in process, its observations are
 exactly its slots, in order, each accepted by the host's check, and it reached its end: an observation
@@ -332,7 +334,10 @@ def canary_evidence(
         got = by_canary.get(canary.node_id, [])
         source = [o for t, o in outcomes.items() if _base(t) == canary.source] if canary.source else []
         skip_is_honest = "skipped" in source if canary.source else not ran_in_file[canary.file]
-        if canary.must == "fail" and "passed" in got:
+        # A copy runs its source's code on its source's inputs: one that passed while its source failed got exactly
+        # the changed constant, as code that honestly returns that (wrong) value does. Answering both is forcing.
+        collided = canary.kind == "mutated_copy" and bool(source) and all(o == "failed" for o in source)
+        if canary.must == "fail" and "passed" in got and not collided:
             found.append(f"canary_passed:{canary.kind}")
         elif host_selected and canary.node_id in left_out:
             found.append(f"canary_deselected:{canary.kind}")
