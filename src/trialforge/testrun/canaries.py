@@ -229,9 +229,8 @@ def _mutated_copy(module, lines, holder, node, constant, rng: random.Random, new
     body[row] = line[:start] + repr(replacement) + line[end:]
     name = new_name()  # a fresh name: a copy named after its source would say which of the two is the copy
     body[0] = re.sub(rf"\bdef\s+{re.escape(node.name)}\b", f"def {name}", body[0], count=1)
-    siblings = holder.body if holder else module.body
-    spots = [n.end_lineno for n in siblings if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    after = rng.choice([s for s in spots if s is not None])
+    # Right before or right after its original, at even odds: which of two twins runs first says nothing.
+    after = node.lineno - 1 if rng.random() < 0.5 else node.end_lineno
     gap = "\n" if holder else "\n\n"  # PEP 8: one blank line between methods, two between functions
     return after, gap + "".join(body), f"{holder.name}::{name}" if holder else name
 
@@ -281,21 +280,25 @@ def _mutable_constant(value: object) -> bool:
 
 
 def _mutate(value: int | float | str, rng: random.Random, pool: dict[type, list[object]] | None = None) -> object:
-    """A different value of the same type, drawn as the file's own values are: another constant of that type in
-    the file, else a value within the range its numbers span (a fixed offset would say which is the copy)."""
-    others = [v for v in (pool or {}).get(type(value), []) if v != value]
-    if others and rng.random() < 0.75:
-        return rng.choice(others)
-    if isinstance(value, (int, float)):
-        numbers = [v for v in (pool or {}).get(type(value), []) if isinstance(v, (int, float))] + [value]
-        low, high = min(numbers), max(numbers)
-        spread = max(high - low, abs(value), 2)
-        for _ in range(100):
-            drawn = rng.uniform(low - spread / 2, high + spread / 2)
-            candidate = round(drawn) if isinstance(value, int) else round(drawn, 2)
-            if candidate != value:
+    """A different value of the same type and look, drawn near the original and absent from the file: a value the
+    file already holds elsewhere, or one a fixed offset away, would say which of two twins is the copy."""
+    taken = set((pool or {}).get(type(value), [])) | {value}
+    if isinstance(value, int):
+        spread = max(abs(value), 10)
+        for _ in range(1000):
+            candidate = value + rng.randint(-spread, spread)
+            if candidate not in taken:
                 return candidate
-        return value + 1
+        return max(taken) + 1  # every nearby value is taken: one the file has not
+    if isinstance(value, float):
+        text = repr(value)
+        places = len(text.split(".", 1)[1]) if "." in text and "e" not in text else 2
+        spread = max(abs(value), 1.0)
+        for _ in range(1000):
+            candidate = round(value + rng.uniform(-spread, spread), places)
+            if candidate not in taken:
+                return candidate
+        return max(taken) + 1.0
     letters = "abcdefghijklmnopqrstuvwxyz"
     if not value:
         return rng.choice(letters)
