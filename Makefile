@@ -54,6 +54,7 @@ bench: setup
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests flows benchmarks
 	$(VENV)/bin/ruff format --check src tests flows benchmarks
+	$(VENV)/bin/lint-imports --no-cache
 
 # Refresh requirements.lock after changing pyproject.toml (resolves once, in a scratch venv).
 lock:

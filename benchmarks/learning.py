@@ -40,8 +40,8 @@ import yaml
 
 from trialforge import pipeline
 from trialforge.config import load_params
-from trialforge.orchestrate.iterations import train_in_process
-from trialforge.orchestrate.shards import load_episodes
+from trialforge.loop.iteration import train_in_process
+from trialforge.loop.records import load_episodes
 from trialforge.rollout.loop import Lineage, run_batch
 from trialforge.rollout.policies import TaskView
 from trialforge.rollout.reach import family_reach, gold_edit

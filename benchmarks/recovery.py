@@ -34,11 +34,11 @@ from trialforge.rollout.checkpoints import Checkpoints
 from trialforge.rollout.env import Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
 from trialforge.sandbox.bwrap import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore

@@ -29,8 +29,8 @@ from trialforge import pipeline
 from trialforge.config import load_params
 from trialforge.rollout.loop import Lineage
 from trialforge.rollout.policies import GoldPolicy
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.runtime import code_version, open_runtime
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.schema import task_set_version
 
 ROOT = Path(__file__).resolve().parents[1]

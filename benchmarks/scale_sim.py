@@ -60,13 +60,13 @@ from trialforge import pipeline
 from trialforge.rollout.env import Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, plan_jobs, run_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import base_image
 from trialforge.sandbox.pool import ElasticConfig, PoolConfig, SandboxPool
 from trialforge.sandbox.simulated import BWRAP_2CORE, LatencyModel, Lognormal, Recorder, SimulatedBackend
 from trialforge.sandbox.statedir import private_dir
 from trialforge.store.objstore import open_store
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.patches import touched_paths
 from trialforge.tasks.schema import Task

@@ -34,12 +34,12 @@ sys.path[:0] = [str(ROOT / "tests")]
 
 from tiny_models import byte_level_gpt2  # noqa: E402
 
-from trialforge.config import InferenceParams  # noqa: E402
 from trialforge.rollout.hf_policy import HFPolicy  # noqa: E402
 from trialforge.store.objstore import open_store  # noqa: E402
 from trialforge.train.device import pick_device  # noqa: E402
 from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig  # noqa: E402
 from trialforge.train.served import WeightSync  # noqa: E402
+from trialforge.train.settings import InferenceParams  # noqa: E402
 
 PROMPT = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "add() subtracts: fix it"}]
 

@@ -21,7 +21,7 @@ import statistics
 
 import torch
 
-from trialforge.rollout.records import EpisodeRecord, StepRecord
+from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.train.device import pick_device
 from trialforge.train.lm import LMTrainer, OptimConfig
 

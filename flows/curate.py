@@ -12,10 +12,11 @@ from prefect.cache_policies import NO_CACHE
 
 from trialforge import pipeline as steps
 from trialforge.config import load_params
+from trialforge.loop.records import StageResult
 from trialforge.observe.logs import logged_step, taskset_done
 from trialforge.observe.summary import write_funnels
-from trialforge.orchestrate import StageResult, TaskSetVersion, runners, shards
-from trialforge.tasks.taskset import read_tasks
+from trialforge.orchestrate import TaskSetVersion, runners
+from trialforge.tasks.taskset import INGESTED, read_published, read_tasks
 
 
 @task(cache_policy=NO_CACHE)
@@ -62,7 +63,7 @@ def curate(
         if tasks_file is not None:
             tasks = read_tasks(Path(tasks_file))
         else:
-            _, tasks = shards.read_taskset(rt.store, shards.INGESTED, ingested)
+            _, tasks = read_published(rt.store, INGESTED, ingested)
         tasks, provided = logged_step(environments, rt, tasks)
         tasks, validated = logged_step(validate, rt, tasks)
         tasks, decontaminated = logged_step(decontaminate, rt, tasks)

@@ -11,9 +11,11 @@ from prefect.cache_policies import NO_CACHE
 
 from trialforge import pipeline as steps
 from trialforge.config import load_params
+from trialforge.loop.records import StageResult
 from trialforge.observe.logs import logged_step
 from trialforge.observe.summary import write_funnels
-from trialforge.orchestrate import StageResult, runners, shards
+from trialforge.orchestrate import runners
+from trialforge.tasks.taskset import INGESTED, publish
 
 
 @task(cache_policy=NO_CACHE)
@@ -23,7 +25,7 @@ def ingest_sources(rt):
 
 @task(cache_policy=NO_CACHE)
 def publish_ingested(rt, tasks):
-    return shards.publish_ingested(rt, tasks)
+    return publish(rt.store, INGESTED, tasks)
 
 
 @flow(name="ingest", log_prints=True)

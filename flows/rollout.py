@@ -9,10 +9,12 @@ from typing import Any
 from prefect import flow
 
 from trialforge.config import load_params
+from trialforge.loop.iteration import rollout_iteration
 from trialforge.observe.logs import rollout_done
-from trialforge.orchestrate import Iteration, RolloutResult, RunId, Runner, ShardSize, TaskSetVersion, runners, shards
+from trialforge.orchestrate import Iteration, RolloutResult, RunId, ShardRunner, ShardSize, TaskSetVersion, runners
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import code_version
+from trialforge.tasks.taskset import TASKS, read_published
 
 
 @flow(name="rollout", log_prints=True)
@@ -23,7 +25,7 @@ def rollout(
     overrides: dict[str, Any] | None = None,
     task_set: TaskSetVersion | None = None,
     checkpoint: str | None = None,
-    runner: Runner = "default",
+    runner: ShardRunner = "default",
     ray_address: str | None = None,
     shard_size: ShardSize = 64,
 ) -> RolloutResult:
@@ -31,11 +33,11 @@ def rollout(
     params = load_params(Path(params_path), overrides)
     runners.check_runner(runner, ray_address)
     with runners.held_runtime(params) as rt:
-        version, tasks = shards.read_taskset(rt.store, shards.TASKS, task_set)
+        version, tasks = read_published(rt.store, TASKS, task_set)
         lineage = Lineage(run_id, iteration, version, params.digest(), code_version())
         start = time.monotonic()
         with runners.shard_submitter(params, lineage, tasks, checkpoint, runner, ray_address) as run:
-            record, reports = shards.rollout_iteration(rt, tasks, lineage, checkpoint, shard_size, run)
+            record, reports = rollout_iteration(rt, tasks, lineage, checkpoint, shard_size, run)
         wall_s = time.monotonic() - start
         runners.episode_artifacts(rt.store, run_id, iteration)
         runners.shard_artifact(reports)

@@ -9,8 +9,10 @@ from typing import Any
 from prefect import flow
 
 from trialforge.config import load_params
+from trialforge.loop.iteration import train_iteration
+from trialforge.loop.records import TrainResult
 from trialforge.observe.logs import train_done
-from trialforge.orchestrate import Iteration, RunId, TrainResult, runners, shards
+from trialforge.orchestrate import Iteration, RunId, runners
 
 
 @flow(name="train", log_prints=True)
@@ -26,6 +28,6 @@ def train(
     params = load_params(Path(params_path), overrides)
     started = time.monotonic()
     with runners.held_runtime(params) as rt:
-        result = shards.train_iteration(rt, run_id, iteration, checkpoint)
+        result = train_iteration(rt, run_id, iteration, checkpoint)
     train_done(iteration, result.stats, result.resumed, started=started)
     return result

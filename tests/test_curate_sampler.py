@@ -34,10 +34,10 @@ from trialforge.curate.tiers import (
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.policies import EpisodePolicy, GoldPolicy, NoopPolicy, TaskView
-from trialforge.rollout.records import EPISODE_SCHEMA, EpisodeRecord
 from trialforge.sandbox.base import Limits
 from trialforge.store import datasets
 from trialforge.store.objstore import open_store
+from trialforge.store.records import EPISODE_SCHEMA, EpisodeRecord
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.schema import Difficulty, Source, Task, task_set_version
 from trialforge.tasks.snapshots import SnapshotStore

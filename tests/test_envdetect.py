@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from trialforge.envspec import PYTEST_CMD, SUITES, UNITTEST_CMD
 from trialforge.tasks import envdetect
 from trialforge.tasks.envdetect import RELEASED_PYTHON, EnvCache, EnvError, detect, resolve_env, spec_at_commit
-from trialforge.tasks.envspec import PYTEST_CMD, SUITES, UNITTEST_CMD
 
 BUNDLED = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
 

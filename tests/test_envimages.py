@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from trialforge.envspec import EnvSpec
 from trialforge.errors import SandboxError
 from trialforge.sandbox import images
 from trialforge.sandbox.base import Limits, SandboxSpec
@@ -34,7 +35,6 @@ from trialforge.tasks.envimages import (
     publish_image,
     task_image,
 )
-from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore

@@ -16,11 +16,12 @@ import pytest
 
 from trialforge.errors import StoreError
 from trialforge.rollout.env import TOOLS
-from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord, StepRecord
-from trialforge.store import datasets, exports, query
+from trialforge.store import datasets, query
 from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.store.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord, StepRecord
 from trialforge.tasks.schema import Source, Task, task_set_version
 from trialforge.tasks.taskset import to_table
+from trialforge.train import exports
 
 TASKS = [
     Task(

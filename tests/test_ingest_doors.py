@@ -319,7 +319,7 @@ def test_pipeline_ingest_adds_every_extra_source_and_drops_task_ids_already_give
 def test_ingest_flow_takes_extra_sources_from_its_overrides(prefect_api, mylib, instances, three_tickets, tmp_path):
     from prefect.flows import load_flow_from_entrypoint
 
-    from trialforge.orchestrate.shards import INGESTED, read_taskset
+    from trialforge.tasks.taskset import INGESTED, read_published
 
     repo, shas = mylib
     ingest = load_flow_from_entrypoint(f"{REPO_ROOT / 'flows' / 'ingest.py'}:ingest")
@@ -335,7 +335,7 @@ def test_ingest_flow_takes_extra_sources_from_its_overrides(prefect_api, mylib, 
 
     assert result.tasks == 4
     assert result.funnels[0]["dropped"] == {"ingest.gitlog/root_commit": 1, "ingest.gitlog/no_test_changes": 1}
-    version, published = read_taskset(open_store(store), INGESTED, result.version)
+    version, published = read_published(open_store(store), INGESTED, result.version)
     assert version == result.version and len(published) == 4
     assert f"mylib-{shas['fix'][:12]}" in {t.task_id for t in published}
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from leaks import HostState, settled_leftovers, snapshot
 
+from trialforge.owners import process_start
 from trialforge.sandbox import cgroups
 from trialforge.sandbox.leftovers import reap_services
-from trialforge.sandbox.reaper import process_start
 from trialforge.scratch import owner_of, reap_scratch, scratch_dir
 
 HOLDER = """

@@ -11,11 +11,12 @@ import pytest
 from trialforge import pipeline
 from trialforge.config import load_params
 from trialforge.errors import ConfigError
-from trialforge.orchestrate.iterations import train_in_process
-from trialforge.orchestrate.shards import load_episodes
+from trialforge.loop.iteration import train_in_process
+from trialforge.loop.learner import open_learner
+from trialforge.loop.records import load_episodes
 from trialforge.rollout.repair import RepairPolicy
 from trialforge.runtime import open_runtime
-from trialforge.train.learner import LM, learner_name, open_learner
+from trialforge.train.settings import LM
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASK_IDS = ("ledgerlite-3", "textkit-21")
@@ -43,7 +44,7 @@ def test_a_transformers_lm_is_rolled_out_trained_and_checkpointed_through_the_lo
     knobs = {"train.model": str(path), "rollout.policies": [LM], "rollout.max_new_tokens": 12, "train.lr": 1e-4}
     knobs["observe.learning.effective_batch.action"] = "warn"  # random weights earn only 0s: train on them anyway
     params = load_params(None, small(tmp_path, **knobs))
-    assert learner_name(params) == LM
+    assert params.train.learner == LM
     with open_runtime(params) as rt:
         ingested, _ = pipeline.ingest(rt)
         tasks, _ = pipeline.validate(rt, [t for t in ingested if t.task_id in TASK_IDS])
@@ -102,7 +103,7 @@ def test_a_batch_with_nothing_to_learn_takes_no_step_no_version_and_no_checkpoin
 
 def test_the_learner_must_be_among_the_policies_it_is_named_for(tmp_path) -> None:
     params = load_params(None, small(tmp_path, **{"rollout.policies": ["gold", LM]}))
-    assert learner_name(params) == RepairPolicy.name  # no train.model: the demo's policy learns
+    assert params.train.learner == RepairPolicy.name  # no train.model: the demo's policy learns
     with pytest.raises(ConfigError, match=r"unknown policies \['lm'\]"):
         pipeline.make_policies(params.rollout.policies, [], open_learner(params, None, None).policy(), params.rollout)  # type: ignore[arg-type]
 

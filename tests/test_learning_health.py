@@ -9,8 +9,8 @@ from test_curate_sampler import episode
 
 from trialforge.config import load_params
 from trialforge.errors import ConfigError
-from trialforge.observe.health import Check, LearningGate, learning_health
-from trialforge.rollout.records import EpisodeRecord, StepRecord
+from trialforge.store.records import EpisodeRecord, StepRecord
+from trialforge.train.health import Check, LearningGate, learning_health
 
 GATE = LearningGate()
 FIX = "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a\n+b\n"

@@ -27,18 +27,17 @@ from rich.console import Console
 
 from trialforge.config import load_params
 from trialforge.curate.sampler import SamplerStats
+from trialforge.loop.records import TrainResult, train_record_key
 from trialforge.observe.families import family_metrics
-from trialforge.observe.health import LearningHealth, Verdict
 from trialforge.observe.metrics import episode_metrics
 from trialforge.observe.report import families_key, render_report
 from trialforge.observe.run_report import finish_run
 from trialforge.observe.summary import print_summary
-from trialforge.orchestrate import TrainResult
-from trialforge.orchestrate.shards import train_record_key
-from trialforge.rollout.records import EPISODE_SCHEMA
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.store.records import EPISODE_SCHEMA
 from trialforge.tasks.schema import Source, Task
+from trialforge.train.health import LearningHealth, Verdict
 
 RUN = "learn-1"
 TEST_PATCH = (

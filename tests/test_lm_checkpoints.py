@@ -18,10 +18,10 @@ from test_train_lm import episode, sampler, tiny_model
 
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, StoreError
+from trialforge.loop.learner import LMLearner, open_learner
 from trialforge.store.objstore import FileStore, ObjectStore, open_store
 from trialforge.train.device import pick_device
 from trialforge.train.hf_checkpoint import MANIFEST, checkpoint_prefix
-from trialforge.train.learner import LMLearner, open_learner
 from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig
 from trialforge.train.loss import LossConfig
 

@@ -28,16 +28,16 @@ from trialforge.observe.charts import bar_chart, line_chart
 from trialforge.observe.cli import app
 from trialforge.observe.compare import MetricDelta, compare_metrics, compare_runs, format_comparison
 from trialforge.observe.cost import CostRates
-from trialforge.observe.health import (
+from trialforge.observe.logs import setup_logging
+from trialforge.observe.report import render_report
+from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.train.health import (
     Health,
     HealthThresholds,
     UnhealthyBatchError,
     assert_trainable,
     check_health,
 )
-from trialforge.observe.logs import setup_logging
-from trialforge.observe.report import render_report
-from trialforge.store.objstore import ObjectStore, open_store
 
 
 @pytest.fixture(scope="module")

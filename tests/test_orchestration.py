@@ -27,13 +27,15 @@ from prefect.states import Failed
 from ray_fixture import RayCluster, RayNode
 
 from trialforge.errors import ConfigError, SandboxError, StoreError
-from trialforge.orchestrate import runners, shards
+from trialforge.loop import shards
+from trialforge.orchestrate import runners
 from trialforge.rollout.env import TOOLS
 from trialforge.rollout.loop import Lineage
-from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.store.records import EPISODE_SCHEMA, STEP_SCHEMA
 from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.taskset import INGESTED, TASKS, read_published
 
 SHARD_SIZE = 2
 EPISODES = 6  # 3 tasks x (gold, noop) x 1
@@ -163,7 +165,7 @@ def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts
     assert deployment.concurrency_options.collision_strategy == "CANCEL_NEW"
     funnel = json.loads(next(a for a in artifacts if a.key == "trialforge-funnel").data)
     assert funnel == [{"stage": "ingest", "seen": 3, "kept": 3, "dropped": "-"}]
-    version, tasks = shards.read_taskset(open_store(overrides["run.store"]), shards.INGESTED)
+    version, tasks = read_published(open_store(overrides["run.store"]), INGESTED)
     assert len(tasks) == 3 and len(version) == 16
 
 
@@ -192,7 +194,7 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
         first.wait()
     before = published()
     assert 1 <= len(before["steps"]) < EPISODES // SHARD_SIZE, "the kill came too late to test a resume"
-    curated_before = published([shards.INGESTED, shards.TASKS])
+    curated_before = published([INGESTED, TASKS])
 
     done = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -202,7 +204,7 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
         for key in before["steps"]:  # a shard finished before the kill was not run again
             key = key.replace("datasets/steps/", f"datasets/{name}/")
             assert after[name][key] == before[name][key]
-    assert published([shards.INGESTED, shards.TASKS]) == curated_before  # it kept the task set it started with
+    assert published([INGESTED, TASKS]) == curated_before  # it kept the task set it started with
     episodes = episode_frame(store, run_id)
     assert len(episodes) == EPISODES and episodes["episode_id"].is_unique
     jobs = set(zip(episodes["task_id"], episodes["policy"], episodes["sample"], strict=True))

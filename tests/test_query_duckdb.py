@@ -20,9 +20,9 @@ from conftest import REPO_ROOT
 from fixtures.observe.runs import episode_row, write_r1, write_r2
 
 from trialforge.errors import StoreError
-from trialforge.rollout.records import EPISODE_SCHEMA
 from trialforge.store import datasets, query
 from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.store.records import EPISODE_SCHEMA
 
 DOC = REPO_ROOT / "docs" / "storage.md"
 DOC_ROOT = "/abs/path/.trialforge/store"

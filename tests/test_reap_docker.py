@@ -14,10 +14,10 @@ from pathlib import Path
 import docker
 import pytest
 
+from trialforge.owners import process_start
 from trialforge.sandbox.docker import LABEL_SANDBOX
 from trialforge.sandbox.engine import API_VERSION, temp_dir
 from trialforge.sandbox.leftovers import cmdline
-from trialforge.sandbox.reaper import process_start
 
 OWNER = """
 import sys

@@ -28,12 +28,12 @@ from trialforge.rollout.checkpoints import RESTORE_TOOL, EpisodeState, is_risky
 from trialforge.rollout.env import Action, EnvLimits
 from trialforge.rollout.loop import EpisodeJob, Lineage, Rollout, episode_id, plan_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, GoldPolicy, NoopPolicy, TaskView, patch_to_actions
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.rollout.resumable import ResumableBatch
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.bwrap import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.store.objstore import open_store
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore

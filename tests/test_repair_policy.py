@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import math
 
-from trialforge.config import TrainParams
 from trialforge.rollout.env import CodingEnv, EnvLimits
 from trialforge.rollout.policies import TaskView
 from trialforge.rollout.reach import gold_edit
-from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.rollout.repair import (
     ATTEMPTS,
     FEATURES,
@@ -24,8 +22,10 @@ from trialforge.rollout.repair import (
     viewed_functions,
 )
 from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.tasks.schema import Source, Task
 from trialforge.train.repair_trainer import RepairTrainer
+from trialforge.train.settings import TrainParams
 
 SPAN = (
     "def clamp(x, lo, hi):\n    return max(lo, min(x, hi))\n\n\n"

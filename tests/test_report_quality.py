@@ -18,19 +18,19 @@ from typer.testing import CliRunner
 from trialforge import pipeline
 from trialforge.config import load_params
 from trialforge.observe.cli import app
-from trialforge.observe.health import HealthThresholds
 from trialforge.observe.metrics import load_run
 from trialforge.observe.quality import quality_metrics, read_records
 from trialforge.observe.report import report_html
 from trialforge.observe.run_report import finish_run
-from trialforge.rollout.records import EPISODE_SCHEMA
 from trialforge.runtime import open_runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import open_store
+from trialforge.store.records import EPISODE_SCHEMA
 from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.quality_record import Attempt, LeakSpan, QualityRecord
 from trialforge.tasks.schema import Source, Task, task_set_version
+from trialforge.train.health import HealthThresholds
 
 BUGGY = "def double(value):\n    return value + 1\n"
 FIXED = "def double(value):\n    return value * 2\n"

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from trialforge.envspec import EnvSpec
 from trialforge.funnel import Funnel
 from trialforge.observe.metrics import task_metrics
 from trialforge.observe.summary import print_summary
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.store.objstore import open_store
-from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.patches import test_files as files_of_tests  # not "test_*": pytest would collect it
 from trialforge.tasks.schema import Source, Task

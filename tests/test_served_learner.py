@@ -30,17 +30,17 @@ from trialforge import pipeline
 from trialforge.config import load_params
 from trialforge.errors import ConfigError
 from trialforge.inference.managed import serving
-from trialforge.orchestrate.iterations import train_in_process
-from trialforge.orchestrate.shards import load_episodes
+from trialforge.loop.iteration import train_in_process
+from trialforge.loop.learner import rollout_policy
+from trialforge.loop.records import load_episodes
 from trialforge.rollout.policies import Decision, TaskView
-from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.runtime import open_runtime
 from trialforge.sandbox import owned
 from trialforge.store.objstore import open_store
+from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.train.device import pick_device
-from trialforge.train.learner import LM
 from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig
-from trialforge.train.served import served_policy
+from trialforge.train.settings import LM
 
 RUN = "served-run"
 
@@ -184,11 +184,11 @@ def test_a_step_on_the_servers_samples_reaches_it_and_changes_what_it_samples(ti
     trainer = LMTrainer(str(path), OptimConfig(lr=1e-2), device=pick_device("cpu"), lora=lora)
     view, task = TaskView("t", "fix add"), "add(2, 3) returns -1: fix calc/ops.py"
     with serving(params):
-        untrained = served_policy(params, store, None, LM)
+        untrained = rollout_policy(params, store, None)
         before = [untrained.begin(view, seed=s).act(task) for s in (1, 1, 2, 2)]
         stats = trainer.update([as_episode(d, i, float(i % 2)) for i, d in enumerate(before)])
         trainer.save(store, f"checkpoints/{RUN}/lm-v1.pt")
-        trained = served_policy(params, store, f"checkpoints/{RUN}/lm-v1.pt", LM)
+        trained = rollout_policy(params, store, f"checkpoints/{RUN}/lm-v1.pt")
         after = [trained.begin(view, seed=s).act(task) for s in (1, 2)]
 
     assert stats.grad_norm > 0 and trained.version == "v1"
@@ -212,11 +212,11 @@ def test_an_episode_outlives_a_server_killed_under_it(tiny_lm, tmp_path, state_d
     store = open_store(params.run.store)
     trainer = LMTrainer(str(path), OptimConfig(lr=1e-2), device=pick_device("cpu"), lora=LoraSpec(r=4))
     with serving(params):
-        untrained = served_policy(params, store, None, LM)
+        untrained = rollout_policy(params, store, None)
         before = [untrained.begin(TaskView("t", "fix"), seed=s).act("add subtracts") for s in (1, 1)]
         trainer.update([as_episode(d, i, float(i)) for i, d in enumerate(before)])
         trainer.save(store, f"checkpoints/{RUN}/lm-v1.pt")
-        episode = served_policy(params, store, f"checkpoints/{RUN}/lm-v1.pt", LM).begin(TaskView("t", "fix"), seed=3)
+        episode = rollout_policy(params, store, f"checkpoints/{RUN}/lm-v1.pt").begin(TaskView("t", "fix"), seed=3)
         first = episode.act("add subtracts")
         [pid] = server_pids(state_dir)
         os.kill(pid, signal.SIGKILL)
@@ -307,5 +307,5 @@ def test_the_servers_key_is_read_from_the_variable_params_name(tiny_lm, tmp_path
     overrides = served(tmp_path, tiny_lm[0], 1, **{"train.lora.r": 4, "train.inference.command": ""})
     overrides |= {"train.inference.url": chat_server.url, "train.inference.api_key_env": "TF_TEST_INFERENCE_KEY"}
     chat_server.play(with_token_ids(tool_call("submit", logprobs=[-1.0]), [1, 2], [3]))
-    decision = served_policy(load_params(None, overrides), None, None, LM).begin(TaskView("t", "fix"), 1).act("fix")
+    decision = rollout_policy(load_params(None, overrides), None, None).begin(TaskView("t", "fix"), 1).act("fix")
     assert chat_server.headers[0]["Authorization"] == "Bearer sk-inference" and decision.info["token_ids"] == [3]

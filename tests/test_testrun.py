@@ -17,8 +17,8 @@ from xml.etree import ElementTree
 
 import pytest
 
+from trialforge.envspec import EnvSpec
 from trialforge.sandbox.base import TRUNCATION_MARK, ExecResult, Limits, SandboxSpec
-from trialforge.tasks.envspec import EnvSpec
 from trialforge.testrun import prepare, run_tests
 from trialforge.testrun.canaries import Canary, plant
 from trialforge.testrun.report import read_report

@@ -46,8 +46,8 @@ from trialforge.observe.tracking import (
     server_argv,
     server_env,
 )
-from trialforge.orchestrate import shards
 from trialforge.store.objstore import ObjectStore, open_store
+from trialforge.tasks.taskset import TASKS, read_published
 
 RUN = "tracked-1"
 TRACKER_LOG = "trialforge.observe.tracking"
@@ -266,7 +266,7 @@ def test_tags_name_the_task_set_and_the_digest_of_every_image(tracked):
     tags = tracked.run.data.tags
     version = tracked.metrics["task_set_version"]
     assert tags["trialforge.task_set_version"] == version
-    _, tasks = shards.read_taskset(tracked.store, shards.TASKS, version)
+    _, tasks = read_published(tracked.store, TASKS, version)
     images = {t.image: t.image_digest for t in tasks if t.image}
     assert images and all(images.values())
     assert {k: v for k, v in tags.items() if k.startswith("trialforge.image.")} == {

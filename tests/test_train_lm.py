@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trialforge.rollout.records import EpisodeRecord, StepRecord
+from trialforge.loop.staleness import train_bounded
 from trialforge.store.objstore import open_store
+from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.train.device import pick_device
 from trialforge.train.lm import LMTrainer, OptimConfig, episode_sequences
 from trialforge.train.loss import LossConfig
-from trialforge.train.staleness import train_bounded
 
 transformers = pytest.importorskip("transformers")
 

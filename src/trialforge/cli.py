@@ -98,8 +98,9 @@ def export(
 ) -> None:
     """Export ok episodes as verl- or TRL-style Parquet in the object store."""
     from trialforge.runtime import store_url
-    from trialforge.store import exports, query
+    from trialforge.store import query
     from trialforge.store.objstore import open_store
+    from trialforge.train import exports
 
     if fmt not in ("verl", "trl"):
         raise typer.BadParameter(f"format must be verl or trl, not {fmt!r}")

@@ -7,39 +7,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from trialforge.curate.sampler import SamplerConfig
+from trialforge.envspec import EnvSpec
 from trialforge.errors import ConfigError
-from trialforge.observe.health import HealthThresholds, LearningGate
 from trialforge.rollout.models import ModelSpec
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.endpoints import EngineEndpoint
 from trialforge.sandbox.pool import ElasticConfig
 from trialforge.sandbox.registry import RegistryParams
-from trialforge.tasks.envspec import EnvSpec
+from trialforge.section import Section
 from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.sources import SourceEntry
+from trialforge.train.health import HealthThresholds, LearningGate
+from trialforge.train.settings import TrainParams
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RunParams(_Section):
+class RunParams(Section):
     name: str = "demo"
     seed: int = 0
     store: str = "file://.trialforge/store"  # file://PATH (relative to the working directory) or s3://bucket/prefix
     out_dir: str = "out"
 
 
-class SourceParams(_Section):
+class SourceParams(Section):
     """The bundled sources (paths relative to the working directory, a ``tasks_src/...`` one else the checkout's:
     ``trialforge.checkout``); null or "" turns one off."""
 
@@ -64,7 +61,7 @@ class SourceParams(_Section):
         return self
 
 
-class ElasticParams(_Section):
+class ElasticParams(Section):
     """Warm sandboxes that follow demand, per image (``sandbox/pool.py``, docs/scale.md). Never part of a run's
     digest: when a sandbox starts changes nothing an episode computes."""
 
@@ -87,7 +84,7 @@ class ElasticParams(_Section):
         return ElasticConfig(self.min_warm, self.max_warm, self.window_s, self.idle_s)
 
 
-class SandboxParams(_Section):
+class SandboxParams(Section):
     backend: Literal["bwrap", "docker"] = "bwrap"
     docker_host: str = ""  # empty: DOCKER_HOST, else a local Podman service started on demand
     # docker backend on several engines at once (placement by free capacity and image locality, failover);
@@ -141,19 +138,19 @@ class SandboxParams(_Section):
         )
 
 
-class ValidateParams(_Section):
+class ValidateParams(Section):
     runs: int = Field(3, ge=1)
     max_duration_s: float = 120.0
     test_timeout_s: float = 120.0
 
 
-class VerifyParams(_Section):
+class VerifyParams(Section):
     timeout_factor: float = Field(10.0, ge=1.0)
     min_timeout_s: float = Field(20.0, gt=0)
     min_cpu_s: float = Field(3.0, gt=0)
 
 
-class CurateParams(_Section):
+class CurateParams(Section):
     eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     split_by: Literal["repo", "hash", "family"] = "repo"
     split_salt: str = ""
@@ -170,7 +167,7 @@ class CurateParams(_Section):
 QualityGate = Literal["weak_tests", "leaks", "shortcuts"]
 
 
-class QualityParams(_Section):
+class QualityParams(Section):
     gates: list[QualityGate] = ["weak_tests", "leaks", "shortcuts"]  # audits that run and are recorded
     enforce: list[QualityGate] = ["weak_tests", "leaks", "shortcuts"]  # failing one of these drops the task
     max_mutants: int = Field(8, ge=0)
@@ -191,7 +188,7 @@ BUILTIN_POLICIES = ("gold", "noop", "random_edit", "repair", "lm")  # scripted o
 _POLICY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
-class RolloutParams(_Section):
+class RolloutParams(Section):
     policies: list[str] = ["gold", "noop", "repair"]  # built-in names or names defined under `models`
     models: dict[str, ModelSpec] = {}  # fixed language-model policies by name (rollout/models.py)
     group_size: int = Field(4, ge=1)
@@ -228,144 +225,7 @@ class RolloutParams(_Section):
         return self
 
 
-LM_MAX_LR = 1e-2
-
-
-class LoraParams(_Section):
-    """LoRA adapters (peft) for the LM learner instead of full fine-tuning (``train.lm.LoraSpec``)."""
-
-    r: int = Field(0, ge=0)  # adapter rank; 0: no adapters, every weight trains (full fine-tuning)
-    alpha: int = Field(32, ge=1)  # the adapters' update is scaled by alpha / r
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # on the adapters' input while training
-    target_modules: list[str] | Literal["all-linear"] = "all-linear"  # module names, or every linear layer but the head
-
-    @field_validator("target_modules", mode="before")
-    @classmethod
-    def _targets(cls, value: Any) -> Any:
-        if isinstance(value, str) and value != "all-linear":
-            raise ValueError(
-                f"{value!r} is neither 'all-linear' nor a list: give module names as a list, e.g. [q_proj, v_proj]"
-            )
-        if isinstance(value, list):
-            if not value:
-                raise ValueError("an empty list adapts nothing: name modules, e.g. [q_proj, v_proj], or 'all-linear'")
-            bad = [v for v in value if not isinstance(v, str) or not v.strip()]
-            if bad:
-                raise ValueError(f"module names must be non-empty strings, not {bad}")
-            if len(set(value)) != len(value):
-                raise ValueError(f"{value} names a module more than once")
-        return value
-
-    def targets(self) -> tuple[str, ...] | str:
-        return self.target_modules if isinstance(self.target_modules, str) else tuple(self.target_modules)
-
-
-class InferenceParams(_Section):
-    """Where the LM learner's rollouts sample (``trialforge.inference``): in the rollout's own process, or an
-    OpenAI-compatible server (vLLM, SGLang, ``trialforge serve lm``) that gets each new version's weights."""
-
-    url: str = ""  # the server's API root, e.g. http://127.0.0.1:8000/v1; "": sample in process (transformers)
-    # Starts that server for the run (an argument list, split like a shell but run without one); trialforge waits
-    # until it answers at `url`, restarts it if it dies and stops it at the end. {model} is replaced by the
-    # weights to serve: train.model, or after a restart the latest full-weight version; {name} by model_name (or
-    # train.model), the name to serve them under. "": the server is yours.
-    command: str = ""
-    api: Literal["vllm", "sglang"] = "vllm"  # how weights reach it: vllm loads LoRA adapters at run time,
-    # sglang replaces the full weights in place (/update_weights_from_disk)
-    model_name: str = ""  # the name the server serves train.model under; "": train.model as given (vLLM's default)
-    api_key_env: str = ""  # the variable holding the server's key (vLLM's --api-key); "": no Authorization header
-    weights_dir: str = ""  # where each version is written for the server to read; "": OUT_DIR/served-weights
-    ready_timeout_s: float = Field(600.0, gt=0)  # a started server must answer within this
-    max_restarts: int = Field(3, ge=0)  # a started server that dies more often than this stays down
-    timeout_s: float = Field(300.0, gt=0)  # per request
-    max_retries: int = Field(6, ge=0)  # per request, on transport errors, 429 and 5xx: a restart fits in them
-    max_context_chars: int | None = Field(None, ge=1)  # drop the oldest turns past this; None: the server decides
-
-    @field_validator("url")
-    @classmethod
-    def _http(cls, url: str) -> str:
-        if url and not url.startswith(("http://", "https://")):
-            raise ValueError(f"url must be an http:// or https:// URL, not {url!r}")
-        return url.rstrip("/")
-
-    def api_key(self) -> str:
-        """The server's key, read from ``api_key_env`` where the run starts ("": none)."""
-        return os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-
-    def headers(self) -> dict[str, str]:
-        key = self.api_key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    @model_validator(mode="after")
-    def _started_at_url(self) -> InferenceParams:
-        if self.command and not self.url:
-            raise ValueError("a command starts a server, but url (where it will answer) is empty: set both")
-        if self.command and self.api == "sglang" and "{name}" not in self.command:
-            raise ValueError(
-                "a server restarted with api sglang starts from the latest weights' directory, so its command must "
-                "name what to serve them under: add --served-model-name {name}"
-            )
-        return self
-
-
-class TrainParams(_Section):
-    iterations: int = Field(1, ge=1)
-    lr: float = 0.05
-    advantage: Literal["grpo", "drgrpo", "rloo"] = "grpo"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    epochs: int = Field(4, ge=1)
-    # The repair policy's optimiser. Adam's first step moves every weight by the learning rate whatever its
-    # gradient (sign descent): a few groups then set every edit kind's weight as firmly as the evidence-backed
-    # ones. SGD's step follows the gradient's size. (An LM always trains with AdamW.)
-    optimizer: Literal["adam", "sgd"] = "adam"
-    max_staleness: int = Field(0, ge=0)  # rollouts may run this many policy versions ahead of the update (0: in step)
-    model: str = ""  # a local transformers causal LM directory to train (policy `lm`); "": the demo's `repair`
-    grad_accum_steps: int = Field(1, ge=1)  # micro-batches per update (LM)
-    max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping (LM)
-    gradient_checkpointing: bool = False  # trade compute for activation memory (LM)
-    tis_cap: float | None = Field(2.0, gt=0)  # truncated importance weight cap for a stale batch (LM); None: off
-    lora: LoraParams = LoraParams()  # LM: LoRA adapters (r > 0) or full fine-tuning (r = 0)
-    inference: InferenceParams = InferenceParams()  # LM: where its rollouts sample
-
-    @model_validator(mode="after")
-    def _served(self) -> TrainParams:
-        served = self.inference
-        if not served.url:
-            return self
-        if not self.model:
-            raise ValueError("train.inference.url serves the LM learner, but train.model is empty: set train.model")
-        if served.api == "vllm" and not self.lora.r:
-            raise ValueError(
-                "train.inference.api vllm takes new weights over HTTP only as LoRA adapters (/v1/load_lora_adapter): "
-                "set train.lora.r, or api: sglang to replace full weights (/update_weights_from_disk)"
-            )
-        if served.api == "sglang" and self.lora.r:
-            raise ValueError("train.inference.api sglang replaces full weights: set train.lora.r to 0, or api: vllm")
-        if served.api == "sglang" and self.max_staleness:
-            raise ValueError(
-                "train.inference.api sglang replaces the weights in place, so a rollout of an older version still "
-                "running would sample from the new ones: set train.max_staleness to 0, or use LoRA (api: vllm), "
-                "where every version is an adapter of its own"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _lm_rate(self) -> TrainParams:
-        if self.model and self.lr > LM_MAX_LR:
-            raise ValueError(
-                f"train.lr={self.lr:g} is a rate for the demo's 21-weight repair policy; one step of it would wreck "
-                f"a language model: set train.lr with train.model (at most {LM_MAX_LR:g}; GRPO recipes use ~1e-6)"
-            )
-        if self.lora.r and not self.model:
-            raise ValueError(
-                f"train.lora.r={self.lora.r} adds LoRA adapters to a language model, but train.model is empty (the "
-                "demo's repair policy has no layers to adapt): set train.model, or train.lora.r to 0"
-            )
-        return self
-
-
-class Prices(_Section):
+class Prices(Section):
     """What a unit costs, for the cost figures (``observe.cost``); 0 leaves that part unpriced."""
 
     cpu_hour: float = Field(0.0, ge=0)  # per reserved CPU-hour of sandboxes
@@ -375,7 +235,7 @@ class Prices(_Section):
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
 
 
-class ObserveParams(_Section):
+class ObserveParams(Section):
     max_env_error_rate: float = Field(0.2, ge=0.0, le=1.0)  # above this an iteration is unhealthy: no training
     max_verifier_error_rate: float = Field(0.05, ge=0.0, le=1.0)
     learning: LearningGate = LearningGate()  # the learner's checks: is there anything to learn from the batch?
@@ -385,7 +245,7 @@ class ObserveParams(_Section):
         return HealthThresholds(self.max_env_error_rate, self.max_verifier_error_rate)
 
 
-class TrackingParams(_Section):
+class TrackingParams(Section):
     """Experiment tracking with MLflow (``observe.tracking``): never part of a run's digest, never a reason to rerun."""
 
     enabled: bool = True
@@ -405,7 +265,7 @@ class TrackingParams(_Section):
         return uri
 
 
-class EnvParams(_Section):
+class EnvParams(Section):
     """Task environments: detected from each repository, overridden here per repository name."""
 
     repos: dict[str, dict[str, Any]] = {}  # repo name -> EnvSpec fields over the detected ones
@@ -423,7 +283,7 @@ class EnvParams(_Section):
         return repos
 
 
-class EnvServerParams(_Section):
+class EnvServerParams(Section):
     """`trialforge serve env`: tasks as online environments for external trainers (docs/env-server.md)."""
 
     host: str = "127.0.0.1"  # loopback unless told otherwise: anything else is a deliberate choice
@@ -445,7 +305,7 @@ class EnvServerParams(_Section):
         return splits
 
 
-class Params(_Section):
+class Params(Section):
     run: RunParams = RunParams()
     sources: SourceParams = SourceParams()
     env: EnvParams = EnvParams()

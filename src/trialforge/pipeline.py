@@ -24,7 +24,6 @@ from trialforge.curate.decontam import decontaminate as run_decontamination
 from trialforge.curate.tiers import tier_tasks
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
-from trialforge.observe.health import Health, assert_trainable, check_health
 from trialforge.observe.metrics import iteration_metrics, load_run
 from trialforge.progress import track, tracked_map
 from trialforge.quality.gate import QualityConfig, run_quality_gate
@@ -32,20 +31,21 @@ from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.models import model_policy
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
-from trialforge.rollout.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
 from trialforge.rollout.repair import RandomEditPolicy
 from trialforge.rollout.starts import Setup
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
 from trialforge.tasks.envdetect import resolve_env
 from trialforge.tasks.envimages import env_image, obtain_images, provide_images, task_image
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.ingest.sources import drop_duplicates, ingest_source
 from trialforge.tasks.schema import Task
 from trialforge.tasks.synthesize import SynthesisConfig, synthesize
-from trialforge.tasks.taskset import to_table, write_tasks
+from trialforge.tasks.taskset import TASKS, publish, write_tasks
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, record_verdicts, validate_task
+from trialforge.train.health import Health, assert_trainable, check_health
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +191,8 @@ def tier(tasks: list[Task]) -> list[Task]:
 
 def publish_taskset(rt: Runtime, tasks: list[Task]) -> str:
     """The final task set: in the object store (datasets/tasks, partition task_set=VERSION) and in out/."""
-    version = write_tasks(Path(rt.params.run.out_dir) / "tasks" / "taskset.parquet", tasks)
-    datasets.write_part(rt.store, "tasks", to_table(tasks), partition={"task_set": version}, part="all")
-    return version
+    write_tasks(Path(rt.params.run.out_dir) / "tasks" / "taskset.parquet", tasks)
+    return publish(rt.store, TASKS, tasks)
 
 
 # --- rollout and training --------------------------------------------------------------

@@ -17,7 +17,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from trialforge.sandbox.reaper import process_start, still_running
+from trialforge.owners import process_start, still_running
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,12 @@ from trialforge import pipeline
 from trialforge.config import Params
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
+from trialforge.loop.iteration import train_in_process
 from trialforge.observe.logs import logged_step, taskset_done
 from trialforge.observe.metrics import task_metrics
 from trialforge.observe.run_report import finish_run
 from trialforge.observe.summary import funnel_file, print_tasks, write_json
 from trialforge.observe.tracking import track_run
-from trialforge.orchestrate.iterations import train_in_process
 from trialforge.progress import progress_bars
 from trialforge.runtime import open_runtime
 from trialforge.tasks.schema import Task

@@ -13,7 +13,7 @@ from math import comb
 import pandas as pd
 
 from trialforge.curate.tiers import policy_key, tier_of_measured
-from trialforge.rollout.records import EpisodeRecord
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.schema import Difficulty
 
 Episodes = Iterable[EpisodeRecord] | pd.DataFrame

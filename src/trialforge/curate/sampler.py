@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from trialforge.curate.difficulty import count_outcomes
 from trialforge.curate.tiers import PROXY, TIERS, difficulty_for, expected_pass_rate, tier_of_pass_rate
 from trialforge.errors import TrialforgeError
-from trialforge.rollout.records import EpisodeRecord
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.schema import Task
 
 log = logging.getLogger(__name__)

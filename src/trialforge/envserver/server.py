@@ -19,14 +19,13 @@ from trialforge.envserver.app import make_app
 from trialforge.envserver.sessions import EpisodeHub, HubConfig
 from trialforge.errors import ConfigError
 from trialforge.httpserve import bind, in_thread
-from trialforge.orchestrate.shards import TASKS, read_taskset
 from trialforge.pipeline import make_rollout, new_run_id
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, code_version
 from trialforge.sandbox.statedir import state_root
 from trialforge.tasks.envimages import obtain_images
 from trialforge.tasks.schema import Task, task_set_version
-from trialforge.tasks.taskset import read_tasks
+from trialforge.tasks.taskset import TASKS, read_published, read_tasks
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ def served_tasks(rt: Runtime) -> tuple[str, list[Task]]:
     if ref.endswith(".parquet"):
         tasks = read_tasks(Path(ref))
         return task_set_version(tasks), tasks
-    return read_taskset(rt.store, TASKS, ref or None)
+    return read_published(rt.store, TASKS, ref or None)
 
 
 def open_hub(rt: Runtime, version: str, tasks: list[Task], run_id: str) -> EpisodeHub:

@@ -32,8 +32,8 @@ from trialforge.pipeline import store_episodes
 from trialforge.rollout.env import Action
 from trialforge.rollout.loop import EpisodeJob, Rollout, episode_id
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.schema import Task
 
 log = logging.getLogger(__name__)

@@ -30,10 +30,11 @@ from pathlib import Path
 
 import httpx
 
-from trialforge.config import InferenceParams, Params
+from trialforge.config import Params
 from trialforge.errors import ConfigError
 from trialforge.sandbox import owned
 from trialforge.train.served import current_full_weights, weights_root
+from trialforge.train.settings import InferenceParams
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,9 @@ def serving(params: Params) -> Iterator[ManagedServer | None]:
         return
     out = Path(params.run.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    server = ManagedServer(spec, params.train.model, weights_root(params), out / "inference-server.log")
+    server = ManagedServer(
+        spec, params.train.model, weights_root(params.train, params.run.out_dir), out / "inference-server.log"
+    )
     server.start()
     try:
         yield server

@@ -33,9 +33,9 @@ from trialforge.errors import TrialforgeError
 from trialforge.observe.attribution import attribute, category_counts
 from trialforge.observe.summary import write_json
 from trialforge.rollout.env import TOOL_NAMES
-from trialforge.rollout.records import Status
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import Status
 
 PASS_REWARD = 1.0
 STATUSES: tuple[str, ...] = get_args(Status)

@@ -23,7 +23,6 @@ from trialforge.curate.tiers import TIERS
 from trialforge.observe.attribution import attribute, category_counts
 from trialforge.observe.charts import bar_chart, line_chart, plotly_script
 from trialforge.observe.cost import CostRates, run_costs
-from trialforge.observe.health import HealthThresholds, check_health
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
 from trialforge.observe.quality import quality_metrics, read_records
 from trialforge.observe.summary import first_to_last
@@ -31,6 +30,7 @@ from trialforge.observe.tracking import TrackingLink, read_link
 from trialforge.quality.gate import AUDIT_ERROR
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.quality_record import GATES, Attempt, QualityRecord
+from trialforge.train.health import HealthThresholds, check_health
 
 SPOT_CHECKS = 8
 ATTRIBUTION_ROWS = 200  # per-episode failure rows shown; the counts above them cover all
@@ -125,7 +125,7 @@ figure.no-data{border:1px solid #eee;padding:8px}figure.no-data p{color:#777;tex
 @dataclass
 class Training:
     updates: list[dict[str, Any]]  # what the train step did per iteration (trained or skipped), in order
-    loop: dict[str, Any]  # the schedule's staleness and idle fractions (``orchestrate.iterations``)
+    loop: dict[str, Any]  # the schedule's staleness and idle fractions (``loop.iteration``)
 
 
 def loop_key(run_id: str) -> str:
@@ -140,7 +140,7 @@ def funnel_key(run_id: str) -> str:
     return f"runs/{run_id}/funnel.json"
 
 
-# ``orchestrate.shards.train_record_key``: a serialised TrainResult per iteration (observe sits below orchestrate)
+# ``loop.records.train_record_key``: a serialised TrainResult per iteration (observe sits below loop)
 _TRAIN_RECORD = re.compile(r"runs/[^/]+/train-(\d+)\.json")
 
 

@@ -17,7 +17,6 @@ from trialforge.observe.tracking import RunTracker, open_tracker
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.tasks.schema import Task, task_set_version
-from trialforge.train.learner import learner_name
 
 
 def finish_run(
@@ -30,7 +29,7 @@ def finish_run(
     tracker: RunTracker | None = None,
 ) -> dict[str, Any]:
     """``funnels`` are Funnel.as_dict() of each task stage; ``updates`` the train step's stats per iteration;
-    ``loop`` the rollout/train schedule's staleness and idle fractions (``orchestrate.iterations``);
+    ``loop`` the rollout/train schedule's staleness and idle fractions (``loop.iteration``);
     ``tracker`` the run's MLflow tracker (None: opened here, as the DVC ``report`` stage needs: it continues the
     MLflow run the ``train`` stage started, or tracks the whole run now).
 
@@ -45,7 +44,7 @@ def finish_run(
     if quality:
         write_records(rt.store, version, quality)
     episodes = datasets.read_pandas(rt.store, "episodes", filters={"run": run_id})
-    families = family_metrics(tasks, episodes, learner_name(rt.params))
+    families = family_metrics(tasks, episodes, rt.params.train.learner)
     metrics: dict[str, Any] = {
         "run_id": run_id,
         "task_set_version": version,

@@ -44,8 +44,9 @@ from prefect.tasks import exponential_backoff
 
 from trialforge.config import Params
 from trialforge.errors import ConfigError, SandboxError, StoreError
-from trialforge.orchestrate import Runner, ShardReport
-from trialforge.orchestrate.shards import RunShards, Shard, execute_shard, round_label
+from trialforge.loop.records import ShardReport
+from trialforge.loop.shards import RunShards, Shard, execute_shard, round_label
+from trialforge.orchestrate.boundary import ShardRunner
 from trialforge.progress import track
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, open_runtime
@@ -100,7 +101,7 @@ def default_run_id(name: str) -> str:
     return f"{name}-{flow_run.get_id()[:8]}"  # type: ignore[index]  # always inside a flow run
 
 
-def check_runner(runner: Runner, ray_address: str | None) -> None:
+def check_runner(runner: ShardRunner, ray_address: str | None) -> None:
     if runner == "default" and ray_address:
         raise ConfigError(f"ray_address={ray_address!r} is only used with runner='ray'")
     if runner == "ray" and not get_current_settings().api.url:
@@ -119,7 +120,7 @@ def connect_ray(address: str | None) -> None:
 
 
 @contextlib.contextmanager
-def shard_runner(runner: Runner, ray_address: str | None) -> Iterator[TaskRunner]:
+def shard_runner(runner: ShardRunner, ray_address: str | None) -> Iterator[TaskRunner]:
     check_runner(runner, ray_address)
     if runner == "ray":
         from prefect_ray import RayTaskRunner
@@ -132,7 +133,7 @@ def shard_runner(runner: Runner, ray_address: str | None) -> Iterator[TaskRunner
             yield threads
 
 
-def spread_over_nodes(runner: Runner) -> contextlib.AbstractContextManager[object]:
+def spread_over_nodes(runner: ShardRunner) -> contextlib.AbstractContextManager[object]:
     """While shards are submitted: on Ray, place them ``SPREAD`` over the nodes. A shard's sandboxes are processes
     Ray does not count, so its default placement (fill the driver's node first) would crowd them onto one node
     while the others idle."""
@@ -204,7 +205,7 @@ def shard_submitter(
     lineage: Lineage,
     tasks: list[Task],
     checkpoint: str | None,
-    runner: Runner = "default",
+    runner: ShardRunner = "default",
     ray_address: str | None = None,
 ) -> Iterator[RunShards]:
     """While the block runs, a function that runs shards of this iteration on ``runner`` and returns their

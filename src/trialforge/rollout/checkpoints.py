@@ -34,9 +34,9 @@ from typing import Any, Literal
 
 from trialforge.errors import StoreError
 from trialforge.rollout.env import Action
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.scratch import scratch_dir
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.snapshots import pack_tree
 
 log = logging.getLogger(__name__)

@@ -51,12 +51,12 @@ from trialforge.rollout.checkpoints import (
 )
 from trialforge.rollout.env import TOOLS, Action, CodingEnv, EnvLimits, StepOutcome
 from trialforge.rollout.policies import EpisodePolicy, Policy, TaskView
-from trialforge.rollout.records import EpisodeRecord, StepRecord
 from trialforge.rollout.starts import Setup, start_tree
 from trialforge.sandbox.base import Backend, Limits, Sandbox
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 from trialforge.scratch import scratch_dir
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.tasks.envimages import task_image
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Task

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from trialforge.errors import PolicyError
 from trialforge.rollout.env import Action
-from trialforge.rollout.records import EpisodeRecord
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.schema import Task
 
 

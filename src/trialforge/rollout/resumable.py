@@ -33,8 +33,8 @@ from dataclasses import dataclass, field, replace
 from trialforge.errors import ConfigError
 from trialforge.rollout.checkpoints import EpisodeState, latest_state
 from trialforge.rollout.loop import EpisodeJob, Rollout, episode_id
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EpisodeRecord
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ import docker.errors
 import requests.exceptions
 
 from trialforge.errors import SandboxError
+from trialforge.owners import process_start, still_running
 from trialforge.sandbox.oci_limits import runtime_script
-from trialforge.sandbox.reaper import process_start, still_running
 from trialforge.sandbox.statedir import private_dir, state_root
 
 log = logging.getLogger(__name__)

@@ -35,6 +35,7 @@ import docker
 import docker.errors
 
 from trialforge.errors import SandboxError
+from trialforge.owners import still_running
 from trialforge.sandbox import owned, reaper
 from trialforge.sandbox.docker import LABEL_DEADLINE, LABEL_OWNER, remove_container
 from trialforge.sandbox.endpoints import EngineEndpoint, SshTunnel
@@ -242,7 +243,7 @@ def abandoned(labels: dict[str, str]) -> bool:
     pid, _, start = rest.partition(":")
     if host != pysocket.gethostname() or not pid.isdigit():
         return False
-    return not reaper.still_running(int(pid), start)
+    return not still_running(int(pid), start)
 
 
 def _comm(proc: Path) -> str:

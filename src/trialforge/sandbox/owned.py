@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trialforge.sandbox.reaper import process_start, still_running
+from trialforge.owners import process_start, still_running
 from trialforge.sandbox.statedir import check_private, private_dir, state_root
 
 log = logging.getLogger(__name__)

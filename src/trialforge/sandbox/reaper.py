@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trialforge.owners import process_start, still_running
 from trialforge.sandbox import cgroups, idleases, mounts
 from trialforge.sandbox.disk import HOME_MOUNTS
 from trialforge.sandbox.statedir import check_private, state_root
@@ -56,19 +57,6 @@ def _key(state_dir: Path) -> bytes:
 
 def _sign(key: bytes, fields: dict) -> str:
     return hmac.new(key, json.dumps(fields, sort_keys=True).encode(), hashlib.sha256).hexdigest()
-
-
-def process_start(pid: int) -> str:
-    """The kernel's start time of ``pid``: with the pid it identifies one process, even after pid reuse."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-def still_running(pid: int, start: str) -> bool:
-    """``pid`` is still the process that started at ``start`` (as ``process_start`` gave it): not dead, not reused."""
-    return process_start(pid) == start != ""
 
 
 @dataclass

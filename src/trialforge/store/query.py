@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from trialforge.errors import StoreError
-from trialforge.rollout.records import STEP_SCHEMA
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import STEP_SCHEMA
 
 EPISODES = "episodes"
 STEPS = "steps"

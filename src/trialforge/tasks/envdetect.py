@@ -37,11 +37,11 @@ from packaging.version import Version
 from pydantic import ValidationError
 
 from trialforge import pyast
+from trialforge.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
 from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.buildfiles import version_file
-from trialforge.tasks.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
 from trialforge.tasks.ingest.repos import materialize
 
 OVERRIDE_FILE = "trialforge-env.yaml"

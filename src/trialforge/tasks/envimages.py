@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trialforge.envspec import EnvSpec
 from trialforge.errors import SandboxError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import Backend
@@ -45,7 +46,6 @@ from trialforge.sandbox.images import (
 )
 from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.envdetect import EnvError, resolve_env
-from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 

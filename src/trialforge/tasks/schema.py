@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trialforge.tasks.envspec import EnvSpec
+from trialforge.envspec import EnvSpec
 from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.quality_record import QualityRecord
 

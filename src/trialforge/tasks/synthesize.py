@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from trialforge import pyast
+from trialforge.envspec import EnvSpec
 from trialforge.errors import TaskError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import WORKDIR, Backend, ExecResult, Limits, Sandbox, SandboxSpec, Snapshot
 from trialforge.scratch import scratch_dir
-from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.mutations import FAMILIES, Mutant, compile_error, library_files, mutants_of_source, sample_mutants
 from trialforge.tasks.patches import IGNORED_DIRS, diff_trees, is_test_path
 from trialforge.tasks.schema import Source, Task

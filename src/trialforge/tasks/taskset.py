@@ -1,4 +1,6 @@
-"""Task sets as Parquet: one row per task, nested fields as JSON; the version is the content hash."""
+"""Task sets as Parquet: one row per task, nested fields as JSON; the version is the content hash. A file
+(``write_tasks``/``read_tasks``), or a dataset of the object store the flows hand each other (``publish``/
+``read_published``: partition ``task_set=VERSION``)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trialforge.errors import TaskError
+from trialforge.errors import ConfigError, TaskError
+from trialforge.store import datasets
+from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.schema import Task, task_set_version
+
+INGESTED = "ingested"  # task sets as the ingest flow found them
+TASKS = "tasks"  # curated task sets, what a run trains on
 
 
 def to_table(tasks: list[Task]) -> pa.Table:
@@ -48,3 +55,21 @@ def read_tasks(path: Path) -> list[Task]:
     except (OSError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:  # pydantic's errors are ValueErrors
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TaskError(f"{path} is not a task set (the Parquet `trialforge ingest` writes): {first}") from exc
+
+
+def publish(store: ObjectStore, dataset: str, tasks: list[Task]) -> str:
+    """Store a task set in ``dataset`` (partition ``task_set=VERSION``) for the next flow; return the version."""
+    version = task_set_version(tasks)
+    datasets.write_part(store, dataset, to_table(tasks), partition={"task_set": version}, part="all")
+    return version
+
+
+def read_published(store: ObjectStore, dataset: str, version: str | None = None) -> tuple[str, list[Task]]:
+    """A task set of ``dataset`` by version; ``None`` picks the one published last."""
+    entries = datasets.list_parts(store, dataset, filters={"task_set": version} if version else None)
+    if not entries:
+        which = f"version {version}" if version else "any task set"
+        raise ConfigError(f"{store.uri(f'datasets/{dataset}')} holds {which}: run the flow that publishes it first")
+    version = version or max(entries, key=lambda e: e["written_at"])["partition"]["task_set"]
+    table = datasets.read_table(store, dataset, filters={"task_set": version})
+    return version, from_table(table.drop_columns(["task_set"]))  # the partition key is not a task field

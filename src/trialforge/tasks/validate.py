@@ -36,13 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError
 from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.calibration import calibrate
-from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Literal
 
 from trialforge import pyast
+from trialforge.envspec import EnvSpec, TestRunner, runner_args
 from trialforge.sandbox.base import Limits, Sandbox
-from trialforge.tasks.envspec import EnvSpec, Runner, runner_args
 from trialforge.testrun.blinding import Blinding, FileAnalysis, analyse, blind, instrument
 from trialforge.testrun.canaries import Canary, TestNames, plant
 from trialforge.testrun.command import log_dropped, pytest_args, run_env, unittest_plan
@@ -58,7 +58,7 @@ class Guard:
     pristine: dict[str, str] | None = None
     test_files: tuple[str, ...] = ()  # the pristine test files: the audit hook lets their calls be
     extra_ids: tuple[str, ...] = field(default=())  # canary ids to add to an explicit test selection
-    runner: Runner = "pytest"  # the runner the canaries were written for
+    runner: TestRunner = "pytest"  # the runner the canaries were written for
     blinding: Blinding | None = None  # a graded run's: the host's checks and each renamed test's original id
     analyses: Mapping[str, FileAnalysis] = field(default_factory=dict)  # a validation run's instrumented files
 
@@ -76,7 +76,7 @@ def prepare(
     plant_in: list[str] | None = None,
     copy_from: list[str] | None = None,
     rng: random.Random | None = None,
-    runner: Runner = "pytest",
+    runner: TestRunner = "pytest",
     observe: Observe = "off",
     in_process: Iterable[str] = (),
     param_rows: Mapping[str, int] | None = None,
@@ -131,7 +131,7 @@ def prepare(
     return Guard(tuple(canaries), hashes, tests, extra, runner, blinding, analyses)
 
 
-def analyse_tests(tree: Path, files: Iterable[str], runner: Runner = "pytest") -> dict[str, FileAnalysis]:
+def analyse_tests(tree: Path, files: Iterable[str], runner: TestRunner = "pytest") -> dict[str, FileAnalysis]:
     """The tests of each of ``files`` (relative to ``tree``), as ``prepare(observe="instrument")`` finds them."""
     found = {}
     for rel in files:
@@ -156,7 +156,7 @@ def _by_file(test_ids: Iterable[str]) -> dict[str, list[str]]:
     return found
 
 
-def _analysis(tree: Path, rel: str, runner: Runner) -> FileAnalysis | None:
+def _analysis(tree: Path, rel: str, runner: TestRunner) -> FileAnalysis | None:
     path = tree / rel
     if not rel.endswith(".py") or not path.is_file() or path.is_symlink():
         return None

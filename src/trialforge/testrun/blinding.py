@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from trialforge import pyast
-from trialforge.tasks.envspec import Runner
+from trialforge.envspec import TestRunner
 from trialforge.testrun.expected import (
     OPAQUE,
     UNITTEST_CHECKS,
@@ -216,7 +216,7 @@ class FileAnalysis:
 # --- analysis ---------------------------------------------------------------------------------
 
 
-def analyse(source: str, rel: str, runner: Runner = "pytest") -> FileAnalysis | None:
+def analyse(source: str, rel: str, runner: TestRunner = "pytest") -> FileAnalysis | None:
     """The file's tests and their slots; None when the host cannot parse it (its tests stay as they are)."""
     try:
         module = pyast.parse(source)
@@ -276,7 +276,7 @@ def _bound_by(node: ast.stmt) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-def _tests(module: ast.Module, rel: str, scope: Scope, runner: Runner) -> Iterator[TestFunction]:
+def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> Iterator[TestFunction]:
     subclassed = {b.id for n in module.body if isinstance(n, ast.ClassDef) for b in n.bases if isinstance(b, ast.Name)}
     referenced = _referenced_names(module)
     for node in module.body:

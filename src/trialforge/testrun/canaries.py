@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from trialforge import pyast
-from trialforge.tasks.envspec import Runner
+from trialforge.envspec import TestRunner
 
 Must = Literal["pass", "fail"]
 MAX_FILES = 3  # test files that get canaries in one run
@@ -89,7 +89,7 @@ def plant(
     *,
     files: list[str] | None = None,
     copy_from: list[str] | None = None,
-    runner: Runner = "pytest",
+    runner: TestRunner = "pytest",
     names: dict[str, TestNames] | None = None,
 ) -> list[Canary]:
     """Plant canaries in the files of ``test_ids`` (or ``files``) under ``tree``; return what was planted.
@@ -114,7 +114,7 @@ def _in_file(test_id: str) -> str:
 
 
 def _plant_file(
-    path: Path, rel: str, copies: set[str] | None, rng: random.Random, runner: Runner, names: TestNames | None
+    path: Path, rel: str, copies: set[str] | None, rng: random.Random, runner: TestRunner, names: TestNames | None
 ) -> list[Canary]:
     source = path.read_text(encoding="utf-8", errors="surrogateescape")
     try:
@@ -206,7 +206,7 @@ def _testcase_base(module: ast.Module) -> tuple[str, int, int | None]:
     return "unittest.TestCase", after, after
 
 
-def _copy_candidates(module: ast.Module, copies: set[str] | None, runner: Runner) -> list:
+def _copy_candidates(module: ast.Module, copies: set[str] | None, runner: TestRunner) -> list:
     """(class or None, function, node path, its expected constant) of each test that can be copied."""
     found = []
     for holder, node in _test_functions(module, runner):
@@ -235,7 +235,7 @@ def _mutated_copy(module, lines, holder, node, constant, rng: random.Random, new
     return after, gap + "".join(body), f"{holder.name}::{name}" if holder else name
 
 
-def _test_functions(module: ast.Module, runner: Runner = "pytest"):
+def _test_functions(module: ast.Module, runner: TestRunner = "pytest"):
     """Tests the runner collects: pytest's functions and Test* classes' methods; unittest's methods of any
     class with a base (a TestCase, or the copy goes missing together with its source)."""
     for node in module.body:

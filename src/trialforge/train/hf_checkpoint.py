@@ -1,6 +1,6 @@
 """A language model's checkpoint in the Hugging Face format, in the object store: loadable without trialforge.
 
-A checkpoint named ``K`` (``orchestrate.shards.checkpoint_key``: ``checkpoints/RUN/lm-vN.pt``) is the objects
+A checkpoint named ``K`` (``loop.records.checkpoint_key``: ``checkpoints/RUN/lm-vN.pt``) is the objects
 under the prefix ``P`` = ``K`` less its ``.pt``, plus ``/`` (``checkpoints/RUN/lm-vN/``)::
 
     P/model/          model.save_pretrained(): config.json + model.safetensors (full fine-tuning) or

@@ -27,7 +27,7 @@ Log-probabilities are recomputed as the policy sampled them, ``log_softmax(logit
 each step's recorded temperature (temperature 0, greedy, is scored at 1).
 
 Off-policy batches: a batch produced by an older policy version (``behaviour_version < version``, see
-``train.staleness``) with ``LossConfig.tis_cap`` set has its old log-probabilities recomputed under the
+``loop.staleness``) with ``LossConfig.tis_cap`` set has its old log-probabilities recomputed under the
 current weights before the step, and the recorded ones passed as behaviour log-probabilities for
 truncated importance sampling. Without ``tis_cap`` the recorded ones serve as old log-probabilities.
 
@@ -63,8 +63,8 @@ import torch
 from torch import Tensor
 
 from trialforge.errors import ConfigError
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EpisodeRecord
 from trialforge.train import hf_checkpoint
 from trialforge.train.device import TrainDevice, pick_device
 from trialforge.train.loss import LossConfig, group_advantages, policy_loss
@@ -399,7 +399,7 @@ class LMTrainer:
         return {name for name, p in self.model.named_parameters() if not p.requires_grad}
 
     def snapshot(self) -> dict[str, Tensor]:
-        """A CPU copy of the weights for a rollout worker (``train.staleness``), keyed as ``model.state_dict()``
+        """A CPU copy of the weights for a rollout worker (``loop.staleness``), keyed as ``model.state_dict()``
         (it loads into a copy of ``model``); later updates leave it alone. Frozen weights (LoRA's base model)
         are shared, not copied: no update changes them."""
         frozen = self._frozen()
@@ -413,8 +413,8 @@ class LMTrainer:
 
     # --- checkpoints -----------------------------------------------------------------------------
     def save(self, store: ObjectStore, key: str) -> hf_checkpoint.Manifest:
-        """Write checkpoint ``key`` (``train.learner`` names it ``checkpoints/RUN/lm-vN.pt``; its objects live
-        under ``checkpoints/RUN/lm-vN/``, layout in ``train.hf_checkpoint``)."""
+        """Write checkpoint ``key`` (``loop.records.checkpoint_key`` names it ``checkpoints/RUN/lm-vN.pt``; its
+        objects live under ``checkpoints/RUN/lm-vN/``, layout in ``train.hf_checkpoint``)."""
         state = {
             "optimizer": self.optimizer.state_dict(),
             "version": self.version,

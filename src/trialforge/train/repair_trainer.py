@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from trialforge.config import TrainParams
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.rollout.repair import N_FEATURES, RepairPolicy
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EpisodeRecord
 from trialforge.train.loss import LossConfig, group_advantages, policy_loss
+from trialforge.train.settings import TrainParams
 
 
 @dataclass

@@ -31,12 +31,12 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from trialforge.config import InferenceParams, Params
 from trialforge.errors import ConfigError, InferenceError
 from trialforge.rollout.openai_policy import OpenAIPolicy
 from trialforge.rollout.policies import EpisodePolicy, TaskView
 from trialforge.store.objstore import ObjectStore
 from trialforge.train import hf_checkpoint
+from trialforge.train.settings import InferenceParams, TrainParams
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,10 @@ CURRENT = "current"  # in weights_dir: the full-weight directory last published
 _VERSION = re.compile(r"^(?P<run>.+)/(?P<learner>[^/]+)-v(?P<version>\d+)$")
 
 
-def weights_root(params: Params) -> Path:
+def weights_root(train: TrainParams, out_dir: str) -> Path:
     """Where versions are written for the server: ``train.inference.weights_dir``, else ``OUT_DIR/served-weights``."""
-    spec = params.train.inference
-    return Path(spec.weights_dir or Path(params.run.out_dir) / "served-weights").resolve()
+    spec = train.inference
+    return Path(spec.weights_dir or Path(out_dir) / "served-weights").resolve()
 
 
 def current_full_weights(root: Path) -> str | None:
@@ -194,27 +194,37 @@ class ServedPolicy:
         return self.policy.begin(view, seed)
 
 
-def served_policy(params: Params, store: ObjectStore | None, checkpoint: str | None, name: str) -> ServedPolicy:
-    """The learner as of ``checkpoint`` (None: untrained), sampled by ``train.inference.url`` (module docstring)."""
-    spec, rp = params.train.inference, params.rollout
-    sync = _sync(params)
+def served_policy(
+    train: TrainParams,
+    store: ObjectStore | None,
+    checkpoint: str | None,
+    name: str,
+    *,
+    out_dir: str,
+    temperature: float,
+    max_new_tokens: int,
+) -> ServedPolicy:
+    """The learner as of ``checkpoint`` (None: untrained), sampled by ``train.inference.url`` (module docstring);
+    ``out_dir`` holds the served weights unless ``train.inference.weights_dir`` says where."""
+    spec = train.inference
+    sync = _sync(train, out_dir)
     match = _VERSION.match(served_name(checkpoint)) if checkpoint else None
     version = int(match["version"]) if match else 0
     policy = OpenAIPolicy(
         spec.url, sync.base_name, spec.api_key(), timeout_s=spec.timeout_s, max_retries=spec.max_retries,
-        temperature=rp.temperature, max_tokens=rp.max_new_tokens, max_context_chars=spec.max_context_chars, name=name,
+        temperature=temperature, max_tokens=max_new_tokens, max_context_chars=spec.max_context_chars, name=name,
         version=f"v{version}", token_ids=True,
     )  # fmt: skip
     return ServedPolicy(sync, store, checkpoint, policy)
 
 
-def _sync(params: Params) -> WeightSync:
+def _sync(tp: TrainParams, out_dir: str) -> WeightSync:
     """One ``WeightSync`` per process and settings: its lock serialises the loads of every policy it serves."""
-    tp = params.train
-    key = (tp.inference.model_dump_json(), tp.model, tp.max_staleness, str(weights_root(params)))
+    root = weights_root(tp, out_dir)
+    key = (tp.inference.model_dump_json(), tp.model, tp.max_staleness, str(root))
     with _syncs_lock:
         if key not in _syncs:
-            _syncs[key] = WeightSync(tp.inference, tp.model, weights_root(params), tp.max_staleness)
+            _syncs[key] = WeightSync(tp.inference, tp.model, root, tp.max_staleness)
         return _syncs[key]
 
 

@@ -20,13 +20,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError, SandboxError
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.envimages import task_image
-from trialforge.tasks.envspec import EnvSpec
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
 from trialforge.tasks.schema import HostJudged, Task
 from trialforge.tasks.snapshots import SnapshotStore

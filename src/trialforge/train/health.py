@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trialforge.errors import TrialforgeError
-from trialforge.rollout.records import EpisodeRecord
+from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.patches import is_test_path, touched_paths
 
 log = logging.getLogger(__name__)

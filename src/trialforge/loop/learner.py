@@ -22,13 +22,12 @@ from typing import Any, Protocol
 
 from trialforge.config import Params
 from trialforge.rollout.policies import Policy
-from trialforge.rollout.records import EpisodeRecord
 from trialforge.rollout.repair import RepairPolicy
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EpisodeRecord
 from trialforge.train.loss import LossConfig
 from trialforge.train.repair_trainer import RepairTrainer
-
-LM = "lm"
+from trialforge.train.settings import LM
 
 
 class Learner(Protocol):
@@ -48,16 +47,16 @@ class Learner(Protocol):
     def save(self, store: ObjectStore, key: str) -> None: ...
 
 
-def learner_name(params: Params) -> str:
-    return LM if params.train.model else RepairPolicy.name
-
-
 def rollout_policy(params: Params, store: ObjectStore, checkpoint: str | None) -> Policy:
     """The learner as of ``checkpoint`` (None: its initial weights) as a rollout policy."""
     if params.train.inference.url:
         from trialforge.train.served import served_policy
 
-        return served_policy(params, store, checkpoint, LM)
+        rp = params.rollout
+        return served_policy(
+            params.train, store, checkpoint, LM, out_dir=params.run.out_dir, temperature=rp.temperature,
+            max_new_tokens=rp.max_new_tokens,
+        )  # fmt: skip
     return open_learner(params, store, checkpoint).policy()
 
 

@@ -30,9 +30,9 @@ import pyarrow as pa
 
 from trialforge.errors import StoreError
 from trialforge.rollout.env import TOOLS, opening
-from trialforge.rollout.records import EPISODE_SCHEMA
 from trialforge.store import datasets, query
 from trialforge.store.objstore import ObjectStore
+from trialforge.store.records import EPISODE_SCHEMA
 from trialforge.tasks.schema import Task
 from trialforge.tasks.taskset import from_table
 

@@ -24,7 +24,7 @@ SUITES: dict[str, str] = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie
 DEFAULT_PYTHON = "3.11"
 PYTEST_CMD = ("python3", "-m", "pytest")
 UNITTEST_CMD = ("python3", "-m", "unittest")
-Runner = Literal["pytest", "unittest"]
+TestRunner = Literal["pytest", "unittest"]
 
 
 class EnvSpec(BaseModel):
@@ -52,7 +52,7 @@ class EnvSpec(BaseModel):
         return SUITES[self.python]
 
     @property
-    def runner(self) -> Runner:
+    def runner(self) -> TestRunner:
         """Which runner ``test_cmd`` invokes (a command that is neither is refused at construction)."""
         return runner_of(self.test_cmd)
 
@@ -80,7 +80,7 @@ class EnvSpec(BaseModel):
         return value
 
 
-def runner_of(cmd: tuple[str, ...] | list[str]) -> Runner:
+def runner_of(cmd: tuple[str, ...] | list[str]) -> TestRunner:
     """``pytest`` or ``unittest`` for a test command that runs one of them; ValueError names what is accepted."""
     argv = list(cmd)
     if argv[:1] == ["pytest"] or argv[:3] == list(PYTEST_CMD) or argv[:3] == ["python", "-m", "pytest"]:
