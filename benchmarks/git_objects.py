@@ -2,7 +2,7 @@
 (``git ls-tree -r`` and one ``git cat-file --batch`` process, what ingest used before).
 
 Two jobs on the same repository, each side producing the same data: every file of HEAD's tree with its mode
-and content (what ``repos.materialize`` reads for a task's base state, before it checks paths and writes
+and content (what ``trees.materialize`` reads for a task's base state, before it checks paths and writes
 files, which costs the same either way), and every commit reachable from HEAD parsed into parents, author
 time and message (what ``ingest gitlog`` reads). Median of ``--runs`` runs after one warm-up; the two sides'
 trees are compared.
@@ -23,7 +23,8 @@ from pathlib import Path
 
 from pygit2.enums import FileMode
 
-from trialforge.tasks.ingest.repos import ObjectReader, git_argv, git_env, resolve_commit, rev_list
+from trialforge.tasks.ingest.git import git_argv, git_env, resolve_commit, rev_list
+from trialforge.tasks.ingest.objects import ObjectReader
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -45,8 +45,8 @@ from trialforge.sandbox.images import ENV_REPO, base_image, cache_root
 from trialforge.store.objstore import open_store
 from trialforge.tasks.envdetect import EnvError, resolve_env
 from trialforge.tasks.envimages import BuiltImage, env_key, provide_images, task_image
+from trialforge.tasks.ingest.git import Mirrors, git
 from trialforge.tasks.ingest.gitlog import ingest_git_history
-from trialforge.tasks.ingest.repos import Mirrors, git
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task

@@ -10,7 +10,7 @@ import pytest
 
 from trialforge.store.objstore import open_store
 from trialforge.tasks.buildfiles import PY_STUB, write_build_files
-from trialforge.tasks.ingest.repos import snapshot_at
+from trialforge.tasks.ingest.trees import snapshot_at
 from trialforge.tasks.snapshots import SnapshotStore
 
 HATCH = '[tool.hatch.build.hooks.vcs]\nversion-file = "src/pkg/_version.py"\n'

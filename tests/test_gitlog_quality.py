@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from trialforge.errors import RepoError
 from trialforge.store.objstore import open_store
 from trialforge.tasks.ingest.caps import IngestCaps
+from trialforge.tasks.ingest.extras import split_extras
+from trialforge.tasks.ingest.fixes import is_runner_config, is_support_file, require_code_and_tests
 from trialforge.tasks.ingest.gitlog import (
     GITLOG_CONFIDENCE,
     ISSUE_CONFIDENCE,
@@ -28,14 +31,7 @@ from trialforge.tasks.ingest.gitlog import (
     issue_refs,
     message_body,
 )
-from trialforge.tasks.ingest.repos import (
-    Commit,
-    RepoError,
-    is_runner_config,
-    is_support_file,
-    require_code_and_tests,
-    split_extras,
-)
+from trialforge.tasks.ingest.objects import Commit
 from trialforge.tasks.snapshots import SnapshotStore
 
 CORE = """def parse_items(text):

@@ -23,23 +23,19 @@ from typing import Any
 
 import pytest
 
-from trialforge.errors import TaskError
+from trialforge.errors import PatchError, RepoError, TaskError
+from trialforge.funnel import IngestFunnel
 from trialforge.store.objstore import open_store
-from trialforge.tasks.ingest.caps import IngestCaps
+from trialforge.tasks.ingest.caps import MAX_PATCH_BYTES_SETTING, IngestCaps
+from trialforge.tasks.ingest.extras import split_extras
+from trialforge.tasks.ingest.git import Mirrors
 from trialforge.tasks.ingest.github_rest import closing_refs, ingest_github_rest
 from trialforge.tasks.ingest.gitlog import GITLOG_CONFIDENCE, ingest_git_history
 from trialforge.tasks.ingest.jira import ingest_jira, link_confidence, parse_jira_date
-from trialforge.tasks.ingest.repos import (
-    IngestFunnel,
-    Mirrors,
-    RepoError,
-    materialize,
-    read_json_records,
-    split_extras,
-    vet_patch,
-)
+from trialforge.tasks.ingest.records import read_json_records
 from trialforge.tasks.ingest.swebench import env_commit, ingest_swebench, task_from_swebench, task_to_swebench
-from trialforge.tasks.patches import apply_patch, touched_paths
+from trialforge.tasks.ingest.trees import materialize
+from trialforge.tasks.patches import apply_patch, touched_paths, vet_patch
 from trialforge.tasks.snapshots import SnapshotStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
@@ -346,11 +342,11 @@ def test_vet_patch_names_the_reason_and_the_file():
         (link, "unsafe_patch", "/etc/shadow"),
     ]
     for patch, reason, named in cases:
-        with pytest.raises(RepoError) as caught:
+        with pytest.raises(PatchError) as caught:
             vet_patch(patch, "p")
         assert (caught.value.reason, named in str(caught.value)) == (reason, True)
-    with pytest.raises(RepoError) as caught:
-        vet_patch(huge, "p", max_bytes=1000)
+    with pytest.raises(PatchError) as caught:
+        vet_patch(huge, "p", max_bytes=1000, setting=MAX_PATCH_BYTES_SETTING)
     assert caught.value.reason == "oversize_patch"
     assert f"p is {len(huge):,} bytes > 1,000 (sources.caps.max_patch_bytes)" in str(caught.value)
 

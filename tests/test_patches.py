@@ -9,7 +9,7 @@ import pytest
 
 from trialforge.errors import PatchError
 from trialforge.rollout.policies import patch_to_actions
-from trialforge.tasks.patches import apply_patch, check_paths, diff_trees, filter_patch, is_test_path
+from trialforge.tasks.patches import apply_patch, diff_trees, filter_patch, is_test_path, vet_patch
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -46,14 +46,14 @@ def test_reverse_apply_restores_the_before_tree(tmp_path):
 def test_paths_escaping_the_repository_are_refused(path):
     patch = f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
     with pytest.raises(PatchError, match=r"escapes|git metadata"):
-        check_paths(patch)
+        vet_patch(patch)
 
 
 def test_binary_and_empty_patches_are_refused():
     with pytest.raises(PatchError, match="binary"):
-        check_paths("diff --git a/x.bin b/x.bin\nGIT binary patch\nliteral 0\n")
+        vet_patch("diff --git a/x.bin b/x.bin\nGIT binary patch\nliteral 0\n")
     with pytest.raises(PatchError, match="empty"):
-        check_paths("  \n")
+        vet_patch("  \n")
 
 
 def test_patch_that_does_not_apply_names_the_problem(tmp_path):
@@ -74,6 +74,14 @@ def test_symlink_escape_is_refused(tmp_path):
     with pytest.raises(PatchError):
         apply_patch(repo, patch)
     assert not (tmp_path / "evil.py").exists()
+
+
+def test_a_patch_making_a_symlink_that_points_outside_is_refused_before_it_applies(tmp_path):
+    repo = _tree(tmp_path / "repo", {"ok.py": "x\n"})
+    patch = "diff --git a/l b/l\nnew file mode 120000\n--- /dev/null\n+++ b/l\n@@ -0,0 +1 @@\n+../../secret\n"
+    with pytest.raises(PatchError, match="pointing outside") as caught:
+        apply_patch(repo, patch)
+    assert caught.value.reason == "unsafe_patch" and not (repo / "l").is_symlink()
 
 
 def test_split_code_from_tests_and_runner_config(tmp_path):

@@ -27,7 +27,19 @@ class TaskError(TrialforgeError):
 
 
 class PatchError(TaskError):
-    """A patch does not apply, or touches paths it must not."""
+    """A patch does not apply, or is one we must not apply; ``reason`` is a short key for a funnel."""
+
+    def __init__(self, message: str, *, reason: str = "patch_does_not_apply") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class RepoError(TaskError):
+    """One source record cannot become a task; ``reason`` is the funnel key, the message says why."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class StoreError(TrialforgeError):

@@ -1,4 +1,4 @@
-"""What a pipeline step kept and dropped, and why: every step reports one of these."""
+"""What a pipeline step kept and dropped, and why: every step reports one of these (ingestion's also lists links)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,18 @@ class Funnel:
             "dropped": dict(self.dropped),
             "details": self.details,
         }
+
+
+@dataclass
+class IngestFunnel(Funnel):
+    """A funnel that also lists what was linked to what (ticket -> fix), with confidence and rule."""
+
+    links: list[dict[str, Any]] = field(default_factory=list)
+
+    def link(self, task_id: str, ticket: str, fix: str, confidence: float, rule: str, *, used: bool = True) -> None:
+        self.links.append(
+            {"task_id": task_id, "ticket": ticket, "fix": fix, "confidence": confidence, "rule": rule, "used": used}
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "links": self.links}

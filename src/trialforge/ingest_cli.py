@@ -17,7 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from trialforge.config import load_params
 from trialforge.funnel import Funnel
 from trialforge.orchestrate.cli import key_values
-from trialforge.tasks.ingest.repos import MAX_CHANGED_LINES
+from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES
 from trialforge.tasks.ingest.sources import SourceEntry, ingest_source
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.taskset import write_tasks

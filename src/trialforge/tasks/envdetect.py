@@ -42,7 +42,7 @@ from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.buildfiles import version_file
-from trialforge.tasks.ingest.repos import materialize
+from trialforge.tasks.ingest.trees import materialize
 
 OVERRIDE_FILE = "trialforge-env.yaml"
 PARAMS_SOURCE = "params env.repos"

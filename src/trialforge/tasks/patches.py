@@ -1,12 +1,14 @@
-"""Unified diffs: which paths they touch, applying them safely, and diffing two trees.
+"""Unified diffs: which paths they touch, vetting and applying them safely, and diffing two trees.
 
 Patches are applied on the host with ``git apply`` run in a plain directory (no
 repository, no history): it refuses paths outside the tree and edits through
-symlinks. We check the paths ourselves first so the error names the culprit.
+symlinks. We vet every patch ourselves first (:func:`vet_patch`: one set of checks for
+ingestion and grading) so the error names the culprit and a reason.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shutil
 import subprocess
@@ -17,6 +19,10 @@ from trialforge.scratch import scratch_dir
 
 _HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _FILE_LINE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)", re.MULTILINE)
+_BLOCK = re.compile(r"(?=^diff --git )", re.MULTILINE)
+# git's binary hunk (anywhere in a block: even a text line that quotes one is refused) or its summary line
+_BINARY = re.compile(r"GIT binary patch|^Binary files .* differ$", re.MULTILINE)
+_SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode) 120000$", re.MULTILINE)
 MAX_PATCH_BYTES = 1 << 20
 
 # Files the test runner reads: an agent that edits these could change how tests are collected or judged. Every ini
@@ -43,23 +49,52 @@ def touched_paths(patch: str) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def check_paths(patch: str) -> None:
-    """Refuse patches that are empty, huge, binary, or that escape the repository."""
+def patch_blocks(patch: str) -> list[str]:
+    """A git diff's per-file blocks (each from its ``diff --git`` line), blank ones left out."""
+    return [block for block in _BLOCK.split(patch) if block.strip()]
+
+
+def vet_patch(patch: str, what: str = "patch", *, max_bytes: int = MAX_PATCH_BYTES, setting: str = "") -> None:
+    """Refuse a patch we must not apply: a ``PatchError`` whose ``reason`` an ingest adapter reports.
+
+    ``empty_patch``; ``oversize_patch`` (over ``max_bytes``; ``setting`` names where that is set, for the
+    message); ``binary_change`` (a binary file: a task's patches are text); ``unsafe_patch`` (naming no file,
+    paths leaving the tree or naming ``.git``, a symlink pointing outside). The message names ``what`` and the file.
+    """
     if not patch.strip():
-        raise PatchError("patch is empty")
-    if len(patch.encode()) > MAX_PATCH_BYTES:
-        raise PatchError(f"patch is {len(patch.encode())} bytes, over the {MAX_PATCH_BYTES}-byte limit")
-    if "GIT binary patch" in patch or re.search(r"^Binary files .* differ$", patch, re.MULTILINE):
-        raise PatchError("patch changes a binary file")
+        raise PatchError(f"{what} is empty", reason="empty_patch")
+    size = len(patch.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        where = f" ({setting})" if setting else ""
+        raise PatchError(f"{what} is {size:,} bytes > {max_bytes:,}{where}", reason="oversize_patch")
+    for block in patch_blocks(patch):
+        paths = touched_paths(block)
+        name = paths[-1] if paths else "?"
+        if _BINARY.search(block):
+            raise PatchError(f"{what} changes binary file {name}", reason="binary_change")
+        if _SYMLINK_MODE.search(block):
+            dest = next(
+                (line[1:] for line in block.splitlines() if line.startswith("+") and not line.startswith("+++")), ""
+            )
+            if link_escapes(name, dest):
+                raise PatchError(f"{what} makes symlink {name} -> {dest} pointing outside", reason="unsafe_patch")
     paths = touched_paths(patch)
     if not paths:
-        raise PatchError("patch names no file (not a unified diff?)")
+        raise PatchError(f"{what} names no file (not a unified diff?)", reason="unsafe_patch")
     for path in paths:
         pure = PurePosixPath(path)
         if pure.is_absolute() or ".." in pure.parts:
-            raise PatchError(f"patch path {path!r} escapes the repository")
+            raise PatchError(f"{what} path {path!r} escapes the repository", reason="unsafe_patch")
         if pure.parts and pure.parts[0] == ".git":
-            raise PatchError(f"patch path {path!r} touches git metadata")
+            raise PatchError(f"{what} path {path!r} touches git metadata", reason="unsafe_patch")
+
+
+def link_escapes(link_path: str, dest: str) -> bool:
+    """Whether ``dest`` (the text of a symlink at ``link_path``) leaves the tree, judged by its text alone."""
+    if dest.startswith("/"):
+        return True
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(link_path), dest))
+    return joined == ".." or joined.startswith("../")
 
 
 def is_test_path(path: str) -> bool:
@@ -96,8 +131,8 @@ def test_files(tree: Path) -> list[str]:
 
 
 def apply_patch(tree: Path, patch: str, *, reverse: bool = False) -> None:
-    """Apply ``patch`` to the directory ``tree`` in place, all or nothing."""
-    check_paths(patch)
+    """Apply ``patch`` to the directory ``tree`` in place, all or nothing, once :func:`vet_patch` passes it."""
+    vet_patch(patch)
     argv = ["git", "apply", "--whitespace=nowarn", "-p1"]
     if reverse:
         argv.append("-R")
@@ -121,7 +156,7 @@ def diff_trees(before: Path, after: Path) -> str:
             env=_git_env(),
         )
     if done.returncode not in (0, 1):
-        raise PatchError(f"git diff failed: {done.stderr.decode(errors='replace').strip()}")
+        raise PatchError(f"git diff failed: {done.stderr.decode(errors='replace').strip()}", reason="git_error")
     return _strip_tree_prefix(done.stdout.decode("utf-8", errors="replace"))
 
 
@@ -129,9 +164,7 @@ def filter_patch(patch: str, keep) -> tuple[str, list[str]]:
     """Split a git diff by file; keep the files for which ``keep(path)`` is true. Returns (patch, dropped paths)."""
     kept: list[str] = []
     dropped: list[str] = []
-    for block in re.split(r"(?=^diff --git )", patch, flags=re.MULTILINE):
-        if not block.strip():
-            continue
+    for block in patch_blocks(patch):
         match = _HEADER.match(block)
         paths = match.groups() if match else tuple(touched_paths(block))
         if all(keep(p) for p in paths):

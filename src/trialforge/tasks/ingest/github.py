@@ -16,11 +16,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from trialforge.errors import PatchError
+from trialforge.errors import PatchError, RepoError
 from trialforge.funnel import Funnel
 from trialforge.scratch import scratch_dir
-from trialforge.tasks.ingest.caps import IngestCaps
-from trialforge.tasks.ingest.repos import DEFAULT_CAPS, RepoError, check_caps, read_lines
+from trialforge.tasks.ingest.caps import DEFAULT_CAPS, IngestCaps, check_caps
+from trialforge.tasks.ingest.records import read_lines
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore

@@ -17,7 +17,7 @@ before work on the fix began (the earlier of the pull request's creation and its
 they never describe the solution. The base state is the repository at the pull request's ``base.sha``.
 
 Bad input: a line over ``caps.max_record_bytes`` is dropped unread; a task whose statement, hints or
-patches are over ``caps`` is dropped with the cap named (``repos.check_caps``), never truncated.
+patches are over ``caps`` is dropped with the cap named (``caps.check_caps``), never truncated.
 """
 
 from __future__ import annotations
@@ -32,24 +32,15 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ValidationError
 
-from trialforge.tasks.ingest.caps import IngestCaps
-from trialforge.tasks.ingest.repos import (
-    DEFAULT_CAPS,
-    IngestFunnel,
-    Mirrors,
-    Record,
-    RepoError,
-    RepoSource,
-    check_caps,
-    read_json_records,
-    require_code_and_tests,
-    resolve_commit,
-    snapshot_at,
-    split_patch,
-    vet_patch,
-    with_extras,
-)
-from trialforge.tasks.patches import touched_paths
+from trialforge.errors import PatchError, RepoError
+from trialforge.funnel import IngestFunnel
+from trialforge.tasks.ingest.caps import DEFAULT_CAPS, MAX_PATCH_BYTES_SETTING, IngestCaps, check_caps
+from trialforge.tasks.ingest.extras import with_extras
+from trialforge.tasks.ingest.fixes import require_code_and_tests, split_patch
+from trialforge.tasks.ingest.git import Mirrors, RepoSource, resolve_commit
+from trialforge.tasks.ingest.records import Record, read_json_records
+from trialforge.tasks.ingest.trees import snapshot_at
+from trialforge.tasks.patches import touched_paths, vet_patch
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -260,7 +251,7 @@ def _pull_task(
         return None
     try:
         task = _build_task(pull, [export.issues[key][1] for key in linked], mirrors, snapshots, caps)
-    except RepoError as exc:
+    except (RepoError, PatchError) as exc:
         _mark(fate, linked, "fix_pr_dropped", f"its fix {pull.html_url} was dropped: {exc.reason}")
         funnel.drop(ref, exc.reason, str(exc))
         return None
@@ -273,7 +264,7 @@ def _pull_task(
 def _build_task(pull: Pull, issues: list[Issue], mirrors: Mirrors, snapshots: SnapshotStore, caps: IngestCaps) -> Task:
     what = f"pull request {pull.repo}#{pull.number}"
     patch = _pull_patch(pull, what)
-    vet_patch(patch, what, max_bytes=caps.max_patch_bytes)
+    vet_patch(patch, what, max_bytes=caps.max_patch_bytes, setting=MAX_PATCH_BYTES_SETTING)
     require_code_and_tests(touched_paths(patch), what)
     code, tests = split_patch(patch)
     repo = mirrors.get(pull.repo)

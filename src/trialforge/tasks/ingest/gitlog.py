@@ -1,7 +1,7 @@
 """Git history mining: commits that change code and tests together -> tasks a person would accept.
 
 Selected: single-parent commits whose diff against the parent is all text, changes at most
-``max_changed_lines`` lines, and changes both code and tests (``repos.require_code_and_tests``):
+``max_changed_lines`` lines, and changes both code and tests (``fixes.require_code_and_tests``):
 
 * ``no_test_changes``: no test file changed, or on the test side only runner configuration
   (``setup.cfg``, ``tox.ini``, ``pytest.ini``, ``pyproject.toml``, ``.coveragerc``, ``noxfile.py``);
@@ -28,7 +28,7 @@ The quality gate then drops, each with its reason and the commit's sha:
   the interface asked for; a brand-new private name is the answer). This is the narrow,
   history-only form of ``quality.leaks``' ``new_identifier`` check, done here because ``tasks`` is
   below ``quality``; the quality step runs the full check on every task later;
-* ``oversize_statement``, ``oversize_patch``: over ``caps`` (``repos.check_caps``);
+* ``oversize_statement``, ``oversize_patch``: over ``caps`` (``caps.check_caps``);
 * ``no_python_for_era``: the parent's ``requires-python``/``python_requires`` (``pyproject.toml``,
   ``setup.cfg``, ``setup.py``) allows none of the Pythons images exist for (``envspec.SUITES``), as
   ``envdetect.resolve_env`` judges it, overrides (``trialforge-env.yaml``, ``env_overrides``) included;
@@ -53,30 +53,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from trialforge.errors import RepoError
+from trialforge.funnel import IngestFunnel
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.envdetect import OVERRIDE_FILE, EnvError, resolve_env
-from trialforge.tasks.ingest.caps import IngestCaps
+from trialforge.tasks.ingest.caps import DEFAULT_CAPS, IngestCaps, check_caps
+from trialforge.tasks.ingest.extras import with_extras
+from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES, commit_fix
+from trialforge.tasks.ingest.git import GIT_TIMEOUT_S, Mirrors, RepoSource, git_argv, git_env, repo_name_of, rev_list
 from trialforge.tasks.ingest.github_rest import closing_refs
-from trialforge.tasks.ingest.repos import (
-    DEFAULT_CAPS,
-    GIT_TIMEOUT_S,
-    MAX_CHANGED_LINES,
-    Commit,
-    IngestFunnel,
-    Mirrors,
-    ObjectReader,
-    RepoError,
-    RepoSource,
-    check_caps,
-    commit_fix,
-    git_argv,
-    git_env,
-    read_json_records,
-    repo_name_of,
-    rev_list,
-    snapshot_at,
-    with_extras,
-)
+from trialforge.tasks.ingest.objects import Commit, ObjectReader
+from trialforge.tasks.ingest.records import read_json_records
+from trialforge.tasks.ingest.trees import snapshot_at
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 

@@ -36,24 +36,15 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TextIO
 
-from trialforge.tasks.ingest.caps import IngestCaps
-from trialforge.tasks.ingest.repos import (
-    DEFAULT_CAPS,
-    MAX_CHANGED_LINES,
-    Commit,
-    IngestFunnel,
-    Mirrors,
-    ObjectReader,
-    RepoError,
-    RepoSource,
-    check_caps,
-    commit_fix,
-    find_undecodable,
-    repo_name_of,
-    rev_list,
-    snapshot_at,
-    with_extras,
-)
+from trialforge.errors import RepoError
+from trialforge.funnel import IngestFunnel
+from trialforge.tasks.ingest.caps import DEFAULT_CAPS, IngestCaps, check_caps
+from trialforge.tasks.ingest.extras import with_extras
+from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES, commit_fix
+from trialforge.tasks.ingest.git import Mirrors, RepoSource, repo_name_of, rev_list
+from trialforge.tasks.ingest.objects import Commit, ObjectReader
+from trialforge.tasks.ingest.records import find_undecodable
+from trialforge.tasks.ingest.trees import snapshot_at
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 

@@ -25,11 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
 from trialforge.tasks.ingest.caps import IngestCaps
+from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES
+from trialforge.tasks.ingest.git import repo_name_of
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.ingest.github_rest import ingest_github_rest
 from trialforge.tasks.ingest.gitlog import MIN_STATEMENT_WORDS, ingest_git_history
 from trialforge.tasks.ingest.jira import ingest_jira
-from trialforge.tasks.ingest.repos import MAX_CHANGED_LINES, repo_name_of
 from trialforge.tasks.ingest.swebench import ingest_swebench
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore

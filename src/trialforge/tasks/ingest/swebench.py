@@ -8,7 +8,7 @@ Lossless mapping. Fields with a Task slot map to it (``instance_id``->``task_id`
 ``hints_text``->``hints``, ``FAIL_TO_PASS``->``fail_to_pass``...). Everything else (``base_commit``,
 ``version``, ``environment_setup_commit``, any field a dataset variant adds) and the original *form*
 of mapped fields (absent, ``null``, lists given as JSON text as in the published dataset) is kept as
-JSON in ``Task.source.ref`` after an ``extras=`` marker (see ``repos.with_extras``): Task has no
+JSON in ``Task.source.ref`` after an ``extras=`` marker (see ``extras.with_extras``): Task has no
 free-form field yet. ``task_to_swebench`` restores the original form only while it still decodes to
 the task's current value, so a task edited after ingestion exports its new value.
 
@@ -33,23 +33,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trialforge.errors import TaskError
+from trialforge.errors import PatchError, RepoError, TaskError
+from trialforge.funnel import IngestFunnel
 from trialforge.tasks.envdetect import EnvCache, EnvError
-from trialforge.tasks.ingest.caps import IngestCaps
-from trialforge.tasks.ingest.repos import (
-    DEFAULT_CAPS,
-    IngestFunnel,
-    Mirrors,
-    RepoError,
-    RepoSource,
-    check_caps,
-    read_json_records,
-    resolve_commit,
-    snapshot_at,
-    split_extras,
-    vet_patch,
-    with_extras,
-)
+from trialforge.tasks.ingest.caps import DEFAULT_CAPS, MAX_PATCH_BYTES_SETTING, IngestCaps, check_caps
+from trialforge.tasks.ingest.extras import split_extras, with_extras
+from trialforge.tasks.ingest.git import Mirrors, RepoSource, resolve_commit
+from trialforge.tasks.ingest.records import read_json_records
+from trialforge.tasks.ingest.trees import snapshot_at
+from trialforge.tasks.patches import vet_patch
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -189,7 +181,7 @@ def ingest_swebench(
             except EnvError as exc:
                 funnel.drop(record.where, "no_environment", str(exc))
                 continue
-            except RepoError as exc:
+            except (RepoError, PatchError) as exc:
                 funnel.drop(record.where, exc.reason, str(exc))
                 continue
             except TaskError as exc:
@@ -226,8 +218,8 @@ def _instance_task(instance: dict[str, Any], mirrors: Mirrors, snapshots: Snapsh
             reason="empty_fail_to_pass",
         )
     check_caps(task, caps)
-    vet_patch(task.gold_patch, f"{task.task_id} patch", max_bytes=caps.max_patch_bytes)
-    vet_patch(task.test_patch, f"{task.task_id} test_patch", max_bytes=caps.max_patch_bytes)
+    for name, patch in (("patch", task.gold_patch), ("test_patch", task.test_patch)):
+        vet_patch(patch, f"{task.task_id} {name}", max_bytes=caps.max_patch_bytes, setting=MAX_PATCH_BYTES_SETTING)
     repo = mirrors.get(task.repo)
     commit = resolve_commit(repo, str(instance["base_commit"]))
     digest = snapshot_at(repo, commit, [task.test_patch, task.gold_patch], snapshots)
