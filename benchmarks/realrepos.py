@@ -43,7 +43,8 @@ from trialforge.funnel import Funnel
 from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import ENV_REPO, base_image, cache_root
 from trialforge.store.objstore import open_store
-from trialforge.tasks.envdetect import EnvError, resolve_env
+from trialforge.tasks.envdetect.decide import EnvError
+from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.envimages import BuiltImage, env_key, provide_images, task_image
 from trialforge.tasks.ingest.git import Mirrors, git
 from trialforge.tasks.ingest.gitlog import ingest_git_history

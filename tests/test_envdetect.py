@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from trialforge.envspec import PYTEST_CMD, SUITES, UNITTEST_CMD
-from trialforge.tasks import envdetect
-from trialforge.tasks.envdetect import RELEASED_PYTHON, EnvCache, EnvError, detect, resolve_env, spec_at_commit
+from trialforge.tasks.envdetect.decide import RELEASED_PYTHON, EnvError, detect
+from trialforge.tasks.envdetect.resolve import EnvCache, resolve_env, spec_at_commit
 
 BUNDLED = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
 
@@ -648,7 +648,7 @@ def test_env_cache_resolves_each_commit_once(
         calls.append(commit)
         return spec_at_commit(mirror, commit, repo_name, overrides)
 
-    monkeypatch.setattr(envdetect, "spec_at_commit", counting)
+    monkeypatch.setattr("trialforge.tasks.envdetect.resolve.spec_at_commit", counting)
     cache = EnvCache(overrides={"pkg": {"python": "3.9"}})
     specs = [cache.get(repo, commit, "pkg") for commit in (first, second, first, second)]
     assert calls == [first, second]
@@ -664,7 +664,7 @@ def test_env_cache_remembers_failures(two_commits: tuple[Path, str, str], monkey
         calls.append(commit)
         raise EnvError("no python")
 
-    monkeypatch.setattr(envdetect, "spec_at_commit", failing)
+    monkeypatch.setattr("trialforge.tasks.envdetect.resolve.spec_at_commit", failing)
     cache = EnvCache()
     for _ in range(2):
         with pytest.raises(EnvError, match="no python"):

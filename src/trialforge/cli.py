@@ -123,7 +123,7 @@ def image_build(
 ) -> None:
     """Build the base image (once per machine), and the environment images a task set or repository needs."""
     from trialforge.sandbox.images import base_image
-    from trialforge.tasks.envdetect import resolve_env
+    from trialforge.tasks.envdetect.resolve import resolve_env
     from trialforge.tasks.envimages import env_image
 
     loaded = load_params(params)
@@ -172,7 +172,7 @@ def image_spec(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Print the environment spec detected in a repository (with params.yaml's ``env.repos`` over it)."""
-    from trialforge.tasks.envdetect import resolve_env
+    from trialforge.tasks.envdetect.resolve import resolve_env
     from trialforge.tasks.envimages import env_key
 
     ((name, path),) = key_values([repo], "repo").items()

@@ -37,7 +37,7 @@ from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
-from trialforge.tasks.envdetect import resolve_env
+from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.envimages import env_image, obtain_images, provide_images, task_image
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.ingest.sources import drop_duplicates, ingest_source

@@ -79,7 +79,7 @@ STAGES = (
         reads=("tasks/ingested.parquet",),
         writes=("tasks/environments.parquet", funnel_file("images")),
         params=("env",),
-        deps=("src/trialforge/tasks/envdetect.py", "src/trialforge/tasks/envimages.py"),
+        deps=("src/trialforge/tasks/envdetect", "src/trialforge/tasks/envimages.py"),
     ),
     Stage(
         "validate",

@@ -45,7 +45,8 @@ from trialforge.sandbox.images import (
     sha256_file,
 )
 from trialforge.store.objstore import ObjectStore
-from trialforge.tasks.envdetect import EnvError, resolve_env
+from trialforge.tasks.envdetect.decide import EnvError
+from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -192,7 +193,7 @@ def provide_images(
 ) -> tuple[list[Task], Funnel, list[BuiltImage]]:
     """Give every task its environment spec and a built image; return the tasks, the funnel and the images.
 
-    A task without a spec gets the one detected in its base tree (``envdetect.resolve_env``: the
+    A task without a spec gets the one detected in its base tree (``envdetect.resolve.resolve_env``: the
     repository's files, its ``trialforge-env.yaml``, then ``overrides``, params.yaml's ``env.repos``).
     Each distinct spec is built once and, with ``store``, published there by digest (``publish_image``)
     for the machines that run the tasks later. A task whose spec cannot be resolved or whose image fails

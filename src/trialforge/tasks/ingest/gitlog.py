@@ -31,7 +31,7 @@ The quality gate then drops, each with its reason and the commit's sha:
 * ``oversize_statement``, ``oversize_patch``: over ``caps`` (``caps.check_caps``);
 * ``no_python_for_era``: the parent's ``requires-python``/``python_requires`` (``pyproject.toml``,
   ``setup.cfg``, ``setup.py``) allows none of the Pythons images exist for (``envspec.SUITES``), as
-  ``envdetect.resolve_env`` judges it, overrides (``trialforge-env.yaml``, ``env_overrides``) included;
+  ``envdetect.resolve.resolve_env`` judges it, overrides (``trialforge-env.yaml``, ``env_overrides``) included;
   ``env_error`` for another environment error. Only those files are read; the full environment is
   the env step's.
 
@@ -56,7 +56,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trialforge.errors import RepoError
 from trialforge.funnel import IngestFunnel
 from trialforge.scratch import scratch_dir
-from trialforge.tasks.envdetect import OVERRIDE_FILE, EnvError, resolve_env
+from trialforge.tasks.envdetect.decide import OVERRIDE_FILE, EnvError
+from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.ingest.caps import DEFAULT_CAPS, IngestCaps, check_caps
 from trialforge.tasks.ingest.extras import with_extras
 from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES, commit_fix

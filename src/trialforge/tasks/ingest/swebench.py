@@ -35,7 +35,8 @@ from pydantic import ValidationError
 
 from trialforge.errors import PatchError, RepoError, TaskError
 from trialforge.funnel import IngestFunnel
-from trialforge.tasks.envdetect import EnvCache, EnvError
+from trialforge.tasks.envdetect.decide import EnvError
+from trialforge.tasks.envdetect.resolve import EnvCache
 from trialforge.tasks.ingest.caps import DEFAULT_CAPS, MAX_PATCH_BYTES_SETTING, IngestCaps, check_caps
 from trialforge.tasks.ingest.extras import split_extras, with_extras
 from trialforge.tasks.ingest.git import Mirrors, RepoSource, resolve_commit

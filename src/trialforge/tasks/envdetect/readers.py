@@ -1,17 +1,9 @@
-"""A repository's environment spec, read from its own files, then its per-repository overrides.
+"""What a repository's own files declare about its environment, read without executing anything.
 
-Nothing in the repository is executed: ``pyproject.toml`` and ``setup.cfg`` are parsed,
-``setup.py`` is read as a syntax tree (literal arguments only), requirements files, ``tox.ini``
-and ``Makefile`` as text. What they declare becomes an :class:`EnvSpec`: the Python (the newest
-Debian ``python3`` that ``requires-python`` allows and the pinned pytest runs on, 3.11 when it may), the
-requirements as declared (the runtime ones, one file or group of test requirements, no developer tools;
-the image build records what they resolved to), the test runner and its options, and ``PYTHONPATH`` for a
-``src/`` layout. A repository the base image already serves (no requirements, Python 3.11, flat layout)
-gets a base spec, so no image is built for it.
-
-Overrides, later winning per key: the repository's own ``trialforge-env.yaml``, then params.yaml's
-per-repository ``env.repos``. SWE-bench instances name the commit whose files define their environment
-(``environment_setup_commit``): :func:`spec_at_commit` resolves a commit, :class:`EnvCache` once each.
+``pyproject.toml`` and ``setup.cfg`` are parsed, ``setup.py`` is read as a syntax tree (literal arguments
+only), requirements files, ``tox.ini`` and ``Makefile`` as text, test files for what they import and which
+runner they are written for. Everything found goes into one :class:`Findings`, each fact with the file it
+came from; ``decide`` turns it into an ``EnvSpec``.
 """
 
 from __future__ import annotations
@@ -28,30 +20,16 @@ from itertools import dropwhile
 from pathlib import Path
 from typing import Any
 
-import yaml
-from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from pydantic import ValidationError
 
 from trialforge import pyast
-from trialforge.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
-from trialforge.errors import TaskError
-from trialforge.sandbox.base import WORKDIR
-from trialforge.scratch import scratch_dir
+from trialforge.envspec import PYTEST_CMD, UNITTEST_CMD
 from trialforge.tasks.buildfiles import version_file
-from trialforge.tasks.ingest.trees import materialize
 
-OVERRIDE_FILE = "trialforge-env.yaml"
-PARAMS_SOURCE = "params env.repos"
-# The python3 each Debian release ships (one per SUITES key): requires-python and markers are judged
-# against the interpreter the image really has, so ">=3.9.1" is met by bullseye's 3.9.2.
-RELEASED_PYTHON = {"3.9": "3.9.2", "3.11": "3.11.2", "3.13": "3.13.5"}
 TEST_GROUPS = ("test", "tests", "testing")  # extras and dependency groups a test run needs
 DEV_GROUP = "dev"  # mostly linters and release tools: read only where no test group exists
-OVERRIDABLE = tuple(name for name in EnvSpec.model_fields if name != "detected_from")
 
 # Requirements-file options that reach the image build's pip as written (where packages come from).
 _PIP_OPTIONS = frozenset({"-i", "--index-url", "--extra-index-url", "--trusted-host", "-f", "--find-links", "--pre"})
@@ -76,15 +54,6 @@ _DEV_TOOLS = frozenset(
 )
 _DEV_TOOL_FAMILIES = ("sphinx-", "sphinxcontrib-", "tox-", "flake8-", "pre-commit-", "bump")
 _IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
-# The oldest release of a test tool that runs under a Python and every later one, from pytest's changelog
-# (and checked by running a suite under each): 6.2.4 "Fixed assertion rewriting on Python 3.10" (older ones
-# fail at collection: 'required field "lineno" missing from alias'; 6.2.5 declared 3.10 supported);
-# 7.3.2 "Support for Python 3.12" (older ones warn that ast.Str is deprecated as they rewrite each module,
-# an error for a suite with filterwarnings = error). Oldest Python first: the last that applies is the strictest.
-_OLDEST_RUNNING = (("pytest", "3.10", "6.2.4"), ("pytest", "3.12", "7.3.2"))
-# Where pytest reads its configuration, in the order it looks (the first with a section wins), and the section.
-PYTEST_CONFIGS = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", ""), ("tox.ini", "pytest"),
-                  ("setup.cfg", "tool:pytest"))  # fmt: skip
 _TEST_FILE = re.compile(r"^(?:test_.*|.*_test)\.py$")
 _SKIP_DIRS = frozenset({"node_modules", "build", "dist", "venv", "site-packages", "__pycache__"})
 _PYTEST_STYLE = re.compile(
@@ -93,12 +62,8 @@ _PYTEST_STYLE = re.compile(
 )
 
 
-class EnvError(TaskError):
-    """A repository's environment cannot be resolved: an impossible Python, an invalid override."""
-
-
 @dataclass
-class _Findings:
+class Findings:
     """What the repository's files declare; markers are judged once a Python is chosen from it."""
 
     for_python: str | None = None  # the Python a requirements file named for one is picked for, if chosen
@@ -134,7 +99,7 @@ class _Findings:
     def require(self, requirements: Iterable[str], where: str, *, runtime: bool = False) -> None:
         added = []
         for text in filter(None, requirements):
-            req = _requirement(text)
+            req = parse_requirement(text)
             if req is not None and runtime:
                 self.runtime.add(canonicalize_name(req.name))
             clash = self._pin_clash(req, where) if req is not None else None
@@ -180,36 +145,11 @@ class _Findings:
         self.source(where)
 
 
-def detect(repo: Path) -> EnvSpec:
-    """The environment ``repo``'s own files declare; ``EnvError`` when no image's Python is allowed (by
-    ``requires-python`` and the pinned pytest)."""
-    return _detect(repo, None)
-
-
-def _detect(repo: Path, python: str | None) -> EnvSpec:
-    """``detect``, or with ``python`` forced (an override): then markers are judged for it, unchecked."""
-    why: tuple[str, ...] = ()
-    if python is None:
-        # Chosen from what holds for any Python, then read again for it: a requirements file may be named for it.
-        python, why = _choose_python(_read(repo, None))
-    found = _read(repo, python)
-    root = found.package_root or _src_root(repo, found)
-    test_cmd = _test_cmd(repo, found)
-    return EnvSpec(
-        python=python,
-        requirements=_applicable([text for text, _ in found.requirements], python, found.project),
-        pip_args=tuple(found.pip_args),
-        env=({"PYTHONPATH": f"{WORKDIR}/{root}"} if root else {}) | found.env,
-        test_cmd=test_cmd,
-        detected_from=(*found.sources, *why),
-    )
-
-
-def _read(repo: Path, python: str | None) -> _Findings:
+def read(repo: Path, python: str | None) -> Findings:
     """What ``repo``'s files declare, a requirements file named for a Python picked for ``python``."""
-    found = _Findings(for_python=python)
-    for read in (_read_pyproject, _read_setup_cfg, _read_setup_py, _read_requirements_files, _read_tox):
-        read(repo, found)
+    found = Findings(for_python=python)
+    for reader in (_read_pyproject, _read_setup_cfg, _read_setup_py, _read_requirements_files, _read_tox):
+        reader(repo, found)
     if (repo / "pytest.ini").is_file():
         found.runs_pytest("pytest.ini")
     _read_makefile(repo, found)
@@ -220,7 +160,7 @@ def _read(repo: Path, python: str | None) -> _Findings:
 # --- the repository's files ----------------------------------------------------------------------------
 
 
-def _read_pyproject(repo: Path, found: _Findings) -> None:
+def _read_pyproject(repo: Path, found: Findings) -> None:
     path = repo / "pyproject.toml"
     if not path.is_file():
         return
@@ -257,8 +197,8 @@ def _pyproject_root(tool: Mapping[str, Any]) -> str | None:
     return next((c for c in candidates if isinstance(c, str) and c.strip("./ ")), None)
 
 
-def _read_setup_cfg(repo: Path, found: _Findings) -> None:
-    cfg = _ini(repo / "setup.cfg", found)
+def _read_setup_cfg(repo: Path, found: Findings) -> None:
+    cfg = read_ini(repo / "setup.cfg", found)
     if cfg is None:
         return
     where = "setup.cfg"
@@ -276,7 +216,7 @@ def _read_setup_cfg(repo: Path, found: _Findings) -> None:
         found.runs_pytest(where)
 
 
-def _read_setup_py(repo: Path, found: _Findings) -> None:
+def _read_setup_py(repo: Path, found: Findings) -> None:
     """Literal ``setup()`` arguments only: anything computed is ignored, and said so in the provenance."""
     path = repo / "setup.py"
     if not path.is_file():
@@ -328,7 +268,7 @@ def _callee(call: ast.Call) -> str | None:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
-def _read_requirements_files(repo: Path, found: _Findings) -> None:
+def _read_requirements_files(repo: Path, found: Findings) -> None:
     """``requirements.txt`` (runtime), then one test requirements file, top level or in ``requirements/``.
 
     Files there are often pip-compiled pins, each for one purpose or Python (jinja's ``tests.txt``,
@@ -375,7 +315,7 @@ def _relative(repo: Path, path: Path) -> str:
     return path.relative_to(repo).as_posix()
 
 
-def _read_requirements(repo: Path, path: Path, found: _Findings) -> None:
+def _read_requirements(repo: Path, path: Path, found: Findings) -> None:
     path = path.resolve()
     if path in found.read_files:
         return
@@ -387,7 +327,7 @@ def _read_requirements(repo: Path, path: Path, found: _Findings) -> None:
     _take_lines(repo, path.parent, _lines(path.read_text(errors="replace")), where, found)
 
 
-def _take_lines(repo: Path, base: Path, lines: list[str], where: str, found: _Findings) -> None:
+def _take_lines(repo: Path, base: Path, lines: list[str], where: str, found: Findings) -> None:
     """Requirement lines as pip reads them: includes followed, index options kept, the repository itself left out."""
     for line in lines:
         match = _OPTION.match(line)
@@ -405,17 +345,17 @@ def _take_lines(repo: Path, base: Path, lines: list[str], where: str, found: _Fi
             _take_requirement(re.split(r"\s--?[a-z]", value, maxsplit=1)[0].strip(), where, found)  # no --hash
 
 
-def _take_requirement(text: str, where: str, found: _Findings) -> None:
+def _take_requirement(text: str, where: str, found: Findings) -> None:
     if _LOCAL.match(text):
         return
-    if _URL.match(text) or _requirement(text) is not None:
+    if _URL.match(text) or parse_requirement(text) is not None:
         found.require([text], where)
     else:
         found.note(where, f"{text!r} is not a requirement: ignored")
 
 
-def _read_tox(repo: Path, found: _Findings) -> None:
-    cfg = _ini(repo / "tox.ini", found)
+def _read_tox(repo: Path, found: Findings) -> None:
+    cfg = read_ini(repo / "tox.ini", found)
     if cfg is None:
         return
     where = "tox.ini"
@@ -429,19 +369,19 @@ def _read_tox(repo: Path, found: _Findings) -> None:
     _take_lines(repo, repo, [line for line in deps if not _UNRESOLVED.search(line)], where, found)
     for line in _lines(testenv.get("commands", "")):
         if not _FACTOR.match(line):
-            found.runs(_runner_command(_argv(_in_root(line).lstrip("-! ")), repo), where)
+            found.runs(_runner_command(shell_words(_in_root(line).lstrip("-! ")), repo), where)
 
 
-def _read_makefile(repo: Path, found: _Findings) -> None:
+def _read_makefile(repo: Path, found: Findings) -> None:
     path = repo / "Makefile"
     if not path.is_file():
         return
     for line in path.read_text(errors="replace").splitlines():
         if line.startswith("\t"):
-            found.runs(_runner_command(_argv(line.strip().lstrip("@-+")), repo), path.name)
+            found.runs(_runner_command(shell_words(line.strip().lstrip("@-+")), repo), path.name)
 
 
-def _ini(path: Path, found: _Findings) -> configparser.ConfigParser | None:
+def read_ini(path: Path, found: Findings) -> configparser.ConfigParser | None:
     if not path.is_file():
         return None
     cfg = configparser.ConfigParser(interpolation=None, strict=False)
@@ -470,7 +410,7 @@ def _in_root(text: str) -> str:
     return text.replace("{toxinidir}/", "").replace("{toxinidir}", ".")
 
 
-def _argv(line: str) -> list[str]:
+def shell_words(line: str) -> list[str]:
     try:
         return shlex.split(line)
     except ValueError:
@@ -510,7 +450,7 @@ def _self_extras(project: str | None) -> Callable[[Any], list[str] | None]:
     """An extra that names the project itself (``pkg[test]`` in ``pkg``'s ``dev``) includes those extras."""
 
     def includes(item: Any) -> list[str] | None:
-        req = _requirement(item) if isinstance(item, str) else None
+        req = parse_requirement(item) if isinstance(item, str) else None
         return sorted(req.extras) if req and project and canonicalize_name(req.name) == project else None
 
     return includes
@@ -521,14 +461,14 @@ def _included_group(item: Any) -> list[str] | None:
     return [item.get("include-group", "")] if isinstance(item, dict) else None
 
 
-def _requirement(text: str) -> Requirement | None:
+def parse_requirement(text: str) -> Requirement | None:
     try:
         return Requirement(text)
     except InvalidRequirement:
         return None
 
 
-def _drop_dev_tools(repo: Path, found: _Findings) -> None:
+def _drop_dev_tools(repo: Path, found: Findings) -> None:
     """Developer tools among the requirements, unless the project depends on them or its tests import them."""
     tools = [(text, where, name) for text, where in found.requirements if (name := _dev_tool(text, found.runtime))]
     if not tools:
@@ -543,7 +483,7 @@ def _drop_dev_tools(repo: Path, found: _Findings) -> None:
 
 def _dev_tool(text: str, runtime: set[str]) -> str | None:
     """The distribution ``text`` names when it is a developer tool the project itself does not depend on."""
-    req = _requirement(text)
+    req = parse_requirement(text)
     name = canonicalize_name(req.name) if req is not None else None
     if name and (name in _DEV_TOOLS or name.startswith(_DEV_TOOL_FAMILIES)) and name not in runtime:
         return name
@@ -555,185 +495,10 @@ def _imported_by_tests(repo: Path) -> set[str]:
     return {name for path in _test_files(repo) for name in _IMPORT.findall(path.read_text(errors="replace"))}
 
 
-# --- deciding ---------------------------------------------------------------------------------------
+# --- test files ---------------------------------------------------------------------------------------
 
 
-def _choose_python(found: _Findings) -> tuple[str, tuple[str, ...]]:
-    """3.11 when ``requires-python`` and the pinned test tools allow it, else the newest image Python they
-    allow; and, as provenance, the pins that ruled out a Python ``requires-python`` allows."""
-    candidates = _allowed_pythons(found.python)
-    reasons: dict[tuple[str, str], str] = {}  # (file, requirement): why it ruled out the first Python it did
-    for version in candidates:
-        blockers = _tool_blockers(found.requirements, version)
-        if not blockers:
-            return version, tuple(
-                f"{where} ({text}: {why}: Python {version})" for (where, text), why in reasons.items()
-            )
-        for where, text, why in blockers:
-            reasons.setdefault((where, text), why)
-    pins = "; ".join(f"{text} in {where}: {why}" for (where, text), why in reasons.items())
-    raise EnvError(
-        f"the pinned test tools run on none of the Pythons requires-python allows ({', '.join(candidates)}): "
-        f"{pins}; set `python:` in {OVERRIDE_FILE} or params.yaml env.repos, or `requirements:` with a newer pin"
-    )
-
-
-def _allowed_pythons(declared: list[tuple[str, str]]) -> list[str]:
-    """The image Pythons every ``requires-python`` allows, 3.11 first, then newest first."""
-    allowed = SpecifierSet()
-    for text, where in declared:
-        try:
-            allowed &= SpecifierSet(text)
-        except InvalidSpecifier:
-            raise EnvError(
-                f"requires-python {text!r} in {where} is not a PEP 440 version specifier: "
-                f"set `python:` in {OVERRIDE_FILE} or params.yaml env.repos"
-            ) from None
-    preferred = dict.fromkeys((DEFAULT_PYTHON, *sorted(SUITES, key=Version, reverse=True)))
-    versions = [version for version in preferred if allowed.contains(RELEASED_PYTHON[version])]
-    if versions:
-        return versions
-    stated = "; ".join(f"{text!r} in {where}" for text, where in declared)
-    available = ", ".join(f"{v} (Debian {s}, python3 {RELEASED_PYTHON[v]})" for v, s in SUITES.items())
-    raise EnvError(
-        f"requires-python {stated} allows none of the Pythons images exist for: {available}; "
-        f"set `python:` in {OVERRIDE_FILE} or params.yaml env.repos to run it under one anyway"
-    )
-
-
-def _tool_blockers(requirements: list[tuple[str, str]], python: str) -> list[tuple[str, str, str]]:
-    """(file, requirement, why) for each requirement that allows no release of its tool that runs under ``python``."""
-    marker_env = _marker_env(python)
-    oldest = {tool: (since, first) for tool, since, first in _OLDEST_RUNNING if Version(python) >= Version(since)}
-    blockers = []
-    for text, where in requirements:
-        req = _requirement(text)
-        if req is None or (req.marker is not None and not req.marker.evaluate(marker_env)):
-            continue
-        since, first = oldest.get(canonicalize_name(req.name), ("", ""))
-        if first and not _allows_from(req.specifier, Version(first)):
-            blockers.append((where, text, f"no {req.name} it allows runs on Python {since}+, {first} is the first"))
-    return blockers
-
-
-def _allows_from(specifier: SpecifierSet, oldest: Version) -> bool:
-    """Whether ``specifier`` allows a version at or after ``oldest``: none of its upper bounds is below it."""
-    for spec in specifier:
-        operator, text = spec.operator, spec.version
-        if operator == "~=":  # ~=6.2.1 is ==6.2.*, ~=6.2 is ==6.*
-            operator, text = "==", text.rsplit(".", 1)[0] + ".*"
-        if operator == "==" and text.endswith(".*"):  # below the next release of the prefix: ==6.2.* is <6.3
-            *head, last = Version(text[:-2]).release
-            operator, text = "<", ".".join(map(str, (*head, last + 1)))
-        if (operator == "<" and Version(text) <= oldest) or (operator in ("<=", "==") and Version(text) < oldest):
-            return False
-    return True
-
-
-def _marker_env(python: str) -> dict[str, str]:
-    """Marker values in the image of ``python``: it runs Linux on this machine's architecture, so only the
-    Python differs from the host."""
-    released = RELEASED_PYTHON[python]
-    return default_environment() | {
-        "python_version": python,
-        "python_full_version": released,
-        "implementation_version": released,
-        "extra": "",
-    }
-
-
-def _applicable(declared: list[str], python: str, project: str | None) -> tuple[str, ...]:
-    """The declared requirements that apply under ``python``, once each, in order, as written."""
-    marker_env = _marker_env(python)
-    kept: list[str] = []
-    seen: set[str] = set()
-    for text in declared:
-        req = _requirement(text)
-        if req is not None:
-            if req.marker is not None and not req.marker.evaluate(marker_env):
-                continue
-            name = canonicalize_name(req.name)
-            # The repository itself is at /work on the path; every base image ships Debian's pytest,
-            # so an unversioned pytest would only force an image build (a plugin or a pinned pytest stays).
-            if name == project or (name == "pytest" and not req.specifier):
-                continue
-        key = str(req) if req is not None else text
-        if key not in seen:
-            seen.add(key)
-            kept.append(text)
-    return tuple(kept)
-
-
-def _test_cmd(repo: Path, found: _Findings) -> tuple[str, ...]:
-    """The runner command, with the repository's own pytest ``addopts`` when it runs pytest: the recorder runs
-    with ``-o addopts=`` (so that every option passes through ``testrun.command``'s rules), and a suite's
-    ``addopts`` is how its authors run it (click's ``-m 'not stress'`` leaves out 31,000 stress cases)."""
-    cmd = _runner_cmd(repo, found)
-    addopts = _pytest_addopts(repo, found) if runner_of(cmd) == "pytest" else []
-    return (*cmd, *addopts)
-
-
-def _pytest_addopts(repo: Path, found: _Findings) -> list[str]:
-    """``addopts`` of the file pytest takes its configuration from: the first of these that has a section."""
-    for name, section in PYTEST_CONFIGS:
-        path = repo / name
-        if name == "pyproject.toml":
-            try:
-                options = tomllib.loads(path.read_text(errors="replace")).get("tool", {}).get("pytest", {})
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
-            table = options.get("ini_options", options)  # [tool.pytest] itself: pytest 9's native table
-            if not table:
-                continue
-            value = table.get("addopts", "")
-        else:
-            cfg = _ini(path, found)
-            if cfg is None or not cfg.has_section(section):
-                continue
-            value = cfg.get(section, "addopts", fallback="")
-        args = [str(a) for a in value] if isinstance(value, list) else _argv(str(value))
-        if args:
-            found.note(name, f"pytest addopts: {shlex.join(args)}")
-        return args
-    return []
-
-
-def _runner_cmd(repo: Path, found: _Findings) -> tuple[str, ...]:
-    """A command the repository spells out, else pytest when anything points at it, else what the tests use."""
-    if found.test_cmd:
-        return found.test_cmd
-    if found.pytest_config or any(_is_pytest(text) for text, _ in found.requirements):
-        return PYTEST_CMD
-    unittest_files = []
-    for path, style in _test_styles(repo):
-        if style == "pytest":
-            found.source(path)
-            return PYTEST_CMD
-        if style == "unittest":
-            unittest_files.append(path)
-    if unittest_files:
-        found.source("test files (unittest.TestCase only)")
-        return UNITTEST_CMD + _discovery(repo, unittest_files)
-    return PYTEST_CMD
-
-
-def _discovery(repo: Path, files: list[str]) -> tuple[str, ...]:
-    """Plain ``python -m unittest`` only descends into packages: tests in one plain directory (no
-    ``__init__.py``) are discovered from there, as their authors run them."""
-    tops = {f.split("/", 1)[0] for f in files if "/" in f}
-    if len(tops) == 1 and all("/" in f for f in files):
-        (top,) = tops
-        if not (repo / top / "__init__.py").exists():
-            return ("discover", "-s", top)
-    return ()
-
-
-def _is_pytest(text: str) -> bool:
-    req = _requirement(text)
-    return req is not None and canonicalize_name(req.name).startswith("pytest")
-
-
-def _test_styles(repo: Path) -> Iterator[tuple[str, str | None]]:
+def test_styles(repo: Path) -> Iterator[tuple[str, str | None]]:
     """(path, "pytest" | "unittest" | None) per test file: pytest for a conftest, pytest imports, plain
     test functions or classes; unittest for ``TestCase``."""
     for path in _test_files(repo):
@@ -780,95 +545,3 @@ def _without_test_dirs(args: list[str], repo: Path) -> list[str]:
         if not (selects and arg.startswith("test") and (repo / arg).exists()):
             kept.append(arg)
     return kept
-
-
-def _src_root(repo: Path, found: _Findings) -> str | None:
-    """``src`` for a ``src/`` holding a package or module that the repository root does not also hold."""
-    src = repo / "src"
-    if not src.is_dir() or (src / "__init__.py").exists():  # src itself a package: imported from the root
-        return None
-    code = {p.stem for p in src.iterdir() if p.suffix == ".py" or (p.is_dir() and any(p.glob("*.py")))}
-    if any(not (repo / name).exists() and not (repo / f"{name}.py").exists() for name in code):
-        found.source("src/")
-        return "src"
-    return None
-
-
-# --- overrides -------------------------------------------------------------------------------------
-
-
-def resolve_env(repo: Path, repo_name: str, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> EnvSpec:
-    """The detected spec, then ``repo``'s ``trialforge-env.yaml``, then ``overrides[repo_name]``: later wins per key.
-
-    A ``python`` set by an override is also the one markers are evaluated for, and ``requires-python``
-    is not checked: the way to run a repository under a Python its metadata does not allow.
-    """
-    sources = ((OVERRIDE_FILE, _override_file(repo, repo_name)), (PARAMS_SOURCE, (overrides or {}).get(repo_name)))
-    layers = [_layer(values, source, repo_name) for source, values in sources if values]
-    python = next((values["python"] for _, values in reversed(layers) if "python" in values), None)
-    spec = _detect(repo, python)
-    for source, values in layers:
-        spec = spec.model_copy(update={**values, "detected_from": (*spec.detected_from, source)})
-    return spec
-
-
-def _override_file(repo: Path, repo_name: str) -> object:
-    path = repo / OVERRIDE_FILE
-    if not path.is_file():
-        return None
-    try:
-        return yaml.safe_load(path.read_text(errors="replace"))
-    except yaml.YAMLError as exc:
-        raise EnvError(f"{OVERRIDE_FILE} of {repo_name} is not valid YAML: {exc}") from None
-
-
-def _layer(values: object, source: str, repo_name: str) -> tuple[str, dict[str, Any]]:
-    """(source, the values it sets, validated as EnvSpec fields)."""
-    where = f"{source} for {repo_name}"
-    if not isinstance(values, Mapping):
-        raise EnvError(f"{where}: expected a mapping with keys from {', '.join(OVERRIDABLE)}, got {values!r}")
-    unknown = sorted(str(key) for key in values if key not in OVERRIDABLE)
-    if unknown:
-        raise EnvError(f"{where}: unknown key {', '.join(map(repr, unknown))} (known: {', '.join(OVERRIDABLE)})")
-    if isinstance(values.get("python"), float):
-        raise EnvError(f'{where}: python {values["python"]} is a number: quote it ("3.13"); YAML reads 3.10 as 3.1')
-    try:
-        checked = EnvSpec.model_validate(values)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise EnvError(f"{where}: {problems}") from None
-    return source, {key: getattr(checked, key) for key in values}
-
-
-# --- a repository at a commit --------------------------------------------------------------------------
-
-
-def spec_at_commit(
-    mirror: Path, commit: str, repo_name: str, overrides: Mapping[str, Mapping[str, Any]] | None = None
-) -> EnvSpec:
-    """The resolved spec of ``mirror``'s tree at ``commit`` (for SWE-bench: ``environment_setup_commit``)."""
-    with scratch_dir("envdetect") as tmp:
-        tree = Path(tmp) / "tree"
-        materialize(mirror, commit, tree)
-        return resolve_env(tree, repo_name, overrides)
-
-
-@dataclass
-class EnvCache:
-    """Specs by (repository, commit), failures included: the instances of one SWE-bench version share
-    one environment commit, so it is materialized and read once."""
-
-    overrides: Mapping[str, Mapping[str, Any]] | None = None
-    specs: dict[tuple[str, str], EnvSpec | EnvError] = field(default_factory=dict)
-
-    def get(self, mirror: Path, commit: str, repo_name: str) -> EnvSpec:
-        key = (repo_name, commit)
-        if key not in self.specs:
-            try:
-                self.specs[key] = spec_at_commit(mirror, commit, repo_name, self.overrides)
-            except EnvError as exc:
-                self.specs[key] = exc
-        found = self.specs[key]
-        if isinstance(found, EnvError):
-            raise found
-        return found

@@ -1,0 +1,251 @@
+"""From what a repository's files declare to its ``EnvSpec``: the Python, the requirements, the test command.
+
+The Python is the newest Debian ``python3`` that ``requires-python`` allows and the pinned pytest runs on,
+3.11 when it may; the requirements are the declared ones that apply under it (runtime, one file or group of
+test requirements, no developer tools; the image build records what they resolved to); the test runner and
+its options come from the repository's own configuration, and ``PYTHONPATH`` from a ``src/`` layout. A
+repository the base image already serves (no requirements, Python 3.11, flat layout) gets a base spec, so no
+image is built for it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from trialforge.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
+from trialforge.errors import TaskError
+from trialforge.sandbox.base import WORKDIR
+from trialforge.tasks.envdetect.readers import Findings, parse_requirement, read, read_ini, shell_words, test_styles
+
+OVERRIDE_FILE = "trialforge-env.yaml"  # a repository's own overrides (``resolve``), named where a decision fails
+# The python3 each Debian release ships (one per SUITES key): requires-python and markers are judged
+# against the interpreter the image really has, so ">=3.9.1" is met by bullseye's 3.9.2.
+RELEASED_PYTHON = {"3.9": "3.9.2", "3.11": "3.11.2", "3.13": "3.13.5"}
+# The oldest release of a test tool that runs under a Python and every later one, from pytest's changelog
+# (and checked by running a suite under each): 6.2.4 "Fixed assertion rewriting on Python 3.10" (older ones
+# fail at collection: 'required field "lineno" missing from alias'; 6.2.5 declared 3.10 supported);
+# 7.3.2 "Support for Python 3.12" (older ones warn that ast.Str is deprecated as they rewrite each module,
+# an error for a suite with filterwarnings = error). Oldest Python first: the last that applies is the strictest.
+_OLDEST_RUNNING = (("pytest", "3.10", "6.2.4"), ("pytest", "3.12", "7.3.2"))
+# Where pytest reads its configuration, in the order it looks (the first with a section wins), and the section.
+PYTEST_CONFIGS = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", ""), ("tox.ini", "pytest"),
+                  ("setup.cfg", "tool:pytest"))  # fmt: skip
+
+
+class EnvError(TaskError):
+    """A repository's environment cannot be resolved: an impossible Python, an invalid override."""
+
+
+def detect(repo: Path, python: str | None = None) -> EnvSpec:
+    """The environment ``repo``'s own files declare; ``EnvError`` when no image's Python is allowed (by
+    ``requires-python`` and the pinned pytest). With ``python`` forced (an override), markers are judged for
+    it, unchecked."""
+    why: tuple[str, ...] = ()
+    if python is None:
+        # Chosen from what holds for any Python, then read again for it: a requirements file may be named for it.
+        python, why = _choose_python(read(repo, None))
+    found = read(repo, python)
+    root = found.package_root or _src_root(repo, found)
+    test_cmd = _test_cmd(repo, found)
+    return EnvSpec(
+        python=python,
+        requirements=_applicable([text for text, _ in found.requirements], python, found.project),
+        pip_args=tuple(found.pip_args),
+        env=({"PYTHONPATH": f"{WORKDIR}/{root}"} if root else {}) | found.env,
+        test_cmd=test_cmd,
+        detected_from=(*found.sources, *why),
+    )
+
+
+def _choose_python(found: Findings) -> tuple[str, tuple[str, ...]]:
+    """3.11 when ``requires-python`` and the pinned test tools allow it, else the newest image Python they
+    allow; and, as provenance, the pins that ruled out a Python ``requires-python`` allows."""
+    candidates = _allowed_pythons(found.python)
+    reasons: dict[tuple[str, str], str] = {}  # (file, requirement): why it ruled out the first Python it did
+    for version in candidates:
+        blockers = _tool_blockers(found.requirements, version)
+        if not blockers:
+            return version, tuple(
+                f"{where} ({text}: {why}: Python {version})" for (where, text), why in reasons.items()
+            )
+        for where, text, why in blockers:
+            reasons.setdefault((where, text), why)
+    pins = "; ".join(f"{text} in {where}: {why}" for (where, text), why in reasons.items())
+    raise EnvError(
+        f"the pinned test tools run on none of the Pythons requires-python allows ({', '.join(candidates)}): "
+        f"{pins}; set `python:` in {OVERRIDE_FILE} or params.yaml env.repos, or `requirements:` with a newer pin"
+    )
+
+
+def _allowed_pythons(declared: list[tuple[str, str]]) -> list[str]:
+    """The image Pythons every ``requires-python`` allows, 3.11 first, then newest first."""
+    allowed = SpecifierSet()
+    for text, where in declared:
+        try:
+            allowed &= SpecifierSet(text)
+        except InvalidSpecifier:
+            raise EnvError(
+                f"requires-python {text!r} in {where} is not a PEP 440 version specifier: "
+                f"set `python:` in {OVERRIDE_FILE} or params.yaml env.repos"
+            ) from None
+    preferred = dict.fromkeys((DEFAULT_PYTHON, *sorted(SUITES, key=Version, reverse=True)))
+    versions = [version for version in preferred if allowed.contains(RELEASED_PYTHON[version])]
+    if versions:
+        return versions
+    stated = "; ".join(f"{text!r} in {where}" for text, where in declared)
+    available = ", ".join(f"{v} (Debian {s}, python3 {RELEASED_PYTHON[v]})" for v, s in SUITES.items())
+    raise EnvError(
+        f"requires-python {stated} allows none of the Pythons images exist for: {available}; "
+        f"set `python:` in {OVERRIDE_FILE} or params.yaml env.repos to run it under one anyway"
+    )
+
+
+def _tool_blockers(requirements: list[tuple[str, str]], python: str) -> list[tuple[str, str, str]]:
+    """(file, requirement, why) for each requirement that allows no release of its tool that runs under ``python``."""
+    marker_env = _marker_env(python)
+    oldest = {tool: (since, first) for tool, since, first in _OLDEST_RUNNING if Version(python) >= Version(since)}
+    blockers = []
+    for text, where in requirements:
+        req = parse_requirement(text)
+        if req is None or (req.marker is not None and not req.marker.evaluate(marker_env)):
+            continue
+        since, first = oldest.get(canonicalize_name(req.name), ("", ""))
+        if first and not _allows_from(req.specifier, Version(first)):
+            blockers.append((where, text, f"no {req.name} it allows runs on Python {since}+, {first} is the first"))
+    return blockers
+
+
+def _allows_from(specifier: SpecifierSet, oldest: Version) -> bool:
+    """Whether ``specifier`` allows a version at or after ``oldest``: none of its upper bounds is below it."""
+    for spec in specifier:
+        operator, text = spec.operator, spec.version
+        if operator == "~=":  # ~=6.2.1 is ==6.2.*, ~=6.2 is ==6.*
+            operator, text = "==", text.rsplit(".", 1)[0] + ".*"
+        if operator == "==" and text.endswith(".*"):  # below the next release of the prefix: ==6.2.* is <6.3
+            *head, last = Version(text[:-2]).release
+            operator, text = "<", ".".join(map(str, (*head, last + 1)))
+        if (operator == "<" and Version(text) <= oldest) or (operator in ("<=", "==") and Version(text) < oldest):
+            return False
+    return True
+
+
+def _marker_env(python: str) -> dict[str, str]:
+    """Marker values in the image of ``python``: it runs Linux on this machine's architecture, so only the
+    Python differs from the host."""
+    released = RELEASED_PYTHON[python]
+    return default_environment() | {
+        "python_version": python,
+        "python_full_version": released,
+        "implementation_version": released,
+        "extra": "",
+    }
+
+
+def _applicable(declared: list[str], python: str, project: str | None) -> tuple[str, ...]:
+    """The declared requirements that apply under ``python``, once each, in order, as written."""
+    marker_env = _marker_env(python)
+    kept: list[str] = []
+    seen: set[str] = set()
+    for text in declared:
+        req = parse_requirement(text)
+        if req is not None:
+            if req.marker is not None and not req.marker.evaluate(marker_env):
+                continue
+            name = canonicalize_name(req.name)
+            # The repository itself is at /work on the path; every base image ships Debian's pytest,
+            # so an unversioned pytest would only force an image build (a plugin or a pinned pytest stays).
+            if name == project or (name == "pytest" and not req.specifier):
+                continue
+        key = str(req) if req is not None else text
+        if key not in seen:
+            seen.add(key)
+            kept.append(text)
+    return tuple(kept)
+
+
+def _test_cmd(repo: Path, found: Findings) -> tuple[str, ...]:
+    """The runner command, with the repository's own pytest ``addopts`` when it runs pytest: the recorder runs
+    with ``-o addopts=`` (so that every option passes through ``testrun.command``'s rules), and a suite's
+    ``addopts`` is how its authors run it (click's ``-m 'not stress'`` leaves out 31,000 stress cases)."""
+    cmd = _runner_cmd(repo, found)
+    addopts = _pytest_addopts(repo, found) if runner_of(cmd) == "pytest" else []
+    return (*cmd, *addopts)
+
+
+def _pytest_addopts(repo: Path, found: Findings) -> list[str]:
+    """``addopts`` of the file pytest takes its configuration from: the first of these that has a section."""
+    for name, section in PYTEST_CONFIGS:
+        path = repo / name
+        if name == "pyproject.toml":
+            try:
+                options = tomllib.loads(path.read_text(errors="replace")).get("tool", {}).get("pytest", {})
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+            table = options.get("ini_options", options)  # [tool.pytest] itself: pytest 9's native table
+            if not table:
+                continue
+            value = table.get("addopts", "")
+        else:
+            cfg = read_ini(path, found)
+            if cfg is None or not cfg.has_section(section):
+                continue
+            value = cfg.get(section, "addopts", fallback="")
+        args = [str(a) for a in value] if isinstance(value, list) else shell_words(str(value))
+        if args:
+            found.note(name, f"pytest addopts: {shlex.join(args)}")
+        return args
+    return []
+
+
+def _runner_cmd(repo: Path, found: Findings) -> tuple[str, ...]:
+    """A command the repository spells out, else pytest when anything points at it, else what the tests use."""
+    if found.test_cmd:
+        return found.test_cmd
+    if found.pytest_config or any(_is_pytest(text) for text, _ in found.requirements):
+        return PYTEST_CMD
+    unittest_files = []
+    for path, style in test_styles(repo):
+        if style == "pytest":
+            found.source(path)
+            return PYTEST_CMD
+        if style == "unittest":
+            unittest_files.append(path)
+    if unittest_files:
+        found.source("test files (unittest.TestCase only)")
+        return UNITTEST_CMD + _discovery(repo, unittest_files)
+    return PYTEST_CMD
+
+
+def _discovery(repo: Path, files: list[str]) -> tuple[str, ...]:
+    """Plain ``python -m unittest`` only descends into packages: tests in one plain directory (no
+    ``__init__.py``) are discovered from there, as their authors run them."""
+    tops = {f.split("/", 1)[0] for f in files if "/" in f}
+    if len(tops) == 1 and all("/" in f for f in files):
+        (top,) = tops
+        if not (repo / top / "__init__.py").exists():
+            return ("discover", "-s", top)
+    return ()
+
+
+def _is_pytest(text: str) -> bool:
+    req = parse_requirement(text)
+    return req is not None and canonicalize_name(req.name).startswith("pytest")
+
+
+def _src_root(repo: Path, found: Findings) -> str | None:
+    """``src`` for a ``src/`` holding a package or module that the repository root does not also hold."""
+    src = repo / "src"
+    if not src.is_dir() or (src / "__init__.py").exists():  # src itself a package: imported from the root
+        return None
+    code = {p.stem for p in src.iterdir() if p.suffix == ".py" or (p.is_dir() and any(p.glob("*.py")))}
+    if any(not (repo / name).exists() and not (repo / f"{name}.py").exists() for name in code):
+        found.source("src/")
+        return "src"
+    return None
