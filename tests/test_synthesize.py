@@ -19,14 +19,8 @@ from trialforge.tasks.mutations import (
     sample_mutants,
 )
 from trialforge.tasks.patches import apply_patch, diff_trees
-from trialforge.tasks.synthesize import (
-    Screened,
-    SynthesisConfig,
-    changed_lines,
-    public_names,
-    synthesize,
-    write_statement,
-)
+from trialforge.tasks.statements import Screened, changed_lines, public_names, write_statement
+from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.validate import ValidateConfig
 
 REPOS = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
