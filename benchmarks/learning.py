@@ -45,7 +45,8 @@ from trialforge.loop.records import load_episodes
 from trialforge.rollout.loop import Lineage, run_batch
 from trialforge.rollout.policies import TaskView
 from trialforge.rollout.reach import family_reach, gold_edit
-from trialforge.rollout.repair import N_FEATURES, RandomEditPolicy, RepairPolicy, candidates_seen
+from trialforge.rollout.repair import RandomEditPolicy, RepairPolicy, candidates_seen
+from trialforge.rollout.repair_edits import N_FEATURES
 from trialforge.runtime import code_version, open_runtime
 from trialforge.store import datasets
 from trialforge.tasks.schema import Task, task_set_version

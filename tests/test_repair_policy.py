@@ -9,18 +9,8 @@ import math
 from trialforge.rollout.env import CodingEnv, EnvLimits
 from trialforge.rollout.policies import TaskView
 from trialforge.rollout.reach import gold_edit
-from trialforge.rollout.repair import (
-    ATTEMPTS,
-    FEATURES,
-    N_FEATURES,
-    RandomEditPolicy,
-    RepairPolicy,
-    candidates_seen,
-    line_edits,
-    score,
-    softmax,
-    viewed_functions,
-)
+from trialforge.rollout.repair import ATTEMPTS, RandomEditPolicy, RepairPolicy, candidates_seen, score, softmax
+from trialforge.rollout.repair_edits import FEATURES, N_FEATURES, line_edits, viewed_functions
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.tasks.schema import Source, Task

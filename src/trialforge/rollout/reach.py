@@ -1,7 +1,7 @@
 """Whether a task's fix lies in the repair policy's action space, and why not.
 
 The demo's repair policy (``rollout/repair.py``) rewrites one line of one library file with a
-single-token edit (``line_edits``). A task whose gold patch is anything else, a fix that adds a deleted
+single-token edit (``repair_edits.line_edits``). A task whose gold patch is anything else, a fix that adds a deleted
 statement, changes several lines or files, or rewrites a line in a way no single-token edit does, cannot be
 solved by it however well it learns: a low solve rate on such tasks says nothing about learning.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from trialforge.rollout.repair import Candidate, line_edits, statement
+from trialforge.rollout.repair_edits import Candidate, line_edits, statement
 from trialforge.tasks.patches import is_test_path, touched_paths
 from trialforge.tasks.schema import Task
 

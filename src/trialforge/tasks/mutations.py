@@ -4,7 +4,7 @@ A mutation family is a small function over one AST node inside a function body
 (a *site*) that returns the textual edits turning it into a plausible bug: a
 flipped comparison, an off-by-one, a dropped statement, ... The families are
 the inverse space of the single-line repairs the demo policy proposes
-(``rollout/repair.py``), so synthetic tasks exercise what that policy can learn.
+(``rollout/repair_edits.py``), so synthetic tasks exercise what that policy can learn.
 
 Edits replace only the characters of the mutated span (an operator, a name, an
 argument, the lines of one statement), so formatting elsewhere is untouched and

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trialforge.rollout.repair import N_FEATURES, RepairPolicy
+from trialforge.rollout.repair import RepairPolicy
+from trialforge.rollout.repair_edits import N_FEATURES
 from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EpisodeRecord
 from trialforge.train.loss import LossConfig, group_advantages, policy_loss
