@@ -51,7 +51,7 @@ from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
-from trialforge.testrun import prepare
+from trialforge.testrun.prepare import prepare
 from trialforge.verify.grader import Grader, Verdict
 
 TICKETS = REPO_ROOT / "tasks_src" / "tickets" / "github_issues.jsonl"

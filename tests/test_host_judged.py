@@ -21,7 +21,8 @@ from trialforge.tasks.patches import test_files as files_of_tests
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
-from trialforge.testrun import prepare, report_limits, run_tests
+from trialforge.testrun.prepare import prepare
+from trialforge.testrun.run import report_limits, run_tests
 from trialforge.verify.grader import Grader
 
 BUGGY = '''\

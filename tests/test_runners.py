@@ -32,9 +32,10 @@ from trialforge.tasks.patches import test_files as files_of_tests  # not "test_*
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, record_verdicts, validate_task
-from trialforge.testrun import prepare, run_tests
 from trialforge.testrun.canaries import plant
 from trialforge.testrun.command import PYTEST_REFUSED, log_dropped, pytest_args, run_env, unittest_plan
+from trialforge.testrun.prepare import prepare
+from trialforge.testrun.run import run_tests
 from trialforge.verify.grader import Grader
 
 UNITTEST = EnvSpec(test_cmd=("python3", "-m", "unittest", "discover", "-s", "tests", "-t", "."))

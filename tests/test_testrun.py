@@ -19,9 +19,10 @@ import pytest
 
 from trialforge.envspec import EnvSpec
 from trialforge.sandbox.base import TRUNCATION_MARK, ExecResult, Limits, SandboxSpec
-from trialforge.testrun import prepare, run_tests
 from trialforge.testrun.canaries import Canary, plant
+from trialforge.testrun.prepare import prepare
 from trialforge.testrun.report import read_report
+from trialforge.testrun.run import run_tests
 
 TESTS = """import unittest
 

@@ -15,9 +15,9 @@ from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, _judge, validate_task
-from trialforge.testrun import REPORT_CAP_BYTES
-from trialforge.testrun import TestReport as Report  # not "Test*": pytest would collect it
 from trialforge.testrun.report import OVERFLOWED, read_report
+from trialforge.testrun.report import TestReport as Report  # not "Test*": pytest would collect it
+from trialforge.testrun.run import REPORT_CAP_BYTES
 
 BUGGY = "def double(x):\n    return x + x + 1\n"
 BUGGY_TOO = "def double(x):\n    return x * 3\n"

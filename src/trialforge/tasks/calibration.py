@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from trialforge.tasks.schema import HostJudged
-from trialforge.testrun import TestReport
 from trialforge.testrun.blinding import FileAnalysis, TestFunction, calibrate_test, close_demotions
+from trialforge.testrun.report import TestReport
 
 
 def calibrate(

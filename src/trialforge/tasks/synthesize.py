@@ -48,7 +48,8 @@ from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.statements import Screened, changed_lines, public_names, write_statement
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
-from trialforge.testrun import TestReport, run_tests
+from trialforge.testrun.report import TestReport
+from trialforge.testrun.run import run_tests
 
 log = logging.getLogger(__name__)
 

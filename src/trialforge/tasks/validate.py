@@ -46,8 +46,9 @@ from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
-from trialforge.testrun import REPORT_CAP_BYTES, Guard, TestReport, analyse_tests, prepare, report_limits, run_tests
-from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN
+from trialforge.testrun.prepare import Guard, analyse_tests, prepare
+from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN, TestReport
+from trialforge.testrun.run import REPORT_CAP_BYTES, report_limits, run_tests
 
 # Canaries are drawn from this and the tree: the same for one tree within a process (its runs are shared),
 # unknowable from inside a sandbox.

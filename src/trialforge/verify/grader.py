@@ -30,8 +30,9 @@ from trialforge.tasks.envimages import task_image
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
 from trialforge.tasks.schema import HostJudged, Task
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.testrun import prepare, report_limits, run_tests
+from trialforge.testrun.prepare import prepare
 from trialforge.testrun.report import TestReport
+from trialforge.testrun.run import report_limits, run_tests
 from trialforge.verify.integrity import integrity_flags
 
 VERIFIER_VERSION = "3"  # 3: blinded expectations judged on the host; 2: runtime tamper evidence and canaries
