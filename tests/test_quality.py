@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from trialforge.errors import ConfigError
-from trialforge.quality import Change, Probe
+from trialforge.quality.change import Change
 from trialforge.quality.gate import QualityConfig, run_quality_gate
+from trialforge.quality.probe import Probe
 from trialforge.quality.shortcuts import PANEL
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store

@@ -21,8 +21,9 @@ from typing import Any
 from trialforge.errors import ConfigError, PatchError
 from trialforge.funnel import Funnel
 from trialforge.progress import tracked_map
-from trialforge.quality import Change, Probe
+from trialforge.quality.change import Change
 from trialforge.quality.leaks import find_leaks
+from trialforge.quality.probe import Probe
 from trialforge.quality.shortcuts import audit_shortcuts
 from trialforge.quality.weak_tests import audit_tests
 from trialforge.scratch import scratch_dir

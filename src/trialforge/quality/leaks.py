@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from trialforge import pyast
-from trialforge.quality import Change, ChangedFile
+from trialforge.quality.change import Change, ChangedFile
 from trialforge.tasks.patches import IGNORED_DIRS
 from trialforge.tasks.quality_record import LEAK_KINDS, LeakKind, LeakSpan
 

@@ -15,7 +15,8 @@ import ast
 from collections.abc import Callable, Iterable
 
 from trialforge import pyast
-from trialforge.quality import Change, Probe
+from trialforge.quality.change import Change
+from trialforge.quality.probe import Probe
 from trialforge.tasks.quality_record import Attempt
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef

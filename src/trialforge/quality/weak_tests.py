@@ -23,7 +23,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from trialforge import pyast
-from trialforge.quality import Change, ChangedFile, Probe
+from trialforge.quality.change import Change, ChangedFile
+from trialforge.quality.probe import Probe
 from trialforge.quality.shortcuts import enclosing_functions, own_body
 from trialforge.tasks.mutations import SourceText, mutants_of_source, sample_mutants
 from trialforge.tasks.quality_record import Attempt
