@@ -23,8 +23,9 @@ from pathlib import Path
 
 from pygit2.enums import FileMode
 
-from trialforge.tasks.ingest.git import git_argv, git_env, resolve_commit, rev_list
+from trialforge.tasks.ingest.git import git_argv, resolve_commit, rev_list
 from trialforge.tasks.ingest.objects import ObjectReader
+from trialforge.tasks.patches import git_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,6 +8,7 @@ ingestion and grading) so the error names the culprit and a reason.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import shutil
@@ -136,7 +137,7 @@ def apply_patch(tree: Path, patch: str, *, reverse: bool = False) -> None:
     argv = ["git", "apply", "--whitespace=nowarn", "-p1"]
     if reverse:
         argv.append("-R")
-    done = subprocess.run(argv, cwd=tree, input=patch.encode(), capture_output=True, check=False, env=_git_env())
+    done = subprocess.run(argv, cwd=tree, input=patch.encode(), capture_output=True, check=False, env=git_env())
     if done.returncode != 0:
         direction = "reverse-apply" if reverse else "apply"
         raise PatchError(f"patch does not {direction}: {done.stderr.decode(errors='replace').strip()}")
@@ -153,7 +154,7 @@ def diff_trees(before: Path, after: Path) -> str:
             cwd=tmp,
             capture_output=True,
             check=False,
-            env=_git_env(),
+            env=git_env(),
         )
     if done.returncode not in (0, 1):
         raise PatchError(f"git diff failed: {done.stderr.decode(errors='replace').strip()}", reason="git_error")
@@ -188,11 +189,15 @@ def _copy_clean(src: Path, dest: Path) -> None:
         dest.mkdir()
 
 
-def _git_env() -> dict[str, str]:
-    # No user or system git config: a host's settings must not change how patches apply.
+def git_env() -> dict[str, str]:
+    """For every git we run, on mirrors or on patches: no user or system config (a host's settings must not change a
+    snapshot or how a patch applies), no prompts, no exotic transports."""
     return {
-        "PATH": "/usr/bin:/bin",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": "/dev/null",
-        "HOME": "/nonexistent",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
+        "LC_ALL": "C",
     }

@@ -8,7 +8,6 @@ the missing commit or repository.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import tempfile
@@ -17,24 +16,12 @@ from pathlib import Path
 
 from trialforge.errors import RepoError
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.patches import git_env
 
 RepoSource = str | Path  # a local git repository (bare mirror or work tree) or a clone URL
 
 GIT_TIMEOUT_S = 600
 _URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
-
-
-def git_env() -> dict[str, str]:
-    """No user or system config (a host's settings must not change a snapshot), no prompts, no exotic transports."""
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": "/nonexistent",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_ALLOW_PROTOCOL": "file:git:http:https:ssh",
-        "LC_ALL": "C",
-    }
 
 
 def git_argv(repo: Path, *args: str) -> list[str]:

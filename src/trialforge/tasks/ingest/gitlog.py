@@ -61,11 +61,12 @@ from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.ingest.caps import DEFAULT_CAPS, IngestCaps, check_caps
 from trialforge.tasks.ingest.extras import with_extras
 from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES, commit_fix
-from trialforge.tasks.ingest.git import GIT_TIMEOUT_S, Mirrors, RepoSource, git_argv, git_env, repo_name_of, rev_list
+from trialforge.tasks.ingest.git import GIT_TIMEOUT_S, Mirrors, RepoSource, git_argv, repo_name_of, rev_list
 from trialforge.tasks.ingest.github_rest import closing_refs
 from trialforge.tasks.ingest.objects import Commit, ObjectReader
 from trialforge.tasks.ingest.records import read_json_records
 from trialforge.tasks.ingest.trees import snapshot_at
+from trialforge.tasks.patches import git_env
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 
