@@ -17,8 +17,8 @@ sandboxes sat warm and unused, until the pool closed after the last quiet phase)
 
 Backends: simulated with bubblewrap's lifecycle latencies measured at the start of this run (``--reps`` sandboxes
 created, a command, a test run, a reset and a close each) and, side by side, simulated with a container engine's
-(``simulated.PODMAN_2CORE``, Podman measured the same way; ``--measure-podman`` measures it again now); then real
-bubblewrap sandboxes, ``--real-cycles`` of the load.
+(``support.simulated_sandbox.PODMAN_2CORE``, Podman measured the same way; ``--measure-podman`` measures it again
+now); then real bubblewrap sandboxes, ``--real-cycles`` of the load.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from support.simulated_sandbox import PODMAN_2CORE, LatencyModel, Recorder, SimulatedBackend
+
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.bwrap import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.sandbox.pool import ElasticConfig, PoolConfig, SandboxPool
-from trialforge.sandbox.simulated import PODMAN_2CORE, LatencyModel, Recorder, SimulatedBackend
 
 LIMITS = Limits(memory_mb=512, pids=128, disk_mb=64)
 HOLD_SIGMA = 0.5

@@ -10,7 +10,7 @@ per episode as concurrency grows, where one controller process stops scaling and
    and ``--measure-episodes`` episodes of the agent below run through ``run_jobs`` on bubblewrap and are graded
    (each must score 1.0: a workload that fails on real sandboxes measures nothing). A ``Recorder`` times every
    create, reset, command, test run and close; one lognormal per operation is fitted and printed.
-   ``--stored`` draws from ``simulated.BWRAP_2CORE`` instead (a fit stored from an earlier run).
+   ``--stored`` draws from ``support.simulated_sandbox.BWRAP_2CORE`` instead (a fit stored from an earlier run).
 2. Simulate: a level ``N@R`` runs N episodes at once (``run_jobs`` at concurrency N, each in its own thread) in
    a fresh process (its peak memory is its own), their thinking stretched so that N in flight offer R episodes/s
    (Little's law: an episode lasts N/R seconds), then writes them with the real store writer
@@ -56,6 +56,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from support.simulated_sandbox import BWRAP_2CORE, LatencyModel, Lognormal, Recorder, SimulatedBackend
+
 from trialforge import pipeline
 from trialforge.rollout.env import Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, plan_jobs, run_jobs
@@ -63,7 +65,6 @@ from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch
 from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import base_image
 from trialforge.sandbox.pool import ElasticConfig, PoolConfig, SandboxPool
-from trialforge.sandbox.simulated import BWRAP_2CORE, LatencyModel, Lognormal, Recorder, SimulatedBackend
 from trialforge.sandbox.statedir import private_dir
 from trialforge.store.objstore import open_store
 from trialforge.store.records import EpisodeRecord
@@ -436,7 +437,7 @@ def main() -> None:
     parser.add_argument("--max-starting", type=int, default=32, help="sandbox starts at once (a cluster's nodes)")
     parser.add_argument("--tasks", type=int, default=4, help="bundled tasks to validate and cycle through")
     parser.add_argument("--measure-episodes", type=int, default=16, help="real bwrap episodes to measure")
-    parser.add_argument("--stored", action="store_true", help="draw from simulated.BWRAP_2CORE, not this run's fit")
+    parser.add_argument("--stored", action="store_true", help="draw from the stored BWRAP_2CORE, not this run's fit")
     parser.add_argument("--measure-only", action="store_true", help="print the fit as Python and stop")
     parser.add_argument("--scratch", default=SHM if Path(SHM).is_dir() else tempfile.gettempdir(),
                         help="temp dir for the episodes' scratch copies and the store (default: tmpfs)")  # fmt: skip

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support.simulated_sandbox import LatencyModel, Lognormal, SimulatedBackend
 from test_orchestration import wait_for
 
 from trialforge.config import load_params
@@ -19,7 +20,6 @@ from trialforge.errors import ConfigError, SandboxError
 from trialforge.runtime import open_runtime
 from trialforge.sandbox.base import Limits, Sandbox
 from trialforge.sandbox.pool import DemandMeter, ElasticConfig, PoolConfig, SandboxPool
-from trialforge.sandbox.simulated import LatencyModel, Lognormal, SimulatedBackend
 
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20)
 QUICK = Lognormal(-9.0, 0.1, 0)  # ~0.1 ms: sleeps that cost the tests nothing

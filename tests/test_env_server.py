@@ -16,13 +16,14 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import anyio
 import httpx
 import pytest
 from env_server_fixture import TOKEN_ENV, live, serve_bundled
 from test_orchestration import wait_for
 from test_recovery import bundled_world
 
-from trialforge.envserver.client import EnvClient, EnvServerError
+from trialforge.envserver.client import AsyncEnvClient, EnvClient, EnvServerError
 from trialforge.observe.report import render_report
 from trialforge.pipeline import make_rollout
 from trialforge.rollout.loop import Lineage
@@ -216,15 +217,35 @@ def test_the_episode_deadline_holds_for_a_client_too(bwrap_backend, tmp_path, st
 
 def test_a_reset_whose_sandbox_cannot_start_is_recorded_and_tried_again(bwrap_backend, tmp_path) -> None:
     """A task setup that fails makes every episode env_error before its first observation: the server answers 503
-    with Retry-After, records the episode, and the client resets again until its patience runs out."""
+    with Retry-After, records the episode, and the client, blocking or asyncio, resets again until its patience
+    runs out; then it raises the server's answer."""
+    answers: dict[str, list[int]] = {"blocking": [], "asyncio": []}
+
+    async def reset_async(url: str, token: str, task_id: str) -> None:
+        client = AsyncEnvClient(url, token, max_wait_s=3)
+
+        async def seen(response: httpx.Response) -> None:
+            answers["asyncio"].append(response.status_code)
+
+        client.http.event_hooks["response"] = [seen]
+        try:
+            await client.reset(task_id)
+        finally:
+            await client.shutdown()
+
     with serve_bundled(tmp_path, bwrap_backend, params={"rollout.setup": "exit 3"}) as srv:
         client = EnvClient(srv.url, srv.token, max_wait_s=3)
+        client.http.event_hooks["response"] = [lambda response: answers["blocking"].append(response.status_code)]
         with pytest.raises(EnvServerError) as err:
             client.reset(srv.tasks[0].task_id)
         assert err.value.status == 503 and "could not start (env_error" in err.value.detail
+        with pytest.raises(EnvServerError) as err:
+            anyio.run(reset_async, srv.url, srv.token, srv.tasks[0].task_id)
+        assert err.value.status == 503 and "could not start (env_error" in err.value.detail
+    assert all(len(statuses) >= 2 and set(statuses) == {503} for statuses in answers.values()), answers
     rows = datasets.read_table(srv.store, "episodes", filters={"run": srv.run_id}).to_pylist()
-    assert len(rows) >= 2 and {r["status"] for r in rows} == {"env_error"}  # tried again, each one recorded
-    assert all(r["reward"] is None for r in rows)
+    assert len(rows) == sum(map(len, answers.values()))  # each reset tried is an episode recorded
+    assert {r["status"] for r in rows} == {"env_error"} and all(r["reward"] is None for r in rows)
 
 
 @pytest.fixture(scope="module")

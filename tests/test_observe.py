@@ -452,7 +452,7 @@ def test_report_path_defaults_under_out_dir(store, tmp_path, monkeypatch):
 
 
 def test_dvc_plots_show_reads_the_plot_files_as_dvc_yaml_declares_them(tmp_path, r1):
-    """README: `dvc plots show` draws out/plots/*.csv as the project's dvc.yaml declares them (real dvc)."""
+    """docs/observability.md: `dvc plots show` draws out/plots/*.csv as dvc.yaml declares them (real dvc)."""
     m.write_metrics(tmp_path / "out", r1)
     declared = yaml.safe_load((Path(__file__).parents[1] / "dvc.yaml").read_text())["plots"]
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"plots": declared}))

@@ -17,7 +17,7 @@ from chat_server import ChatServer, Fault, text_reply, tool_call
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, InferenceError, PolicyError
 from trialforge.pipeline import make_policies
-from trialforge.rollout.chat import INVALID_TOOL, Conversation, fit, parse_text_action, parse_tool_call
+from trialforge.rollout.chat import INVALID_TOOL, Conversation, fit, parse_tool_call, text_call
 from trialforge.rollout.env import TOOLS, Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout
 from trialforge.rollout.openai_policy import OpenAIPolicy
@@ -237,19 +237,24 @@ def test_tool_call_arguments_must_be_a_json_object():
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("text", "prose", "expected"),
     [
-        ('Let me look. {"tool": "view", "args": {"path": "a.py"}} ok', Action(tool="view", args={"path": "a.py"})),
-        ('{"note": 1} then {"tool": "submit"}', Action(tool="submit")),
-        ('{"tool": "run", "args": {"command": "echo }"}}', Action(tool="run", args={"command": "echo }"})),
         (
-            '<tool_call>{"name": "view", "arguments": {"path": "b.py"}}</tool_call>',
+            'Let me look. {"tool": "view", "args": {"path": "a.py"}} ok',
+            "Let me look.",
+            Action(tool="view", args={"path": "a.py"}),
+        ),
+        ('{"note": 1} then {"tool": "submit"}', '{"note": 1} then', Action(tool="submit")),
+        ('{"tool": "run", "args": {"command": "echo }"}}', "", Action(tool="run", args={"command": "echo }"})),
+        (
+            'Reading. <tool_call>{"name": "view", "arguments": {"path": "b.py"}}</tool_call>',
+            "Reading.",
             Action(tool="view", args={"path": "b.py"}),
         ),
     ],
 )
-def test_a_text_reply_yields_its_first_tool_object(text, expected):
-    assert parse_text_action(text) == expected
+def test_a_text_reply_yields_its_first_tool_object_and_the_prose_before_it(text, prose, expected):
+    assert text_call(text) == (prose, expected)
 
 
 @pytest.mark.parametrize(
@@ -257,8 +262,8 @@ def test_a_text_reply_yields_its_first_tool_object(text, expected):
     [("no json here", "holds no JSON object"), ('{"tool": 3, "args": {}}', 'string "tool"'), ("{tool: x}", "holds no")],
 )
 def test_a_text_reply_without_a_tool_object_is_invalid(text, error):
-    action = parse_text_action(text)
-    assert action.tool == INVALID_TOOL and error in action.args["error"]
+    prose, action = text_call(text)
+    assert prose == text and action.tool == INVALID_TOOL and error in action.args["error"]
 
 
 def test_fit_keeps_the_task_and_the_latest_turn_when_nothing_smaller_fits():

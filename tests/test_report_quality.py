@@ -100,7 +100,7 @@ def test_an_excluded_tasks_record_reaches_the_stored_records_the_metrics_and_the
     leaky_row = section.split("<td>leaky</td>", 1)[1].split("</tr>", 1)[0]
     assert (
         "<td>excluded</td><td>not run</td><td>FAIL (" in leaky_row
-        and "added_line &#x27;return value * 2&#x27;" in leaky_row
+        and "added_line &#39;return value * 2&#39;" in leaky_row
     )
     plain_row = section.split("<td>plain</td>", 1)[1].split("</tr>", 1)[0]
     assert plain_row.startswith("<td>kept</td><td>not run</td><td>pass</td>")
@@ -178,7 +178,7 @@ def test_the_report_shows_each_tasks_finding_and_the_evidence_escaped(r1):
     assert cells["weak"].endswith('<td class="n">4</td><td>v3</td>')  # verifier runs and version
     assert "<td>pass (1 wrong fixes)</td><td>pass</td><td>pass (1 strategies)</td><td>ok</td>" in cells["sound"]
     assert "<td>FAIL: const_true</td>" in section
-    assert "FAIL (1 spans): expected_value &#x27;42&#x27; at problem_statement[4:6]" in section
+    assert "FAIL (1 spans): expected_value &#39;42&#39; at problem_statement[4:6]" in section
     assert "<td>undecided</td>" in section and "the gold patch does not score 1" in section
     order = [section.index(f"<td>{t}</td>") for t in ("broken", "solvable", "weak", "sound", "talkative")]
     assert order == sorted(order)  # excluded first, then kept, each by task id

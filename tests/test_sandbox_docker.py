@@ -42,6 +42,7 @@ from trialforge.sandbox.docker import (
     DockerBackend,
     DockerSandbox,
     owner_label,
+    remove_container,
 )
 from trialforge.sandbox.engine import PodmanService, engine_client, remove_home
 from trialforge.sandbox.identity import SANDBOX_UID
@@ -489,6 +490,59 @@ def test_unreachable_engine_is_a_clear_engine_error(tmp_path: Path) -> None:
     with pytest.raises(SandboxError) as err:
         engine_client(f"unix://{tmp_path}/no-engine.sock")
     assert err.value.cause == "engine" and "unreachable" in str(err.value)
+
+
+class _Asked:
+    """The engine's API as it is, counting removals; with ``frees``, the first refused removal then removes that
+    container (the one the refused container's removal waits for), as a busy engine frees one between tries."""
+
+    def __init__(self, api: docker.APIClient, frees: str | None = None) -> None:
+        self.api, self.frees, self.removals = api, frees, 0
+
+    def remove_container(self, container: str, **kwargs: Any) -> None:
+        self.removals += 1
+        try:
+            self.api.remove_container(container, **kwargs)
+        except docker.errors.APIError:
+            if self.frees is not None:
+                self.api.remove_container(self.frees, force=True)
+                self.frees = None
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.api, name)
+
+
+def test_a_container_the_engine_refuses_to_remove_is_asked_again_and_then_its_error_is_raised(
+    docker_backend: DockerBackend, docker_client: docker.DockerClient
+) -> None:
+    """A real refusal: Podman does not remove a container another one shares a namespace with, force or not."""
+    api = docker_client.api
+    labels = {LABEL_OWNER: owner_label(), LABEL_DEADLINE: str(int(time.time()) + 3600)}
+
+    def container(network: str) -> str:
+        name = f"tf-removetest-{uuid.uuid4().hex[:6]}"
+        host = api.create_host_config(network_mode=network)
+        return api.create_container(docker_backend.ensure_image(), command=IDLE_INIT, name=name, labels=labels,
+                                    host_config=host)["Id"]  # fmt: skip
+
+    held = container("none")
+    holder = container(f"container:{held}")
+    try:
+        refusing = _Asked(api)
+        with pytest.raises(docker.errors.APIError) as err:  # the engine's own error, not tenacity's RetryError
+            remove_container(refusing, held)
+        assert "dependent containers" in str(err.value.explanation) and refusing.removals == 3
+        assert api.inspect_container(held)["Id"] == held
+
+        relenting = _Asked(api, frees=holder)
+        assert remove_container(relenting, held) is True and relenting.removals == 2
+        gone = _Asked(api)
+        assert remove_container(gone, held) is False and gone.removals == 1  # not there: nothing removed
+    finally:
+        for cid in (holder, held):
+            with suppress(docker.errors.NotFound):
+                api.remove_container(cid, force=True)
 
 
 def test_reaper_removes_containers_of_dead_owners_and_past_deadlines(

@@ -7,12 +7,12 @@ one may start), are tried again as Retry-After says, up to ``max_wait_s``; any o
 
 from __future__ import annotations
 
-import time
 from typing import Any, TypeVar
 
 import anyio
 import httpx
 from pydantic import BaseModel
+from tenacity import AsyncRetrying, RetryCallState, Retrying, retry_if_result, stop_before_delay
 
 from trialforge.envserver.protocol import CloseRequest, Reset, ResetRequest, StepRequest, StepResult, Verdict
 
@@ -26,18 +26,29 @@ class EnvServerError(RuntimeError):
         self.detail = detail
 
 
-class _Wait:
-    """How long to wait before trying a full server again, and when to give up."""
+_BUSY = (429, 503)  # full; or the episode's sandbox did not start (reset again)
 
-    def __init__(self, max_wait_s: float) -> None:
-        self.deadline = time.monotonic() + max_wait_s
 
-    def after(self, response: httpx.Response) -> float | None:
-        """Seconds to wait before retrying ``response``'s request; None: it is final."""
-        if response.status_code not in (429, 503):  # full; or the episode's sandbox did not start (reset again)
-            return None
-        delay = float(response.headers.get("Retry-After", "1"))
-        return delay if time.monotonic() + delay <= self.deadline else None
+def _patience(max_wait_s: float) -> dict[str, Any]:
+    """tenacity's arguments: a busy answer is asked again after its Retry-After, until waiting once more would
+    pass ``max_wait_s``; then the last answer is the result (``_parse`` raises its status). Transport errors
+    are not retried."""
+    return {
+        "retry": retry_if_result(lambda response: response.status_code in _BUSY),
+        "wait": _retry_after,
+        "stop": stop_before_delay(max_wait_s),
+        "retry_error_callback": _last_answer,
+    }
+
+
+def _retry_after(state: RetryCallState) -> float:
+    assert state.outcome is not None  # tenacity waits only after an attempt answered busy
+    return float(state.outcome.result().headers.get("Retry-After", "1"))
+
+
+def _last_answer(state: RetryCallState) -> httpx.Response:
+    assert state.outcome is not None
+    return state.outcome.result()
 
 
 def _parse(response: httpx.Response, model: type[_M]) -> _M:
@@ -67,13 +78,8 @@ class EnvClient:
         self.max_wait_s = max_wait_s
 
     def _post(self, path: str, body: dict[str, Any], model: type[_M]) -> _M:
-        wait = _Wait(self.max_wait_s)
-        while True:
-            response = self.http.post(path, json=body)
-            delay = wait.after(response)
-            if delay is None:
-                return _parse(response, model)
-            time.sleep(delay)
+        response = Retrying(**_patience(self.max_wait_s))(self.http.post, path, json=body)
+        return _parse(response, model)
 
     def reset(self, task_id: str | None = None, **fields: Any) -> Reset:
         return self._post("/reset", _reset_body(task_id, **fields), Reset)
@@ -99,13 +105,8 @@ class AsyncEnvClient:
         self.max_wait_s = max_wait_s
 
     async def _post(self, path: str, body: dict[str, Any], model: type[_M]) -> _M:
-        wait = _Wait(self.max_wait_s)
-        while True:
-            response = await self.http.post(path, json=body)
-            delay = wait.after(response)
-            if delay is None:
-                return _parse(response, model)
-            await anyio.sleep(delay)
+        response = await AsyncRetrying(sleep=anyio.sleep, **_patience(self.max_wait_s))(self.http.post, path, json=body)
+        return _parse(response, model)
 
     async def reset(self, task_id: str | None = None, **fields: Any) -> Reset:
         return await self._post("/reset", _reset_body(task_id, **fields), Reset)

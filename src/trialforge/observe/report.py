@@ -3,7 +3,8 @@
 Charts are interactive Plotly figures (``observe.charts``) with plotly.js inline, once: nothing is fetched
 from anywhere, so the file opens from ``file://`` on a machine without network and can be mailed or archived
 as is. Every number comes from ``observe.metrics``, ``observe.attribution`` and ``observe.quality``: the
-report chooses data and lays it out, it does not compute.
+report chooses data here, and the templates (``observe/templates``, autoescaped: ``observe.templating``) lay
+it out; neither computes.
 """
 
 from __future__ import annotations
@@ -13,19 +14,20 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from markupsafe import Markup
 
 from trialforge.curate.tiers import TIERS
 from trialforge.observe.attribution import attribute, category_counts
-from trialforge.observe.charts import bar_chart, line_chart, plotly_script
+from trialforge.observe.charts import bar_chart, line_chart, plotly_js
 from trialforge.observe.cost import CostRates, run_costs
 from trialforge.observe.metrics import PASS_REWARD, RunData, load_run, process_metrics, write_text
 from trialforge.observe.quality import quality_metrics, read_records
 from trialforge.observe.summary import first_to_last
+from trialforge.observe.templating import Code, Span, Table, fmt, pct, render
 from trialforge.observe.tracking import TrackingLink, read_link
 from trialforge.quality.gate import AUDIT_ERROR
 from trialforge.store.objstore import ObjectStore
@@ -78,48 +80,24 @@ def report_html(
     """``families`` is ``observe.families.family_metrics``' output; ``funnel`` ``observe.metrics.task_metrics``';
     ``tracking``: the run's MLflow run, linked under the title; ``cost``: ``observe.cost.run_costs``'."""
     metrics = process_metrics(data.episodes, data.steps)
-    failures = attribute(data.episodes)
     training = training or Training([], {})
-    sections = [
-        _overview(data, metrics, thresholds),
-        _funnel(funnel or {}),
-        _quality(quality),
-        _curves(metrics),
-        _learning_signal(metrics, training.updates, families or {}),
-        _training(training),
-        _distributions(metrics),
-        _attribution(failures),
-        _cost(cost) if cost else "",
-        _spot_check(data.episodes, spot_checks),
-        _section(
-            "Metrics (JSON)", "metrics", f"<details><summary>all metrics</summary><pre>{_json(metrics)}</pre></details>"
-        ),
-    ]
-    title = escape(f"trialforge run {data.run_id}")
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-        f"<style>{_CSS}</style>{plotly_script()}</head><body><h1>{title}</h1>{_tracking(tracking)}"
-        f"{''.join(sections)}</body></html>\n"
+    return render(
+        "report.html.j2",
+        title=f"trialforge run {data.run_id}",
+        plotly_js=plotly_js(),
+        tracking=tracking,
+        overview=_overview(data, metrics, thresholds),
+        funnel=_funnel(funnel or {}),
+        quality=_quality(quality),
+        curves=_curves(metrics),
+        signal=_learning_signal(metrics, training.updates, families or {}),
+        training=_training(training),
+        distributions=_distributions(metrics),
+        attribution=_attribution(attribute(data.episodes)),
+        cost=_cost(cost) if cost else None,
+        spot_check=_spot_check(data.episodes, spot_checks),
+        metrics_json=json.dumps(metrics, indent=2, sort_keys=True),
     )
-
-
-def _tracking(link: TrackingLink | None) -> str:
-    if link is None:
-        return ""
-    note = "" if link.served() else " (start <code>trialforge tracking ui</code> first)"
-    return f'<p id="tracking"><a href="{escape(link.url())}">MLflow run {escape(link.mlflow_run_id)}</a>{note}</p>'
-
-
-_CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1150px}
-h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:32px}
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
-td.n{text-align:right}pre{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px;max-height:420px}
-.charts{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}.charts figure{flex:0 0 calc(50% - 6px);min-width:400px}
-figure.no-data{border:1px solid #eee;padding:8px}figure.no-data p{color:#777;text-align:center}
-.bad{color:#b00;font-weight:bold}.good{color:#070;font-weight:bold}.flag{color:#b00}.warn{color:#a60;font-weight:bold}
-.episode,.card{border:1px solid #ddd;padding:8px;margin:10px 0}
-"""
 
 
 @dataclass
@@ -165,14 +143,10 @@ def _read_json(store: ObjectStore, key: str) -> dict[str, Any]:
     return json.loads(store.get_bytes(key)) if store.exists(key) else {}
 
 
-# --- sections ------------------------------------------------------------------------------
+# --- sections: each returns what its template (templates/sections/) shows ----------------------------------
 
 
-def _section(title: str, anchor: str, body: str) -> str:
-    return f'<section id="{anchor}"><h2>{escape(title)}</h2>{body}</section>'
-
-
-def _overview(data: RunData, metrics: dict[str, Any], thresholds: HealthThresholds) -> str:
+def _overview(data: RunData, metrics: dict[str, Any], thresholds: HealthThresholds) -> dict[str, Any]:
     ep = data.episodes
     facts = {
         "episodes": len(ep),
@@ -182,27 +156,26 @@ def _overview(data: RunData, metrics: dict[str, Any], thresholds: HealthThreshol
         "code versions": ", ".join(sorted(ep["code_version"].unique())),
         "backends": ", ".join(sorted(ep["backend"].unique())),
     }
-    rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in facts.items())
     health_rows = []
     for iteration, m in metrics["iterations"].items():
         health = check_health(m, thresholds)
-        verdict = '<span class="good">healthy</span>' if health.healthy else '<span class="bad">unhealthy</span>'
+        verdict = ("good", "healthy") if health.healthy else ("bad", "unhealthy")
         latency = m["latency"]
         health_rows.append(
             [
                 iteration,
                 m["episodes"],
-                _pct(m["env_error_rate"]),
-                _pct(m["verifier_error_rate"]),
+                pct(m["env_error_rate"]),
+                pct(m["verifier_error_rate"]),
                 m["retries"],
                 _tampered(m["integrity_flags"]),
-                _pct(m["zero_variance_groups"]["fraction"]),
-                _fmt(m["throughput"]["episodes_per_s"]) + f" ({m['throughput']['basis']})",
-                *(" / ".join(_fmt(latency[name][p]) for p in ("p50", "p90", "p99")) for name in _LATENCY_TITLES),
-                verdict + "".join(f"<br>{escape(r)}" for r in health.reasons),
+                pct(m["zero_variance_groups"]["fraction"]),
+                fmt(m["throughput"]["episodes_per_s"]) + f" ({m['throughput']['basis']})",
+                *(" / ".join(fmt(latency[name][p]) for p in ("p50", "p90", "p99")) for name in _LATENCY_TITLES),
+                Span(*verdict, lines=health.reasons),
             ]
         )
-    process = _table(
+    process = Table(
         [
             "iteration",
             "episodes",
@@ -216,12 +189,11 @@ def _overview(data: RunData, metrics: dict[str, Any], thresholds: HealthThreshol
             "health",
         ],
         health_rows,
-        raw_last=True,
     )
-    return _section("Overview", "overview", f"<table>{rows}</table><h3>Process, per iteration</h3>{process}")
+    return {"facts": facts, "process": process}
 
 
-def _curves(metrics: dict[str, Any]) -> str:
+def _curves(metrics: dict[str, Any]) -> list[Markup]:
     iterations = metrics["iterations"]
 
     def curve(key: str) -> dict[str, list[tuple[float, float]]]:
@@ -250,10 +222,10 @@ def _curves(metrics: dict[str, Any]) -> str:
             y_max=1.0,
         )
     )
-    return _section("Learning", "learning", f'<div class="charts">{"".join(charts)}</div>')
+    return charts
 
 
-def _distributions(metrics: dict[str, Any]) -> str:
+def _distributions(metrics: dict[str, Any]) -> list[Markup]:
     overall = metrics["overall"]
     steps = overall["steps_hist"]
     charts = [
@@ -282,7 +254,7 @@ def _distributions(metrics: dict[str, Any]) -> str:
     for name, title in _LATENCY_TITLES.items():
         points = list(zip(cdf[name], cdf["quantiles"], strict=False))
         charts.append(line_chart(f"cdf_{name}", f"{title} latency CDF", {name: points}, "seconds", "quantile"))
-    return _section("Distributions", "distributions", f'<div class="charts">{"".join(charts)}</div>')
+    return charts
 
 
 _COST_COLUMNS = (
@@ -290,82 +262,78 @@ _COST_COLUMNS = (
 )  # fmt: skip
 
 
-def _cost(cost: dict[str, Any]) -> str:
+def _cost(cost: dict[str, Any]) -> dict[str, Any]:
     overall = cost["overall"]
     if not overall.get("episodes"):
-        return _section("Cost", "cost", "<p>no episodes</p>")
+        return {"empty": True}
     unit = overall["currency"]
     bases = ("totals", "per_episode", "per_valid_trajectory", "per_unit_reward")
-    per = _table(["", *_COST_COLUMNS], [[b.replace("_", " "), *_cells(overall[b], _COST_COLUMNS)] for b in bases])
+    per = Table(["", *_COST_COLUMNS], [[b.replace("_", " "), *_cells(overall[b], _COST_COLUMNS)] for b in bases])
     columns = ("episodes", "valid", "sandbox_s", "money", "money_per_valid", "sandbox_s_per_valid")
-    tiers = _table(["tier", *columns], [[t, *_cells(g, columns)] for t, g in overall["by_tier"].items()])
-    failures = _table(
+    tiers = Table(["tier", *columns], [[t, *_cells(g, columns)] for t, g in overall["by_tier"].items()])
+    failures = Table(
         ["failure", *columns[:4]], [[c, *_cells(g, columns[:4])] for c, g in overall["by_failure"].items()]
     )
     rows = []
     for i, c in cost["iterations"].items():
         valid, reward = c.get("per_valid_trajectory") or {}, c.get("per_unit_reward") or {}
-        rows.append([i, c["episodes"], c.get("valid", 0), _fmt(c.get("money")), _fmt(valid.get("all_in")),
-                     _fmt(reward.get("all_in"))])  # fmt: skip
+        rows.append([i, c["episodes"], c.get("valid", 0), fmt(c.get("money")), fmt(valid.get("all_in")),
+                     fmt(reward.get("all_in"))])  # fmt: skip
     header = ["iteration", "episodes", "valid", f"money ({unit})", "per valid trajectory", "per unit of reward"]
-    head = (
-        f"<p>{overall['episodes']} episodes, {overall['valid']} valid trajectories, reward {_fmt(overall['reward'])}: "
-        f"{_fmt(overall['money'])} {escape(unit)} in all ({_fmt(overall['per_valid_trajectory']['all_in'])} per valid "
-        f"trajectory, {_fmt(overall['per_unit_reward']['all_in'])} per unit of reward); "
-        f"{_pct(overall['wasted_sandbox_share'])} of sandbox time went to episodes that gave none. Resources are "
-        "reservations (the sandbox's CPUs and memory for the episode's duration); prices: <code>observe.prices</code>"
-        f" (training on CUDA: {_fmt(overall['totals']['training_gpu_s'])} GPU-s). Used CPU is what the sandboxes' "
-        f"cgroups counted, for {overall['cpu_measured']} of the {overall['episodes']} episodes: "
-        f"{_pct(overall['cpu_used_share'])} of the CPU reserved for them.</p>"
-    )
-    parts = [head, per, "<h3>By tier</h3>", tiers, "<h3>By failure</h3>", failures, "<h3>By iteration</h3>"]
-    return _section("Cost", "cost", "".join(parts) + _table(header, rows))
+    return {
+        "empty": False,
+        "overall": overall,
+        "per": per,
+        "tiers": tiers,
+        "failures": failures,
+        "iterations": Table(header, rows),
+    }
 
 
 def _cells(numbers: dict[str, Any], keys: Sequence[str]) -> list[str]:
-    return [_fmt(numbers.get(k)) for k in keys]
+    return [fmt(numbers.get(k)) for k in keys]
 
 
-def _attribution(failures: pd.DataFrame) -> str:
+def _attribution(failures: pd.DataFrame) -> dict[str, Any]:
     counts = category_counts(failures)
-    summary = _table(["category", "episodes"], [[c, n] for c, n in counts.items()])
     kinds = failures.groupby(["category", "cause_kind"]).size().reset_index(name="n")
-    by_cause = _table(["category", "cause", "episodes"], kinds.values.tolist())
     shown = failures.head(ATTRIBUTION_ROWS)
-    rows = _table(
-        ["episode", "iteration", "task", "policy", "status", "category", "cause"],
-        shown[["episode_id", "iteration", "task_id", "policy", "status", "category", "cause"]].values.tolist(),
-    )
-    more = f"<p>showing {len(shown)} of {len(failures)} failed episodes</p>" if len(failures) > len(shown) else ""
-    body = f"<p>{len(failures)} episodes did not end ok.</p>{summary}<h3>By cause</h3>{by_cause}<h3>Episodes</h3>"
-    return _section("Failure attribution", "attribution", body + more + rows)
+    columns = ["episode_id", "iteration", "task_id", "policy", "status", "category", "cause"]
+    return {
+        "failed": len(failures),
+        "shown": len(shown),
+        "summary": Table(["category", "episodes"], [[c, n] for c, n in counts.items()]),
+        "by_cause": Table(["category", "cause", "episodes"], kinds.values.tolist()),
+        "episodes": Table(
+            ["episode", "iteration", "task", "policy", "status", "category", "cause"], shown[columns].values.tolist()
+        ),
+    }
 
 
-def _funnel(stages: dict[str, dict[str, Any]]) -> str:
+def _funnel(stages: dict[str, dict[str, Any]]) -> Table | None:
     """What each task stage kept and dropped, each drop reason with its first examples (the rejection's own lines)."""
     if not stages:
-        return ""
-    rows = []
+        return None
+    rows: list[list[Any]] = []
     for stage, f in stages.items():
         rows.append([stage, f["seen"], f["kept"], "", ""])
         for reason, count in f["dropped"].items():
-            examples = "".join(f"<div><code>{escape(e)}</code></div>" for e in f.get("examples", {}).get(reason, []))
-            rows.append(["", "", "", f"{reason}: {count}", examples])
-    return _section("Task funnel", "funnel", _table(["stage", "seen", "kept", "dropped", "why"], rows, raw_last=True))
+            rows.append(["", "", "", f"{reason}: {count}", Code(f.get("examples", {}).get(reason, []))])
+    return Table(["stage", "seen", "kept", "dropped", "why"], rows)
 
 
-def _quality(records: Sequence[QualityRecord]) -> str:
+def _quality(records: Sequence[QualityRecord]) -> dict[str, Any] | None:
     """Share of tasks failing each gate, then every audited task (excluded ones first) with what it failed on."""
     if not records:
-        return _section("Task quality", "quality", "<p>No quality records are stored for this run's task set.</p>")
+        return None
     figures = quality_metrics(records)
-    shares = _table(
+    shares = Table(
         ["check", "tasks failing", "share", "of them excluded"],
-        [[check, row["tasks"], _pct(row["share"]), row["excluded"]] for check, row in figures["failing"].items()],
+        [[check, row["tasks"], pct(row["share"]), row["excluded"]] for check, row in figures["failing"].items()],
     )
     ordered = sorted(records, key=lambda r: (r.verdict == "pass", r.task_id))
     shown = ordered[:QUALITY_ROWS]
-    rows = _table(
+    rows = Table(
         ["task", "verdict", *GATES, "audit", "verifier runs", "verifier version"],
         [
             [r.task_id, _kept(r), *(_gate_cell(r, g) for g in GATES),
@@ -373,83 +341,69 @@ def _quality(records: Sequence[QualityRecord]) -> str:
             for r in shown
         ],
     )  # fmt: skip
-    more = f"<p>showing {len(shown)} of {len(records)} tasks</p>" if len(records) > len(shown) else ""
-    failing = [r for r in ordered if r.failed_gates][:EVIDENCE_CARDS]
-    intro = (
-        f"<p>{figures['tasks']} tasks audited, {figures['excluded']} excluded; {figures['verifier_runs']} verifier "
-        f"runs ({_fmt(figures['verifier_runs_per_task'])} per task). A check is counted failed whether or not it "
-        "is enforced; an excluded task failed an enforced one.</p>"
-    )
-    evidence = "".join(_quality_card(r) for r in failing)
-    judged = _host_judged(figures["host_judged"])
-    body = (f"{intro}{shares}{judged}<h3>Tasks</h3>{more}{rows}<h3>Evidence</h3>"
-            f"{evidence or '<p>no task failed a check</p>'}")  # fmt: skip
-    return _section("Task quality", "quality", body)
+    return {
+        "figures": figures,
+        "shares": shares,
+        "host_judged": _host_judged(figures["host_judged"]),
+        "tasks": rows,
+        "shown": len(shown),
+        "total": len(records),
+        "evidence": [_quality_card(r) for r in ordered if r.failed_gates][:EVIDENCE_CARDS],
+    }
 
 
-def _host_judged(figures: dict[str, Any]) -> str:
+def _host_judged(figures: dict[str, Any]) -> Table:
     """How much of the verdicts the host judges: expected values that never enter the sandbox."""
     rows = [
         ["fail-to-pass tests", figures["fail_to_pass"], figures["fail_to_pass_host_judged"],
-         _pct(figures["fail_to_pass_share"])],
+         pct(figures["fail_to_pass_share"])],
         ["pass-to-pass tests", figures["pass_to_pass"], figures["pass_to_pass_host_judged"],
-         _pct(figures["pass_to_pass_share"])],
-        ["assertions", figures["assertions"], figures["assertions_host_judged"], _pct(figures["assertion_share"])],
+         pct(figures["pass_to_pass_share"])],
+        ["assertions", figures["assertions"], figures["assertions_host_judged"], pct(figures["assertion_share"])],
     ]  # fmt: skip
-    uncalibrated = figures["tasks_uncalibrated"]
-    note = (
-        f"<p>Over {figures['tasks_calibrated']} tasks calibrated by validation"
-        + (f" ({uncalibrated} not calibrated)" if uncalibrated else "")
-        + f"; {figures['weak']} of the host-judged assertions expect a guessable value (truthiness, None, a bool). "
-        "A test counts when every assertion in it is host-judged (docs/verification.md).</p>"
-    )
-    return "<h3>Judged on the host</h3>" + _table(["graded", "total", "host-judged", "share"], rows) + note
+    return Table(["graded", "total", "host-judged", "share"], rows)
 
 
-def _training(training: Training) -> str:
+def _training(training: Training) -> dict[str, Any] | None:
     """Each iteration's train step (a skipped one has no trainer figures; its batch's lag behind the policy
     included), and the schedule's idle time."""
     if not training.updates:
-        return _section("Training", "training", "<p>No train step is recorded for this run.</p>")
+        return None
     lags = training.loop.get("staleness", [])  # one per batch, so per iteration
     rows = []
     for n, u in enumerate(training.updates):
         i = u.get("iteration", n)
         rows.append(
             [i, _decision(u), u["policy_version"], u.get("episodes", "-"), u.get("trained_on", u.get("sequences", "-")),
-             u.get("zero_variance_groups", "-"), u.get("excluded_not_ok", "-"), _fmt(u.get("loss")),
-             _fmt(u.get("clip_fraction")), lags[i] if i < len(lags) else ""]
+             u.get("zero_variance_groups", "-"), u.get("excluded_not_ok", "-"), fmt(u.get("loss")),
+             fmt(u.get("clip_fraction")), lags[i] if i < len(lags) else ""]
         )  # fmt: skip
     header = ["iteration", "decision", "version after", "episodes", "trained on", "flat groups", "not ok", "loss",
               "clipped", "lag"]  # fmt: skip
-    loop = training.loop
-    schedule = (
-        f"<p>max staleness {loop['max_staleness']}: trainer idle {_pct(loop['trainer_idle_fraction'])}, rollouts "
-        f"idle {_pct(loop['rollout_idle_fraction'])} of their wall time.</p>"
-        if loop
-        else ""
-    )
-    return _section("Training", "training", schedule + _table(header, rows))
+    return {"loop": training.loop, "table": Table(header, rows)}
 
 
-def _learning_signal(metrics: dict[str, Any], updates: list[dict[str, Any]], families: dict[str, Any]) -> str:
+def _learning_signal(
+    metrics: dict[str, Any], updates: list[dict[str, Any]], families: dict[str, Any]
+) -> dict[str, Any]:
     """Is there anything to learn, and is it learnt: the learner's held-out curve beside its train curve, how each
     batch was drawn, what the learning gate said of it, and which task families the policy can reach at all."""
-    parts = [_heldout_chart(metrics)]
-    if updates:
-        parts += [_sampler_table(updates), _verdicts_table(updates), _saturation_table(updates)]
-    else:
-        parts.append("<p>No train record is stored for this run: no sampler figures or learning-gate verdicts.</p>")
-    parts.append(_families_table(families))
-    return _section("Learning signal", "learning-signal", "".join(parts))
+    return {
+        "heldout": _heldout_chart(metrics),
+        "updates": bool(updates),  # none recorded: no sampler figures or learning-gate verdicts
+        "sampler": _sampler_table(updates),
+        "verdicts": _verdicts_table(updates),
+        "saturation": _saturation_table(updates),
+        "families": _families_table(families),
+    }
 
 
-def _heldout_chart(metrics: dict[str, Any]) -> str:
+def _heldout_chart(metrics: dict[str, Any]) -> Markup | None:
     """Train and held-out pass rate of each policy with held-out episodes: only the learner runs the eval round."""
     iterations = metrics["iterations"]
     learners = sorted({p for m in iterations.values() for p in m.get("heldout_pass_rate", {})})
     if not learners:
-        return "<p>No held-out episodes in this run: nothing tells learning from memorising.</p>"
+        return None
     series: dict[str, list[tuple[float, float]]] = {}
     for i, m in iterations.items():
         for policy in learners:
@@ -457,8 +411,7 @@ def _heldout_chart(metrics: dict[str, Any]) -> str:
                 if (value := m.get(key, {}).get(policy)) is not None:
                     series.setdefault(label, []).append((int(i), value))
     ticks = [int(i) for i in iterations]
-    chart = line_chart("heldout_vs_train", "Pass rate: held-out vs train", series, "iteration", "pass rate", ticks)
-    return f'<div class="charts">{chart}</div>'
+    return line_chart("heldout_vs_train", "Pass rate: held-out vs train", series, "iteration", "pass rate", ticks)
 
 
 _SAMPLER_COLUMNS = {
@@ -467,31 +420,30 @@ _SAMPLER_COLUMNS = {
 }  # fmt: skip
 
 
-def _sampler_table(updates: list[dict[str, Any]]) -> str:
+def _sampler_table(updates: list[dict[str, Any]]) -> Table:
     rows = [
         [u.get("iteration", "-"), _decision(u), *(s.get(key, "-") for key in _SAMPLER_COLUMNS.values()),
-         s.get("exhausted") or "-", _fmt(s.get("expected_pass_rate")), "yes" if s.get("in_band") else "no"]
+         s.get("exhausted") or "-", fmt(s.get("expected_pass_rate")), "yes" if s.get("in_band") else "no"]
         for u in updates
         if (s := u.get("sampler"))
     ]  # fmt: skip
     header = ["iteration", "decision", *_SAMPLER_COLUMNS, "ended short on", "expected pass rate", "in band"]
-    return "<h3>Batches drawn</h3>" + _table(header, rows)
+    return Table(header, rows)
 
 
-def _verdicts_table(updates: list[dict[str, Any]]) -> str:
+def _verdicts_table(updates: list[dict[str, Any]]) -> Table:
     """Every check of the learning gate per iteration; a warning or a refusal shows its reason."""
     css = {"warn": "warn", "refuse": "bad"}
     rows = [
-        [u.get("iteration", "-"), v["check"], _fmt(v["value"]), _fmt(v["threshold"]),
-         f'<span class="{css[v["status"]]}">{v["status"]}</span>: {escape(v["reason"])}'
-         if v["status"] in css else escape(v["status"])]
+        [u.get("iteration", "-"), v["check"], fmt(v["value"]), fmt(v["threshold"]),
+         Span(css[v["status"]], v["status"], note=v["reason"]) if v["status"] in css else v["status"]]
         for u in updates
         for v in u.get("health", {}).get("verdicts", [])
     ]  # fmt: skip
-    return "<h3>Learning gate</h3>" + _table(["iteration", "check", "value", "threshold", "verdict"], rows, True)
+    return Table(["iteration", "check", "value", "threshold", "verdict"], rows)
 
 
-def _saturation_table(updates: list[dict[str, Any]]) -> str:
+def _saturation_table(updates: list[dict[str, Any]]) -> Table:
     """Per tier, the learner's groups whose rewards were all 0 (too hard now) or all 1 (learnt)."""
     saturation = {u.get("iteration", "-"): u.get("health", {}).get("saturation", {}) for u in updates}
     tiers = _tier_order({tier for by_tier in saturation.values() for tier in by_tier})
@@ -500,23 +452,23 @@ def _saturation_table(updates: list[dict[str, Any]]) -> str:
               for t in tiers)]
         for i, by_tier in saturation.items()
     ]  # fmt: skip
-    return "<h3>Saturation by tier (groups)</h3>" + _table(["iteration", *tiers], rows)
+    return Table(["iteration", *tiers], rows)
 
 
-def _families_table(families: dict[str, dict[str, Any]]) -> str:
+def _families_table(families: dict[str, dict[str, Any]]) -> Table | None:
     if not families:
-        return "<h3>Task families</h3><p>No family record is stored for this run.</p>"
+        return None
     css = {"no": "bad", "partly": "warn", "yes": "good"}
     rows = [
         [family, f["tasks"]["train"], f["tasks"]["eval"], f["reachable"],
          "; ".join(f"{reason} ({n})" for reason, n in f["unreachable_reasons"].items()) or "-",
          first_to_last(f["train"]), first_to_last(f["heldout"]),
-         f'<span class="{css.get(f["learnable"].split(":")[0], "")}">{escape(f["learnable"])}</span>']
+         Span(css.get(f["learnable"].split(":")[0], ""), f["learnable"])]
         for family, f in families.items()
     ]  # fmt: skip
     header = ["family", "train tasks", "eval tasks", "reachable", "out of reach (tasks)", "train pass rate",
               "held-out pass rate", "learnable"]  # fmt: skip
-    return "<h3>Task families</h3>" + _table(header, rows, raw_last=True)
+    return Table(header, rows)
 
 
 def _decision(update: dict[str, Any]) -> str:
@@ -553,22 +505,19 @@ def _audit_cell(record: QualityRecord) -> str:
     return "; ".join(errors) or "ok"
 
 
-def _quality_card(record: QualityRecord) -> str:
+def _quality_card(record: QualityRecord) -> dict[str, Any]:
     """A failing task's reasons, and the diff of each kind of wrong fix or shortcut that scored 1."""
-    reasons = "".join(f"<li>{escape(r)}</li>" for r in record.reasons)
     shown: dict[str, Attempt] = {}
     for attempt in [*record.passing_mutants, *record.solving_shortcuts]:
         shown.setdefault(attempt.kind, attempt)
-    diffs = "".join(
-        f"<p>{escape(a.kind)}: {escape(a.note)}</p><pre>{escape(_capped(a.diff))}</pre>" for a in shown.values()
-    )
-    return (
-        f'<div class="card" data-task="{escape(record.task_id)}"><b>{escape(record.task_id)}</b> ({_kept(record)}, '
-        f"verifier {escape(record.verifier_version)}, {record.verifier_runs} runs)<ul>{reasons}</ul>{diffs}</div>"
-    )
+    return {
+        "record": record,
+        "kept": _kept(record),
+        "attempts": [{"kind": a.kind, "note": a.note, "diff": _capped(a.diff)} for a in shown.values()],
+    }
 
 
-def _spot_check(episodes: pd.DataFrame, limit: int) -> str:
+def _spot_check(episodes: pd.DataFrame, limit: int) -> dict[str, Any]:
     """High-reward episodes with distinct diffs, flagged ones first, then a stable pseudo-random sample."""
     high = episodes[(episodes["status"] == "ok") & (episodes["reward"] >= PASS_REWARD)]
     distinct = high.drop_duplicates(["task_id", "final_diff"])
@@ -577,26 +526,23 @@ def _spot_check(episodes: pd.DataFrame, limit: int) -> str:
         _draw=distinct["episode_id"].map(lambda e: hashlib.sha256(e.encode()).hexdigest()),
     ).sort_values(["_flagged", "_draw"], ascending=[False, True])
     picked = order.head(limit)
-    cards = "".join(_episode_card(row) for row in picked.to_dict("records"))
-    intro = (
-        f"<p>{len(picked)} of {len(distinct)} distinct passing diffs ({len(high)} passing episodes), "
-        "integrity-flagged first. Read them: a reward is only as good as the diff that earned it.</p>"
-    )
-    return _section("Spot check", "spot-check", intro + cards)
+    return {
+        "picked": len(picked),
+        "distinct": len(distinct),
+        "passing": len(high),
+        "episodes": [_episode_card(row) for row in picked.to_dict("records")],
+    }
 
 
-def _episode_card(row: dict[str, Any]) -> str:
-    flags = json.loads(row["integrity_flags"] or "[]")
-    reason = json.loads(row["verifier_report"] or "{}").get("reason", "")
-    diff = row["final_diff"] or ""
-    flag_text = '<span class="flag">' + escape(", ".join(flags)) + "</span>" if flags else "none"
-    return (
-        f'<div class="episode" data-episode="{escape(row["episode_id"])}">'
-        f"<b>{escape(row['episode_id'])}</b> task {escape(row['task_id'])} · policy {escape(row['policy'])} "
-        f"({escape(row['policy_version'])}) · iteration {int(row['iteration'])} · reward {_fmt(row['reward'])} · "
-        f"{int(row['steps'])} steps<br>verifier: {escape(reason)}<br>integrity flags: {flag_text}"
-        f"<pre>{escape(_capped(diff))}</pre></div>"
-    )
+def _episode_card(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "row": row,
+        "iteration": int(row["iteration"]),
+        "steps": int(row["steps"]),
+        "reason": json.loads(row["verifier_report"] or "{}").get("reason", ""),
+        "flags": json.loads(row["integrity_flags"] or "[]"),
+        "diff": _capped(row["final_diff"] or ""),
+    }
 
 
 def _tampered(integrity: dict[str, Any]) -> str:
@@ -609,34 +555,6 @@ def _tampered(integrity: dict[str, Any]) -> str:
 def _capped(diff: str) -> str:
     cut = f"\n… ({len(diff) - DIFF_CAP} more characters)" if len(diff) > DIFF_CAP else ""
     return diff[:DIFF_CAP] + cut
-
-
-# --- tables and formatting ---------------------------------------------------------------------
-
-
-def _table(header: Sequence[str], rows: list[list[Any]], raw_last: bool = False) -> str:
-    """Cells are escaped, except the last column when ``raw_last`` (markup built here from escaped text);
-    numbers align right."""
-
-    def cell(i: int, value: Any) -> str:
-        text = str(value) if raw_last and i == len(header) - 1 else escape(str(value))
-        return f'<td class="n">{text}</td>' if isinstance(value, int | float) else f"<td>{text}</td>"
-
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(cell(i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
-
-
-def _json(data: Any) -> str:
-    return escape(json.dumps(data, indent=2, sort_keys=True))
 
 
 def _tier_order(tiers: set[str]) -> list[str]:

@@ -74,18 +74,13 @@ def parse_tool_call(name: str, arguments: str | dict[str, Any] | None) -> Action
     return Action(tool=name, args=args)
 
 
-def parse_text_action(text: str) -> Action:
-    """The first JSON object ``{"tool": NAME, "args": {...}}`` in a model's text reply, as an Action.
-
-    ``{"name": NAME, "arguments": {...}}``, the shape instruction-tuned models write tool calls in (Hermes and
-    Qwen wrap it in ``<tool_call>`` tags), is read the same way.
-    """
-    return text_call(text)[1]
-
-
 def text_call(text: str) -> tuple[str, Action]:
     """A text reply split at its first tool-call object: the prose before it (a ``<tool_call>`` tag left out)
-    and the call as an Action; the whole text and an invalid action when it holds none."""
+    and the call as an Action; the whole text and an invalid action when it holds none.
+
+    A call is ``{"tool": NAME, "args": {...}}``, or ``{"name": NAME, "arguments": {...}}``, the shape
+    instruction-tuned models write tool calls in (Hermes and Qwen wrap it in ``<tool_call>`` tags).
+    """
     decoder = json.JSONDecoder()
     found_object = False
     start = text.find("{")

@@ -137,17 +137,3 @@ class Backend(Protocol):
     def release(self, snap: Snapshot) -> None:
         """Drop a snapshot nobody needs any more."""
         ...
-
-
-def cap_output(data: bytes, cap: int) -> tuple[str, bool]:
-    """Decode ``data`` keeping at most ``cap`` bytes (head and tail) with a visible mark."""
-    if len(data) <= cap:
-        return data.decode("utf-8", errors="replace"), False
-    head, tail = data[: cap // 2], data[-(cap // 2) :]
-    dropped = len(data) - len(head) - len(tail)
-    text = (
-        head.decode("utf-8", errors="replace")
-        + TRUNCATION_MARK.format(dropped=dropped)
-        + tail.decode("utf-8", errors="replace")
-    )
-    return text, True

@@ -61,6 +61,14 @@ from typing import IO, Any
 import docker
 import docker.errors
 import requests.exceptions
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_attempt,
+    wait_fixed,
+    wait_incrementing,
+)
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox import container_confinement as confine
@@ -606,16 +614,23 @@ class DockerSandbox:
         return _Run(exit_code, out, err, time.monotonic() - start, deadline_hit)
 
     def _exit_code(self, exec_id: str) -> int:
-        for _ in range(100):  # the engine may record the exit a moment after the stream ends
-            with self._engine_call("exec"):
-                info = self.api.exec_inspect(exec_id)
-            if not info.get("Running") and info.get("ExitCode") is not None:
-                if int(info["ExitCode"]) < 0:  # the engine lost the process: most likely the container with it
-                    self._raise_if_dead("exec")
-                return int(info["ExitCode"])
-            time.sleep(0.01)
-        self._raise_if_dead("exec")
-        raise SandboxError(f"exec {exec_id[:12]} in {self.id} never reported an exit code", cause="engine")
+        polling = Retrying(  # the engine may record the exit a moment after the stream ends
+            retry=retry_if_result(lambda info: info.get("Running") or info.get("ExitCode") is None),
+            stop=stop_after_attempt(100),
+            wait=wait_fixed(0.01),
+            retry_error_callback=lambda _: None,
+        )
+        info = polling(self._inspect_exec, exec_id)
+        if info is None:
+            self._raise_if_dead("exec")
+            raise SandboxError(f"exec {exec_id[:12]} in {self.id} never reported an exit code", cause="engine")
+        if int(info["ExitCode"]) < 0:  # the engine lost the process: most likely the container with it
+            self._raise_if_dead("exec")
+        return int(info["ExitCode"])
+
+    def _inspect_exec(self, exec_id: str) -> dict[str, Any]:
+        with self._engine_call("exec"):
+            return self.api.exec_inspect(exec_id)
 
     def _helper(self, argv: Sequence[str], *args: str, cap: int = 1 << 20, out: Any = None, stdin: Any = None) -> _Run:
         """One of our fixed commands (a script if ``argv`` is a string), as the sandbox user, with a short deadline."""
@@ -809,23 +824,46 @@ def remove_container(api: docker.APIClient, container: str, *, attempts: int = 3
     """Force-remove ``container`` (and its anonymous volumes); True if it existed.
 
     Podman (rootful, user namespace) sometimes reports ``userdata/shm: device or resource busy``
-    for a container it did remove: what counts is whether the container is gone afterwards.
+    for a container it did remove: what counts is whether the container is gone afterwards. One still
+    there is asked again, 0.2 s later, then 0.4 s...; after ``attempts`` the engine's error is raised.
     """
-    for attempt in range(attempts):
+    retrying = Retrying(
+        retry=retry_if_exception_type(_StillThere),
+        stop=stop_after_attempt(attempts),
+        wait=wait_incrementing(start=0.2, increment=0.2),
+        reraise=True,
+    )
+
+    def remove() -> bool:
         try:
             api.remove_container(container, force=True, v=True)
-            return True
         except docker.errors.NotFound:
-            return attempt > 0
-        except docker.errors.APIError:
-            try:
-                api.inspect_container(container)
-            except docker.errors.NotFound:
-                return True
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.2 * (attempt + 1))  # back off before asking the engine again
-    return False
+            return retrying.statistics["attempt_number"] > 1  # an earlier try removed it after all
+        except docker.errors.APIError as exc:
+            if _exists(api, container):
+                raise _StillThere(exc) from exc
+        return True
+
+    try:
+        return retrying(remove)
+    except _StillThere as still:
+        raise still.error from None
+
+
+class _StillThere(Exception):
+    """The engine refused to remove a container that is still there: worth asking again."""
+
+    def __init__(self, error: docker.errors.APIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _exists(api: docker.APIClient, container: str) -> bool:
+    try:
+        api.inspect_container(container)
+    except docker.errors.NotFound:
+        return False
+    return True
 
 
 def _runtime_failed(run: _Run) -> bool:

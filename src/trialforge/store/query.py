@@ -100,10 +100,6 @@ def episodes_pandas(
     return episodes(store, selection, columns=columns).to_pandas()
 
 
-def steps_pandas(store: ObjectStore, selection: Selection = ALL, *, columns: list[str] | None = None) -> pd.DataFrame:
-    return steps(store, selection, columns=columns).to_pandas()
-
-
 def trajectory_steps_pandas(store: ObjectStore, selection: Selection = ALL) -> pd.DataFrame:
     return trajectory_steps(store, selection).to_pandas()
 
