@@ -87,6 +87,19 @@ def test_planted_canaries_behave_as_declared_under_plain_pytest(tmp_path, seed):
     assert len(outcomes) == 3 + 3  # the file's three tests and the three canaries, no name clashes
 
 
+def _constants(function: ast.FunctionDef) -> list[object]:
+    """The function's constants in order, a negative number one constant (``-3`` parses as minus applied to 3)."""
+    signed = [n for n in ast.walk(function) if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)]
+    negated = {id(n.operand) for n in signed if isinstance(n.operand, ast.Constant)}
+    found = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.UnaryOp) and id(node.operand) in negated:
+            found.append(-node.operand.value)
+        elif isinstance(node, ast.Constant) and id(node) not in negated:
+            found.append(node.value)
+    return found
+
+
 def test_a_mutated_copy_is_its_source_with_one_constant_changed(tmp_path):
     tree = _tree(tmp_path)
     copies = []
@@ -97,8 +110,7 @@ def test_a_mutated_copy_is_its_source_with_one_constant_changed(tmp_path):
         holders = [("", module.body)] + [(f"{c.name}::", c.body) for c in module.body if isinstance(c, ast.ClassDef)]
         functions = {f"{h}{n.name}": n for h, body in holders for n in body if isinstance(n, ast.FunctionDef)}
         mine, theirs = functions[copy.node_id.split("::", 1)[1]], functions[copy.source.split("::", 1)[1]]
-        mine_consts = [n.value for n in ast.walk(mine) if isinstance(n, ast.Constant)]
-        their_consts = [n.value for n in ast.walk(theirs) if isinstance(n, ast.Constant)]
+        mine_consts, their_consts = _constants(mine), _constants(theirs)
         assert sum(a != b for a, b in zip(mine_consts, their_consts, strict=True)) == 1
         assert ast.dump(mine.args) == ast.dump(theirs.args)
         copies.append(copy.source)
