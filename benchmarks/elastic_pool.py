@@ -92,7 +92,7 @@ class Result:
 
 def pools(backend: Backend, max_burst: int, window_s: float, idle_s: float) -> dict[str, SandboxPool]:
     fixed = {f"fixed, warm {w}": PoolConfig(max_sandboxes=256, warm_per_image=w) for w in (0, 2, max_burst)}
-    elastic = ElasticConfig(min_warm=0, max_warm=max_burst, window_s=window_s, idle_s=idle_s)
+    elastic = ElasticConfig(enabled=True, min_warm=0, max_warm=max_burst, window_s=window_s, idle_s=idle_s)
     configs = {**fixed, f"elastic 0..{max_burst}": PoolConfig(max_sandboxes=256, elastic=elastic)}
     return {name: SandboxPool(backend, LIMITS, cfg) for name, cfg in configs.items()}
 
@@ -100,7 +100,7 @@ def pools(backend: Backend, max_burst: int, window_s: float, idle_s: float) -> d
 def replay(pool: SandboxPool, load: Load, acquires: list[Acquire], images: tuple[str, str]) -> list[float]:
     """Play ``acquires`` against ``pool`` in real time (each at its moment, held, released) to the load's end;
     the acquire latencies in ms."""
-    if pool.cfg.elastic is None:
+    if not pool.cfg.elastic.enabled:
         for image in set(images):
             pool.prewarm(image)
     latencies: list[float] = []

@@ -197,7 +197,7 @@ def run_level(state: Path, n: int, think_s: float, concurrency: int, args: argpa
     snapshots = SnapshotStore(store, state / "cache")
     seed = args.seed + 1000 * args.shard  # the processes of one level draw different episodes
     backend = SimulatedBackend(model, seed=seed)
-    elastic = ElasticConfig(max_warm=args.max_starting)
+    elastic = ElasticConfig(enabled=True, max_warm=args.max_starting)
     pool = SandboxPool(backend, LIMITS, PoolConfig(max_sandboxes=n, max_starting=args.max_starting, elastic=elastic))
     lineage = Lineage(f"bench-scale-{args.shard}", n, "-", "-", "-")  # each process of a level its own run
     jobs = plan_jobs(tasks, [SimAgent(tasks, think_s)], math.ceil(n / len(tasks)), seed)[:n]

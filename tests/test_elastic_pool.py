@@ -28,7 +28,9 @@ SLOW_START = LatencyModel(Lognormal(-3.0, 0.1, 0), QUICK, QUICK, QUICK, QUICK, s
 
 
 def elastic_pool(backend, max_sandboxes: int = 32, **elastic) -> SandboxPool:
-    return SandboxPool(backend, LIMITS, PoolConfig(max_sandboxes=max_sandboxes, elastic=ElasticConfig(**elastic)))
+    return SandboxPool(
+        backend, LIMITS, PoolConfig(max_sandboxes=max_sandboxes, elastic=ElasticConfig(enabled=True, **elastic))
+    )
 
 
 def burst(pool: SandboxPool, image: str, n: int) -> list[Sandbox]:
@@ -258,7 +260,7 @@ def test_an_elastic_pool_of_bubblewrap_sandboxes_reuses_them_with_a_clean_worksp
     (seed / "task.txt").write_text("base\n")
     image = base_image.name
     pool = SandboxPool(
-        bwrap_backend, LIMITS, PoolConfig(max_sandboxes=8, elastic=ElasticConfig(max_warm=3, idle_s=3600))
+        bwrap_backend, LIMITS, PoolConfig(max_sandboxes=8, elastic=ElasticConfig(enabled=True, max_warm=3, idle_s=3600))
     )
     try:
         first = burst(pool, image, 3)
@@ -289,8 +291,8 @@ def _spec(workspace: Path):
 # --- params ---------------------------------------------------------------------------------------------------
 def test_elastic_params_are_checked_and_never_change_a_runs_digest():
     on = load_params(None, {"sandbox.elastic": {"enabled": True, "min_warm": 2, "max_warm": 6}})
-    assert on.sandbox.elastic.pool() == ElasticConfig(min_warm=2, max_warm=6)
-    assert load_params(None).sandbox.elastic.pool() is None  # off by default: a fixed pool
+    assert on.sandbox.elastic == ElasticConfig(enabled=True, min_warm=2, max_warm=6)
+    assert not load_params(None).sandbox.elastic.enabled  # off by default: a fixed pool
     assert on.digest() == load_params(None).digest()
     for bad in ({"min_warm": 5, "max_warm": 2}, {"max_warm": 0}, {"window_s": 0}, {"idle_s": -1}):
         with pytest.raises(ConfigError, match=r"sandbox\.elastic"):
@@ -300,6 +302,6 @@ def test_elastic_params_are_checked_and_never_change_a_runs_digest():
 def test_the_runtime_builds_its_pool_from_sandbox_elastic(tmp_path):
     overrides = {"run.store": f"file://{tmp_path / 'store'}", "sandbox.elastic": {"enabled": True, "max_warm": 5}}
     with open_runtime(load_params(None, overrides)) as rt:
-        assert rt.pool.cfg.elastic == ElasticConfig(max_warm=5)
+        assert rt.pool.cfg.elastic == ElasticConfig(enabled=True, max_warm=5)
         assert pool_threads()
     assert not pool_threads()

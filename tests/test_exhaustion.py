@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import dataclasses
 import os
 import secrets
 import textwrap
@@ -169,7 +168,7 @@ def test_a_restore_that_cannot_fit_is_a_quota_error(backend, base_image, sandbox
     """A snapshot of a bigger sandbox into a smaller one: refused with the limit named (an env_error), never OSError."""
     assert sandbox.exec(["sh", "-c", "head -c 6M /dev/urandom > /work/six"]).exit_code == 0
     snap = sandbox.snapshot()
-    small = dataclasses.replace(LIMITS, disk_mb=4)
+    small = LIMITS.model_copy(update={"disk_mb": 4})
     try:
         with pytest.raises(SandboxError, match=r"sandbox\.disk_mb=4") as err:
             backend.from_snapshot(snap, SandboxSpec(image=base_image.name, limits=small))
@@ -191,7 +190,7 @@ def test_a_seed_bigger_than_the_workspace_is_refused_before_the_sandbox_starts(b
     (seed / "big").write_bytes(os.urandom(5 * MIB))
     with pytest.raises(SandboxError, match=r"sandbox\.disk_mb=4") as err:
         backend.create(
-            SandboxSpec(image=base_image.name, workspace=seed, limits=dataclasses.replace(LIMITS, disk_mb=4))
+            SandboxSpec(image=base_image.name, workspace=seed, limits=LIMITS.model_copy(update={"disk_mb": 4}))
         )
     assert err.value.cause == "quota"
 

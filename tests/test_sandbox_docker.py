@@ -7,7 +7,6 @@ Podman service, or DOCKER_HOST).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import http.client
 import io
@@ -61,7 +60,7 @@ PY_PROCESS_LIST = (
 
 @contextmanager
 def sandbox(backend: DockerBackend, workspace: Path | None = None, **limits: Any) -> Iterator[DockerSandbox]:
-    spec = SandboxSpec(image=backend.image.name, workspace=workspace, limits=dataclasses.replace(SMALL, **limits))
+    spec = SandboxSpec(image=backend.image.name, workspace=workspace, limits=SMALL.model_copy(update=limits))
     box = backend.create(spec)
     try:
         yield box
@@ -623,7 +622,7 @@ def test_every_writable_place_is_a_nosuid_nodev_tmpfs_of_its_share_of_the_disk_q
         found = box.exec(["grep", "-E", "^([^ ]+ ){4}/(work|tmp|var/tmp|dev/shm|run) ", "/proc/self/mountinfo"])
         mountinfo = found.stdout.splitlines()
     mounts = {line.split()[4]: line for line in mountinfo}
-    for place in disk.places(dataclasses.replace(SMALL, disk_mb=16)):
+    for place in disk.places(SMALL.model_copy(update={"disk_mb": 16})):
         options, tail = mounts[place.path].split()[5], mounts[place.path].split(" - ")[1].split()
         assert tail[0] == "tmpfs" and f"size={place.size_bytes // 1024}k" in tail[2], mounts[place.path]
         assert f"nr_inodes={place.inodes}" in tail[2], mounts[place.path]
@@ -690,14 +689,14 @@ def test_a_docker_daemon_without_userns_remap_is_refused_unless_accepted() -> No
 
 
 def test_the_host_config_lists_every_protection() -> None:
-    limits = dataclasses.replace(SMALL, network=False)
+    limits = SMALL.model_copy(update={"network": False})
     podman = confine.host_config(confine.Engine(podman=True), limits, seccomp_profile="/p.json")
     assert podman["CapDrop"] == ["ALL"] and podman["ReadonlyRootfs"] is True and podman["NetworkMode"] == "none"
     assert podman["SecurityOpt"][:2] == ["no-new-privileges", "seccomp=/p.json"]
     assert podman["SecurityOpt"][2] == "mask=" + ":".join(MASKED_PATHS)
     assert podman["UsernsMode"] == "auto" and "U" in podman["Tmpfs"]["/work"].split(",")
     assert podman["Memory"] == podman["MemorySwap"] == SMALL.memory_mb * 2**20 and podman["PidsLimit"] == SMALL.pids
-    networked = dataclasses.replace(SMALL, network=True)
+    networked = SMALL.model_copy(update={"network": True})
     dock = confine.host_config(confine.Engine(podman=False, userns_remap=True), networked, seccomp_profile="{}")
     assert dock["NetworkMode"] == "bridge" and dock["MaskedPaths"] == list(MASKED_PATHS)
     assert "host" not in (podman["NetworkMode"], dock["NetworkMode"])

@@ -18,10 +18,7 @@ from trialforge.curate.sampler import SamplerConfig
 from trialforge.envspec import EnvSpec
 from trialforge.errors import ConfigError
 from trialforge.rollout.models import ModelSpec
-from trialforge.sandbox.base import Limits
-from trialforge.sandbox.endpoints import EngineEndpoint
-from trialforge.sandbox.pool import ElasticConfig
-from trialforge.sandbox.registry import RegistryParams
+from trialforge.sandbox.settings import SandboxParams
 from trialforge.section import Section
 from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.sources import SourceEntry
@@ -59,83 +56,6 @@ class SourceParams(Section):
         if self.repos is None and self.synthesize:
             raise ValueError(f"sources.synthesize is {self.synthesize} but sources.repos is null: set it to 0")
         return self
-
-
-class ElasticParams(Section):
-    """Warm sandboxes that follow demand, per image (``sandbox/pool.py``, docs/scale.md). Never part of a run's
-    digest: when a sandbox starts changes nothing an episode computes."""
-
-    enabled: bool = False  # off: a fixed pool of `warm` idle sandboxes per image
-    min_warm: int = Field(0, ge=0)  # idle sandboxes kept per image however quiet it is
-    max_warm: int = Field(8, ge=1)  # most sandboxes idle or starting ahead of demand, per image (max_live bounds all)
-    window_s: float = Field(60.0, gt=0)  # how long peak demand (in use + waiting) is remembered: the target follows it
-    idle_s: float = Field(10.0, ge=0)  # an idle sandbox above the target is closed after this long
-
-    @model_validator(mode="after")
-    def _bounds(self) -> ElasticParams:
-        if self.min_warm > self.max_warm:
-            raise ValueError(f"min_warm ({self.min_warm}) is above max_warm ({self.max_warm}): lower one of them")
-        return self
-
-    def pool(self) -> ElasticConfig | None:
-        """The pool's settings; None when off."""
-        if not self.enabled:
-            return None
-        return ElasticConfig(self.min_warm, self.max_warm, self.window_s, self.idle_s)
-
-
-class SandboxParams(Section):
-    backend: Literal["bwrap", "docker"] = "bwrap"
-    docker_host: str = ""  # empty: DOCKER_HOST, else a local Podman service started on demand
-    # docker backend on several engines at once (placement by free capacity and image locality, failover);
-    # when set, docker_host must be empty
-    engines: list[EngineEndpoint] = []
-    engine_health_s: float = Field(5.0, gt=0)  # how often every engine of a fleet is pinged
-    registry: RegistryParams = RegistryParams()  # images between engines: pushed once, pulled by the others
-
-    @model_validator(mode="after")
-    def _one_way_to_name_engines(self) -> SandboxParams:
-        if not self.engines:
-            return self
-        if self.backend != "docker":
-            raise ValueError("sandbox.engines needs sandbox.backend: docker")
-        if self.docker_host:
-            raise ValueError("set sandbox.docker_host or sandbox.engines, not both")
-        labels = [e.label for e in self.engines]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"sandbox.engines: two engines share a name or url: {labels}")
-        return self
-
-    # Docker without userns-remap would run the sandbox's uid 1000 as host uid 1000: refused unless accepted here
-    allow_host_uids: bool = False
-    # no cgroup to limit sandboxes with (a normal user without a delegated one; rootless Podman on cgroup v1):
-    # refused unless accepted here (bwrap then falls back to per-process rlimits)
-    allow_unlimited: bool = False
-    cpus: float = 1.0
-    memory_mb: int = 1024
-    pids: int = 256
-    disk_mb: int = 256
-    exec_timeout_s: float = 60.0
-    episode_timeout_s: float = 600.0
-    output_cap_bytes: int = 65536
-    network: bool = False
-    concurrency: int = 2  # episodes (and validations) run at once by one process
-    max_live: int = Field(16, ge=1)  # sandboxes one process holds at once, episodes' and warm ones
-    warm: int = Field(0, ge=0)  # idle sandboxes kept for the next episode (reset, not restarted); 0: always fresh
-    warm_lifetime_s: float = Field(3600.0, gt=0)  # a reusable sandbox's deadline (reapers remove it after)
-    elastic: ElasticParams = ElasticParams()  # warm capacity that follows demand instead of `warm`
-
-    def limits(self) -> Limits:
-        return Limits(
-            cpus=self.cpus,
-            memory_mb=self.memory_mb,
-            pids=self.pids,
-            disk_mb=self.disk_mb,
-            exec_timeout_s=self.exec_timeout_s,
-            episode_timeout_s=self.episode_timeout_s,
-            output_cap_bytes=self.output_cap_bytes,
-            network=self.network,
-        )
 
 
 class ValidateParams(Section):

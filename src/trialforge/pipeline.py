@@ -120,7 +120,7 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     A task that arrives validated as thoroughly (synthesis validates what it makes) is not run again.
     """
     cfg = _validate_config(rt)
-    limits = rt.params.sandbox.limits()
+    limits = rt.params.sandbox
     shared = SuiteRuns()
     obtain_images(rt.store, tasks)
 
@@ -220,7 +220,7 @@ def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:
         image_digest=rt.image_digest,
         snapshots=rt.snapshots,
         grader=rt.grader(),
-        limits=sp.limits(),
+        limits=sp,
         env_limits=EnvLimits(
             max_turns=rp.max_turns,
             observation_cap=rp.observation_cap,

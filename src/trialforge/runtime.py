@@ -38,7 +38,7 @@ class Runtime:
             image=self.image.name,
             image_digest=self.image_digest,
             snapshots=self.snapshots,
-            limits=self.params.sandbox.limits(),
+            limits=self.params.sandbox,
             test_timeout_s=self.params.validate_.test_timeout_s,
             timeout_factor=self.params.verify.timeout_factor,
             min_timeout_s=self.params.verify.min_timeout_s,
@@ -68,12 +68,12 @@ def open_runtime(params: Params) -> Iterator[Runtime]:
         sp = params.sandbox
         pool = SandboxPool(
             backend,
-            sp.limits(),
+            sp,
             PoolConfig(
                 max_sandboxes=sp.max_live,
                 warm_per_image=sp.warm,
                 warm_lifetime_s=sp.warm_lifetime_s,
-                elastic=sp.elastic.pool(),
+                elastic=sp.elastic,
             ),
         )
         stack.callback(pool.close)  # before the backend's own cleanup (the stack unwinds in reverse)

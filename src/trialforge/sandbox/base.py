@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from trialforge.section import Section
+
 if TYPE_CHECKING:
     from trialforge.sandbox.images import Image
 
@@ -27,9 +29,9 @@ SANDBOX_ENV = {
 TRUNCATION_MARK = "\n[... output truncated by trialforge: {dropped} bytes dropped ...]\n"
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Resource bounds applied to every sandbox (all configurable in params.yaml)."""
+class Limits(Section):
+    """Resource bounds applied to every sandbox: params.yaml's ``sandbox`` section is these and more
+    (``sandbox.settings.SandboxParams`` derives from this class)."""
 
     cpus: float = 1.0
     memory_mb: int = 1024

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import Field, model_validator
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -42,31 +43,30 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from trialforge.errors import ConfigError, SandboxError
+from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
+from trialforge.section import Section
 
 log = logging.getLogger(__name__)
 
 CREATE_SMOOTHING = 0.3  # weight of the newest create latency in an image's running estimate
 
 
-@dataclass(frozen=True)
-class ElasticConfig:
-    """Warm capacity that follows demand, per image (``sandbox.elastic`` in params.yaml)."""
+class ElasticConfig(Section):
+    """Warm sandboxes that follow demand, per image (``sandbox.elastic`` in params.yaml, docs/scale.md). Never part
+    of a run's digest: when a sandbox starts changes nothing an episode computes."""
 
-    min_warm: int = 0  # idle sandboxes kept per image however quiet it is
-    max_warm: int = 8  # most sandboxes idle or starting ahead of demand, per image
-    window_s: float = 60.0  # how long peak demand is remembered (the target follows it)
-    idle_s: float = 10.0  # an idle sandbox above the target is closed after this long
+    enabled: bool = False  # off: a fixed pool of `warm` idle sandboxes per image
+    min_warm: int = Field(0, ge=0)  # idle sandboxes kept per image however quiet it is
+    max_warm: int = Field(8, ge=1)  # most sandboxes idle or starting ahead of demand, per image (max_live bounds all)
+    window_s: float = Field(60.0, gt=0)  # how long peak demand (in use + waiting) is remembered: the target follows it
+    idle_s: float = Field(10.0, ge=0)  # an idle sandbox above the target is closed after this long
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.min_warm <= self.max_warm or self.max_warm < 1:
-            raise ConfigError(
-                f"elastic pool: need 0 <= min_warm <= max_warm and max_warm >= 1, "
-                f"got min_warm={self.min_warm}, max_warm={self.max_warm}"
-            )
-        if self.window_s <= 0 or self.idle_s < 0:
-            raise ConfigError(f"elastic pool: need window_s > 0 and idle_s >= 0, got {self.window_s}, {self.idle_s}")
+    @model_validator(mode="after")
+    def _bounds(self) -> ElasticConfig:
+        if self.min_warm > self.max_warm:
+            raise ValueError(f"min_warm ({self.min_warm}) is above max_warm ({self.max_warm}): lower one of them")
+        return self
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class PoolConfig:
     warm_lifetime_s: float = 3600.0  # deadline of a sandbox that may be reused (warm_per_image > 0, or elastic)
     create_retries: int = 3  # attempts at creating one sandbox
     backoff_s: float = 0.2  # the first wait between them; each next one doubles, plus jitter up to as much again
-    elastic: ElasticConfig | None = None  # None: a fixed pool; else warm capacity follows demand per image
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)  # off: a fixed pool; on: follows demand per image
 
 
 @dataclass
@@ -171,7 +171,7 @@ class SandboxPool:
         self._cond = threading.Condition()
         self._starting = threading.BoundedSemaphore(self.cfg.max_starting)
         self._closed = False
-        self._elastic = self.cfg.elastic
+        self._elastic = self.cfg.elastic if self.cfg.elastic.enabled else None
         self._demand: dict[str, _Demand] = {}
         self._starts = 0  # creations in flight, acquires' and background ones (elastic)
         self._warmers: ThreadPoolExecutor | None = None

@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -284,7 +284,7 @@ def screen(
     workers = max(1, min(cfg.concurrency, len(mutants)))
     # The reaper removes sandboxes past their deadline: give screening sandboxes time for their whole share.
     deadline = cfg.limits.episode_timeout_s + (len(mutants) // workers + 2) * cfg.screen_timeout_s * 5
-    limits = replace(cfg.limits, episode_timeout_s=deadline)
+    limits = cfg.limits.model_copy(update={"episode_timeout_s": deadline})
     screeners: list[Screener] = []
     try:
         with funnel.timings.measure("busy_s"):

@@ -32,7 +32,7 @@ PYTEST_ARGS = ["-p", "no:cacheprovider", "-q", "--tb=short", "-o", "addopts=", "
 
 def report_limits(limits: Limits) -> Limits:
     """``limits`` with room for the report channel of a large suite (a truncated report counts as none)."""
-    return replace(limits, output_cap_bytes=max(limits.output_cap_bytes, REPORT_CAP_BYTES))
+    return limits.model_copy(update={"output_cap_bytes": max(limits.output_cap_bytes, REPORT_CAP_BYTES)})
 
 
 def run_tests(
