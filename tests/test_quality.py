@@ -19,7 +19,7 @@ from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Source, Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.verify.grader import Grader
+from trialforge.verify.grader import Grader, VerifyConfig
 
 PRICING = '''"""Prices."""
 
@@ -229,7 +229,7 @@ def test_a_wrong_fix_that_loops_forever_is_graded_0_by_its_cpu_budget_not_the_wa
         ["tests/test_discount.py::test_discount_takes_a_share_of_the_price"],
     ).model_copy(update={"validation": Validation(valid=True, slowest_run_s=0.05)})  # fmt: skip
     strict = Grader(grader.backend, grader.image, grader.image_digest, snapshots, Limits(), test_timeout_s=60,
-                    min_timeout_s=60, min_cpu_s=1)  # fmt: skip
+                    timing=VerifyConfig(min_timeout_s=60, min_cpu_s=1))  # fmt: skip
     assert strict.cpu_budget_for(task) == 1 and strict.timeout_for(task) == 60
     assert strict.cpu_budget_for(task.model_copy(update={"validation": Validation()})) is None
     loop = BUGGY_DISCOUNT.replace("    return price - percent", "    while price:\n        pass")

@@ -22,8 +22,10 @@ from trialforge.sandbox.settings import SandboxParams
 from trialforge.section import Section
 from trialforge.tasks.ingest.caps import IngestCaps
 from trialforge.tasks.ingest.sources import SourceEntry
+from trialforge.tasks.validate import ValidateConfig
 from trialforge.train.health import HealthThresholds, LearningGate
 from trialforge.train.settings import TrainParams
+from trialforge.verify.grader import VerifyConfig
 
 
 class RunParams(Section):
@@ -56,18 +58,6 @@ class SourceParams(Section):
         if self.repos is None and self.synthesize:
             raise ValueError(f"sources.synthesize is {self.synthesize} but sources.repos is null: set it to 0")
         return self
-
-
-class ValidateParams(Section):
-    runs: int = Field(3, ge=1)
-    max_duration_s: float = 120.0
-    test_timeout_s: float = 120.0
-
-
-class VerifyParams(Section):
-    timeout_factor: float = Field(10.0, ge=1.0)
-    min_timeout_s: float = Field(20.0, gt=0)
-    min_cpu_s: float = Field(3.0, gt=0)
 
 
 class CurateParams(Section):
@@ -230,8 +220,8 @@ class Params(Section):
     sources: SourceParams = SourceParams()
     env: EnvParams = EnvParams()
     sandbox: SandboxParams = SandboxParams()
-    validate_: ValidateParams = Field(ValidateParams(), alias="validate")
-    verify: VerifyParams = VerifyParams()
+    validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
+    verify: VerifyConfig = VerifyConfig()
     curate: CurateParams = CurateParams()
     quality: QualityParams = QualityParams()
     rollout: RolloutParams = RolloutParams()

@@ -44,7 +44,7 @@ from trialforge.tasks.ingest.sources import drop_duplicates, ingest_source
 from trialforge.tasks.schema import Task
 from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.taskset import TASKS, publish, write_tasks
-from trialforge.tasks.validate import SuiteRuns, ValidateConfig, record_verdicts, validate_task
+from trialforge.tasks.validate import SuiteRuns, record_verdicts, validate_task
 from trialforge.train.health import Health, assert_trainable, check_health
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
         cfg = SynthesisConfig(
             max_total=src.synthesize,
             seed=rt.params.run.seed,
-            validate=_validate_config(rt),
+            validate=rt.params.validate_,
             concurrency=rt.params.sandbox.concurrency,
         )
         ep = rt.params.env
@@ -89,11 +89,6 @@ def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
                 tasks += made
                 advance()
     return tasks, funnel
-
-
-def _validate_config(rt: Runtime) -> ValidateConfig:
-    vp = rt.params.validate_
-    return ValidateConfig(runs=vp.runs, max_duration_s=vp.max_duration_s, test_timeout_s=vp.test_timeout_s)
 
 
 def environments(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
@@ -119,7 +114,7 @@ def validate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
 
     A task that arrives validated as thoroughly (synthesis validates what it makes) is not run again.
     """
-    cfg = _validate_config(rt)
+    cfg = rt.params.validate_
     limits = rt.params.sandbox
     shared = SuiteRuns()
     obtain_images(rt.store, tasks)

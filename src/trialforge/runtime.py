@@ -40,9 +40,7 @@ class Runtime:
             snapshots=self.snapshots,
             limits=self.params.sandbox,
             test_timeout_s=self.params.validate_.test_timeout_s,
-            timeout_factor=self.params.verify.timeout_factor,
-            min_timeout_s=self.params.verify.min_timeout_s,
-            min_cpu_s=self.params.verify.min_cpu_s,
+            timing=self.params.verify,
         )
 
     def close(self) -> None:

@@ -33,8 +33,9 @@ import secrets
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import Field
 
 from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError
@@ -42,6 +43,7 @@ from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
+from trialforge.section import Section
 from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
@@ -60,11 +62,12 @@ REASON_CAP = 500
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([\w.]*(?:Error|Exception|Exit)\b.*)$")
 
 
-@dataclass(frozen=True)
-class ValidateConfig:
-    runs: int = 3
-    max_duration_s: float = 120.0
-    test_timeout_s: float = 120.0
+class ValidateConfig(Section):
+    """How a task is validated (``validate`` in params.yaml)."""
+
+    runs: int = Field(3, ge=1)  # each configuration runs this many times; outcome changes = flaky
+    max_duration_s: float = 120.0  # a slower suite run rejects the task
+    test_timeout_s: float = 120.0  # also the most any graded test run may take
 
 
 class SuiteRuns(OncePerKey[list[TestReport]]):

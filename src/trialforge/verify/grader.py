@@ -20,12 +20,15 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from pydantic import Field
+
 from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError, SandboxError
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
+from trialforge.section import Section
 from trialforge.tasks.envimages import task_image
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
 from trialforge.tasks.schema import HostJudged, Task
@@ -53,6 +56,20 @@ class Verdict:
         return asdict(self)
 
 
+class VerifyConfig(Section):
+    """How long a graded run may take (``verify`` in params.yaml).
+
+    A task's graded run gets timeout_factor x its slowest validated suite run, at least min_timeout_s: an edit
+    that loops forever fails either way, and waiting the full timeout only burns sandbox time. Its test process
+    gets timeout_factor x that run in CPU-seconds, at least min_cpu_s: CPU time does not stretch with the
+    machine's load as wall time does, so this floor can be far lower than min_timeout_s.
+    """
+
+    timeout_factor: float = Field(10.0, ge=1.0)
+    min_timeout_s: float = Field(20.0, gt=0)
+    min_cpu_s: float = Field(3.0, gt=0)
+
+
 @dataclass(frozen=True)
 class Grader:
     backend: Backend
@@ -61,13 +78,7 @@ class Grader:
     snapshots: SnapshotStore
     limits: Limits
     test_timeout_s: float = 120.0  # the most a graded test run may take
-    # A task's graded run gets timeout_factor x its slowest validated suite run, at least min_timeout_s:
-    # an edit that loops forever fails either way, and waiting the full timeout only burns sandbox time.
-    timeout_factor: float = 10.0
-    min_timeout_s: float = 20.0
-    # ...and the test process timeout_factor x that run in CPU-seconds, at least min_cpu_s: CPU time does not
-    # stretch with the machine's load as wall time does, so this floor can be far lower than min_timeout_s.
-    min_cpu_s: float = 3.0
+    timing: VerifyConfig = field(default_factory=VerifyConfig)  # how much of that a task's graded run gets
     # One grading per (task, code diff); infrastructure faults are not kept.
     _verdicts: OncePerKey[Verdict] = field(
         default_factory=lambda: OncePerKey(keep=lambda v: v.status != "env_error"),
@@ -98,7 +109,7 @@ class Grader:
         slowest = task.validation.slowest_run_s
         if slowest <= 0:
             return self.test_timeout_s
-        return min(self.test_timeout_s, max(self.min_timeout_s, self.timeout_factor * slowest))
+        return min(self.test_timeout_s, max(self.timing.min_timeout_s, self.timing.timeout_factor * slowest))
 
     def cpu_budget_for(self, task: Task) -> float | None:
         """The CPU-seconds ``task``'s graded test process may use (None: a task never timed has no budget).
@@ -110,7 +121,7 @@ class Grader:
         slowest = task.validation.slowest_run_s
         if slowest <= 0:
             return None
-        return max(self.min_cpu_s, self.timeout_factor * slowest * max(1.0, self.limits.cpus))
+        return max(self.timing.min_cpu_s, self.timing.timeout_factor * slowest * max(1.0, self.limits.cpus))
 
     def _cached(self, task: Task, code_diff: str, diff_sha: str) -> Verdict:
         """One grading per (task, code diff); concurrent askers wait for the first. Infra faults are not kept."""
