@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from datasketch import MinHash, MinHashLSH
 
-from trialforge.curate.decontam import DecontamConfig, DecontamIndex, RefDoc, humaneval_refs
+from trialforge.curate.decontam import MIN_TOKENS, DecontamConfig, DecontamIndex, RefDoc, humaneval_refs
 from trialforge.curate.ngrams import Tokens, normalize_code
 
 EDIT_RATES = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3)
@@ -134,10 +134,10 @@ def shingle_strings(tokens: Tokens, cfg: DecontamConfig) -> list[bytes]:
     """The shingles trialforge hashes, spelled out as bytes for datasketch.
 
     Canonical tokens with each identifier's back-reference when it points inside the
-    shingle; fields under ``min_tokens`` have none; a field shorter than a shingle is one.
+    shingle; fields under ``MIN_TOKENS`` have none; a field shorter than a shingle is one.
     """
     canon, back, n = tokens.shingle_view(), tokens.back, cfg.shingle_n
-    if len(canon) < cfg.min_tokens:
+    if len(canon) < MIN_TOKENS:
         return []
     spans = [(s, s + n) for s in range(len(canon) - n + 1)] or [(0, len(canon))]
     out = []
@@ -195,7 +195,7 @@ def run_ours(refs: list[RefDoc], tokens: list[Tokens], cfg: DecontamConfig) -> t
 def run_datasketch(
     ref_tokens: list[Tokens], tokens: list[Tokens], cfg: DecontamConfig, params: tuple[int, int]
 ) -> tuple[Build, Scan]:
-    template = MinHash(num_perm=cfg.num_perm, seed=cfg.seed)  # copies share its permutations
+    template = MinHash(num_perm=cfg.num_perm, seed=0)  # DecontamIndex.build's seed; copies share its permutations
 
     def sketch(t: Tokens) -> MinHash | None:
         shingles = shingle_strings(t, cfg)

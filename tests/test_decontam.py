@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import gzip
 import hashlib
 import io
@@ -17,21 +16,22 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 import trialforge.curate.minhash as minhash_module
 from trialforge.curate.decontam import (
     DecontamConfig,
     DecontamIndex,
     RefDoc,
-    assign_splits,
     decontaminate,
-    directory_refs,
     enforce_hygiene,
     humaneval_refs,
     swebench_refs,
 )
 from trialforge.curate.minhash import MERSENNE_31, MinHasher, lsh_params
 from trialforge.curate.ngrams import lex_code, normalize_code
+from trialforge.curate.settings import SplitConfig
+from trialforge.curate.splits import assign_splits
 from trialforge.errors import ConfigError, TaskError
 from trialforge.tasks.schema import Source, Task
 
@@ -292,7 +292,7 @@ def test_raising_the_threshold_stops_a_borderline_near_duplicate() -> None:
     assert kept == [] and methods(report.excluded[0]) == {"minhash"}
     assert report.excluded[0].decontamination.matches[0]["score"] == pytest.approx(106 / 126, abs=0.1)
 
-    kept, report = decontaminate([task], index, dataclasses.replace(cfg, threshold=0.95))
+    kept, report = decontaminate([task], index, cfg.model_copy(update={"threshold": 0.95}))
     assert len(kept) == 1 and report.dropped == 0
 
 
@@ -317,9 +317,9 @@ def test_ngram_n_above_the_overlap_finds_no_ngram_match() -> None:
 def test_index_refuses_a_config_it_was_not_built_for(index: DecontamIndex) -> None:
     with pytest.raises(ConfigError, match="rebuild"):
         decontaminate([], index, DecontamConfig(ngram_n=8))
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValidationError, match="less than or equal to 1"):
         DecontamConfig(threshold=1.5)
-    with pytest.raises(ConfigError):
+    with pytest.raises(ValidationError, match="not an ISO date"):
         DecontamConfig(cutoff="last tuesday")
 
 
@@ -327,7 +327,7 @@ def test_index_refuses_a_config_it_was_not_built_for(index: DecontamIndex) -> No
 
 
 def test_excluded_repos_and_cutoff_drop_tasks_with_their_reason() -> None:
-    cfg = DecontamConfig(exclude_repos=("Django/Django", "psf/*"), cutoff="2024-06-01")
+    cfg = DecontamConfig(exclude_repos=["Django/Django", "psf/*"], cutoff="2024-06-01")
     index = DecontamIndex.build([RefDoc("notes", "ref", "unrelated reference text", "text")], cfg)
     tasks = [
         make_task("django", "Fix the ORM.", "", repo="https://github.com/django/django.git", created_at="2023-01-01"),
@@ -357,12 +357,16 @@ def _repo_tasks() -> list[Task]:
     ]
 
 
+def _split(tasks: list[Task], by: str, eval_fraction: float, salt: str) -> list[Task]:
+    return assign_splits(tasks, SplitConfig(split_by=by, eval_fraction=eval_fraction, split_salt=salt))
+
+
 def test_assign_splits_is_stable_across_runs_and_input_order() -> None:
     tasks = _repo_tasks()
-    first = {t.task_id: t.split for t in assign_splits(tasks, by="repo", eval_fraction=0.2, salt="v1")}
+    first = {t.task_id: t.split for t in _split(tasks, "repo", 0.2, "v1")}
     shuffled = list(tasks)
     random.Random(3).shuffle(shuffled)
-    again = {t.task_id: t.split for t in assign_splits(shuffled, by="repo", eval_fraction=0.2, salt="v1")}
+    again = {t.task_id: t.split for t in _split(shuffled, "repo", 0.2, "v1")}
 
     assert first == again
     by_repo: dict[str, set[str]] = {}
@@ -380,10 +384,10 @@ PINNED_EVAL_DIGEST = "ac7c614c2234"
 
 def test_raising_eval_fraction_only_moves_tasks_into_eval() -> None:
     tasks = _repo_tasks()
-    small = {t.task_id for t in assign_splits(tasks, by="hash", eval_fraction=0.1, salt="s") if t.split == "eval"}
-    large = {t.task_id for t in assign_splits(tasks, by="hash", eval_fraction=0.3, salt="s") if t.split == "eval"}
+    small = {t.task_id for t in _split(tasks, "hash", 0.1, "s") if t.split == "eval"}
+    large = {t.task_id for t in _split(tasks, "hash", 0.3, "s") if t.split == "eval"}
     assert small < large
-    other_salt = {t.task_id for t in assign_splits(tasks, by="hash", eval_fraction=0.3, salt="t") if t.split == "eval"}
+    other_salt = {t.task_id for t in _split(tasks, "hash", 0.3, "t") if t.split == "eval"}
     assert other_salt != large
 
 
@@ -395,12 +399,12 @@ def test_a_family_split_holds_out_the_same_share_of_every_kind_of_bug() -> None:
 
     tasks = [mutant(i, "flip_compare") for i in range(10)] + [mutant(i, "drop_statement") for i in range(5)]
     tasks += [make_task(f"ticket-{i}", "s", "") for i in range(7)]
-    split = {t.task_id: t.split for t in assign_splits(tasks, by="family", eval_fraction=0.3, salt="s")}
+    split = {t.task_id: t.split for t in _split(tasks, "family", 0.3, "s")}
     held = Counter(t.family() for t in tasks if split[t.task_id] == "eval")
     assert held == {"flip_compare": 3, "drop_statement": 2, "ticket:github": 2}  # round(0.3 n) of each
     shuffled = list(reversed(tasks))
-    assert {t.task_id: t.split for t in assign_splits(shuffled, by="family", eval_fraction=0.3, salt="s")} == split
-    more = {t.task_id for t in assign_splits(tasks, by="family", eval_fraction=0.5, salt="s") if t.split == "eval"}
+    assert {t.task_id: t.split for t in _split(shuffled, "family", 0.3, "s")} == split
+    more = {t.task_id for t in _split(tasks, "family", 0.5, "s") if t.split == "eval"}
     assert {t for t, where in split.items() if where == "eval"} < more
 
 
@@ -525,7 +529,7 @@ def test_humaneval_refs_cover_prompt_solution_and_test() -> None:
     assert {r.doc_id.split("#")[1]: r.kind for r in refs} == {"prompt": "text", "solution": "code", "test": "code"}
 
 
-def test_swebench_and_directory_loaders(tmp_path: Path) -> None:
+def test_swebench_loader(tmp_path: Path) -> None:
     instance = {
         "instance_id": "acme__w-1",
         "problem_statement": "Crash on empty input.",
@@ -541,13 +545,3 @@ def test_swebench_and_directory_loaders(tmp_path: Path) -> None:
     path.write_text(json.dumps(instance) + "\n{not json\n")
     with pytest.raises(TaskError, match=r"bench\.jsonl:2"):
         swebench_refs(path)
-
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "a.py").write_text("x = 1\n")
-    (tmp_path / "README.md").write_text("Docs.\n")
-    (tmp_path / "blob.bin").write_bytes(b"\0\1")
-    refs = directory_refs(tmp_path, ref_set="corpus")
-    assert [(r.doc_id, r.kind, r.ref_set) for r in refs] == [
-        ("README.md", "text", "corpus"),
-        ("src/a.py", "code", "corpus"),
-    ]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from trialforge.curate.sampler import SamplerConfig
+from trialforge.curate.settings import CurateParams
 from trialforge.envspec import EnvSpec
 from trialforge.errors import ConfigError
 from trialforge.rollout.models import ModelSpec
@@ -58,20 +58,6 @@ class SourceParams(Section):
         if self.repos is None and self.synthesize:
             raise ValueError(f"sources.synthesize is {self.synthesize} but sources.repos is null: set it to 0")
         return self
-
-
-class CurateParams(Section):
-    eval_fraction: float = Field(0.0, ge=0.0, lt=1.0)
-    split_by: Literal["repo", "hash", "family"] = "repo"
-    split_salt: str = ""
-    ngram_n: int = Field(13, ge=1)
-    shingle_n: int = Field(5, ge=1)
-    num_perm: int = Field(128, ge=16)
-    threshold: float = Field(0.7, gt=0.0, le=1.0)
-    exclude_repos: list[str] = []
-    cutoff: str | None = None  # ISO date: tasks created after it are excluded (may postdate a model's data)
-    pass_k: int = Field(2, ge=1)
-    sampler: SamplerConfig = SamplerConfig()
 
 
 QualityGate = Literal["weak_tests", "leaks", "shortcuts"]

