@@ -32,7 +32,8 @@ from rich.table import Table
 from trialforge import pipeline
 from trialforge.config import load_params
 from trialforge.observe.quality import quality_metrics
-from trialforge.quality.gate import QualityConfig, run_quality_gate
+from trialforge.quality.gate import run_quality_gate
+from trialforge.quality.settings import QualityConfig
 from trialforge.runtime import Runtime, open_runtime
 from trialforge.tasks.quality_record import LEAK_KINDS, QualityRecord
 from trialforge.tasks.schema import Task
@@ -59,9 +60,11 @@ def run(args: argparse.Namespace, console: Console) -> tuple[dict[str, QualityRe
             make = synthesized_tasks if args.source == "synthesized" else bundled_tasks
             tasks, funnels = make(rt, args, console)
             console.print(f"auditing {len(tasks)} {args.source} tasks ...")
-            cfg = QualityConfig(max_mutants=args.max_mutants, seed=args.seed, concurrency=args.concurrency)
+            cfg = QualityConfig(max_mutants=args.max_mutants, leak_kinds=list(LEAK_KINDS))  # every kind of leak
             start = time.perf_counter()
-            _, records, _ = run_quality_gate(tasks, rt.grader(), rt.snapshots, cfg)
+            _, records, _ = run_quality_gate(
+                tasks, rt.grader(), rt.snapshots, cfg, seed=args.seed, concurrency=args.concurrency
+            )
             wall = time.perf_counter() - start
     return records, wall, funnels
 

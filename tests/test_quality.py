@@ -7,16 +7,18 @@ the tests the task adds. Every bad task fails exactly the gate built to catch it
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from trialforge.errors import ConfigError
 from trialforge.quality.change import Change
-from trialforge.quality.gate import QualityConfig, run_quality_gate
+from trialforge.quality.gate import run_quality_gate
 from trialforge.quality.probe import Probe
+from trialforge.quality.settings import QualityConfig
 from trialforge.quality.shortcuts import PANEL
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.patches import diff_trees
+from trialforge.tasks.quality_record import LEAK_KINDS
 from trialforge.tasks.schema import Source, Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import Grader, VerifyConfig
@@ -87,9 +89,10 @@ def make_task(world, name: str, base: dict[str, str], fixed: dict[str, str], tes
     )
 
 
-def gate(world, tasks: list[Task], **cfg):
+def gate(world, tasks: list[Task], concurrency: int = 1, **cfg):
     _, snapshots, grader = world
-    return run_quality_gate(tasks, grader, snapshots, QualityConfig(**cfg))
+    every_leak = {"leak_kinds": list(LEAK_KINDS)}  # expected values too (params.yaml opts into them)
+    return run_quality_gate(tasks, grader, snapshots, QualityConfig(**every_leak | cfg), concurrency=concurrency)
 
 
 def test_partial_hunks_apply_only_the_chosen_changes(tmp_path):
@@ -293,5 +296,5 @@ def test_a_task_whose_verdict_the_test_process_decides_too_much_of_is_dropped_be
     assert {d["reason"] for d in funnel.details} == {"host_judged"}
     _, records, _ = gate(world, [unanchored], max_mutants=0, require_host_judged=False)
     assert records["unanchored"].failed_gates != ["host_judged"]
-    with pytest.raises(ConfigError, match="min_host_judged"):
+    with pytest.raises(ValidationError, match="min_host_judged"):
         QualityConfig(min_host_judged=1.5)

@@ -33,7 +33,8 @@ from redteam_repo import (
     write_tree,
 )
 
-from trialforge.quality.gate import QualityConfig, run_quality_gate
+from trialforge.quality.gate import run_quality_gate
+from trialforge.quality.settings import QualityConfig
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.snapshots import SnapshotStore

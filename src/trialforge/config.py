@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from trialforge.curate.settings import CurateParams
 from trialforge.envspec import EnvSpec
 from trialforge.errors import ConfigError
+from trialforge.quality.settings import QualityConfig
 from trialforge.rollout.models import ModelSpec
 from trialforge.sandbox.settings import SandboxParams
 from trialforge.section import Section
@@ -58,26 +59,6 @@ class SourceParams(Section):
         if self.repos is None and self.synthesize:
             raise ValueError(f"sources.synthesize is {self.synthesize} but sources.repos is null: set it to 0")
         return self
-
-
-QualityGate = Literal["weak_tests", "leaks", "shortcuts"]
-
-
-class QualityParams(Section):
-    gates: list[QualityGate] = ["weak_tests", "leaks", "shortcuts"]  # audits that run and are recorded
-    enforce: list[QualityGate] = ["weak_tests", "leaks", "shortcuts"]  # failing one of these drops the task
-    max_mutants: int = Field(8, ge=0)
-    # What counts as a leak: the fix's code or a name it introduces. An expected value in a bug report is its
-    # specification more often than its answer: opt in with "expected_value".
-    leak_kinds: list[Literal["added_line", "new_identifier", "expected_value"]] = ["added_line", "new_identifier"]
-    timeout_factor: float = Field(10.0, ge=1)
-    min_timeout_s: float = Field(20.0, gt=0)
-    # Least share of a task's fail-to-pass tests whose every assertion the host judges (docs/verification.md);
-    # a task below it is dropped as host_judged. 0: report the share only.
-    min_host_judged: float = Field(0.0, ge=0, le=1)
-    # A task none of whose fail-to-pass tests has an assertion judged on the host with a value no one could guess is
-    # dropped as host_judged: its whole verdict would be in process, where a forged report needs no right value.
-    require_host_judged: bool = True
 
 
 BUILTIN_POLICIES = ("gold", "noop", "random_edit", "repair", "lm")  # scripted ones and the two learners
@@ -209,7 +190,7 @@ class Params(Section):
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     verify: VerifyConfig = VerifyConfig()
     curate: CurateParams = CurateParams()
-    quality: QualityParams = QualityParams()
+    quality: QualityConfig = QualityConfig()
     rollout: RolloutParams = RolloutParams()
     train: TrainParams = TrainParams()
     observe: ObserveParams = ObserveParams()

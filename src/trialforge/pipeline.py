@@ -20,7 +20,7 @@ from trialforge.errors import ConfigError
 from trialforge.funnel import Funnel
 from trialforge.observe.metrics import iteration_metrics, load_run
 from trialforge.progress import track, tracked_map
-from trialforge.quality.gate import QualityConfig, run_quality_gate
+from trialforge.quality.gate import run_quality_gate
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.models import model_policy
@@ -147,20 +147,10 @@ def decontaminate(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
 
 def quality(rt: Runtime, tasks: list[Task]) -> tuple[list[Task], Funnel]:
     """Weak tests, answer leaks and shortcut solutions: each task's record is kept on the task."""
-    qp = rt.params.quality
-    cfg = QualityConfig(
-        max_mutants=qp.max_mutants,
-        seed=rt.params.run.seed,
-        gates=tuple(qp.gates),
-        enforce=tuple(qp.enforce),
-        leak_kinds=tuple(qp.leak_kinds),
-        timeout_factor=qp.timeout_factor,
-        min_timeout_s=qp.min_timeout_s,
-        min_host_judged=qp.min_host_judged,
-        require_host_judged=qp.require_host_judged,
-        concurrency=rt.params.sandbox.concurrency,
+    p = rt.params
+    kept, records, funnel = run_quality_gate(
+        tasks, rt.grader(), rt.snapshots, p.quality, seed=p.run.seed, concurrency=p.sandbox.concurrency
     )
-    kept, records, funnel = run_quality_gate(tasks, rt.grader(), rt.snapshots, cfg)
     return [t.model_copy(update={"quality": records[t.task_id]}) for t in kept], funnel
 
 

@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trialforge.errors import ConfigError, PatchError
+from trialforge.errors import PatchError
 from trialforge.funnel import Funnel
 from trialforge.progress import tracked_map
 from trialforge.quality.change import Change
 from trialforge.quality.leaks import find_leaks
 from trialforge.quality.probe import Probe
+from trialforge.quality.settings import QualityConfig
 from trialforge.quality.shortcuts import audit_shortcuts
 from trialforge.quality.weak_tests import audit_tests
 from trialforge.scratch import scratch_dir
-from trialforge.tasks.quality_record import GATES, LEAK_KINDS, Attempt, Gate, LeakKind, QualityRecord
+from trialforge.tasks.quality_record import Attempt, Gate, QualityRecord
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.verify.grader import VERIFIER_VERSION, Grader
@@ -36,37 +37,6 @@ log = logging.getLogger(__name__)
 
 AUDIT_ERROR = "audit_error"
 HOST_JUDGED = "host_judged"  # enforced whenever quality.min_host_judged asks for a share
-
-
-@dataclass(frozen=True)
-class QualityConfig:
-    max_mutants: int = 8  # wrong fixes graded per task (each is one verifier run)
-    seed: int = 0  # the order in which mutation families are sampled
-    gates: tuple[Gate, ...] = GATES  # audits that run (and are recorded)
-    enforce: tuple[Gate, ...] = GATES  # of the gates that run, those whose failure drops the task (to keep weak
-    # tasks, with their record saying so, leave weak_tests out)
-    leak_kinds: tuple[LeakKind, ...] = LEAK_KINDS
-    concurrency: int = 1  # tasks audited at once (each audit grades one candidate at a time)
-    # Wrong fixes and shortcuts get this many times the gold control's grading time for their tests (at least
-    # min_timeout_s, at most the verifier's own timeout): one that hangs has failed, whenever it is stopped.
-    timeout_factor: float = 10.0
-    min_timeout_s: float = 20.0
-    # The least share of a task's fail-to-pass tests whose every assertion the host judges (expected values that
-    # never enter the sandbox: docs/verification.md); a task below it is dropped (``host_judged``). 0: report only.
-    min_host_judged: float = 0.0
-    # A task none of whose fail-to-pass tests has an assertion judged on the host with a value no one could guess
-    # is dropped (``host_judged``): its whole verdict is in process, where a forged report needs no right value.
-    require_host_judged: bool = True
-
-    def __post_init__(self) -> None:
-        unknown = sorted({*self.gates, *self.enforce} - set(GATES)) + sorted(set(self.leak_kinds) - set(LEAK_KINDS))
-        if unknown:
-            raise ConfigError(f"unknown quality gates or leak kinds {unknown}; known: {GATES}, {LEAK_KINDS}")
-        if not 0 <= self.min_host_judged <= 1:
-            raise ConfigError(f"quality.min_host_judged is a share between 0 and 1, not {self.min_host_judged}")
-        if self.max_mutants < 0 or self.concurrency < 1 or self.timeout_factor < 1 or self.min_timeout_s <= 0:
-            raise ConfigError(f"quality needs max_mutants >= 0, concurrency >= 1, timeout_factor >= 1 and "
-                              f"min_timeout_s > 0; got {self}")  # fmt: skip
 
 
 @dataclass
@@ -85,14 +55,21 @@ class QualityFunnel(Funnel):
 
 
 def run_quality_gate(
-    tasks: list[Task], grader: Grader, snapshots: SnapshotStore, cfg: QualityConfig
+    tasks: list[Task],
+    grader: Grader,
+    snapshots: SnapshotStore,
+    cfg: QualityConfig,
+    *,
+    seed: int = 0,
+    concurrency: int = 1,
 ) -> tuple[list[Task], dict[str, QualityRecord], QualityFunnel]:
-    """Audit every task (``cfg.concurrency`` at a time); return the kept tasks, every record by task id, the funnel."""
+    """Audit every task (``concurrency`` at a time; each audit grades one candidate at a time); return the kept
+    tasks, every record by task id, the funnel. ``seed``: the order in which mutation families are sampled."""
 
     def one(task: Task) -> QualityRecord:
-        return audit_task(task, grader, snapshots, cfg)
+        return audit_task(task, grader, snapshots, cfg, seed)
 
-    records = tracked_map("quality gate", one, tasks, cfg.concurrency)
+    records = tracked_map("quality gate", one, tasks, concurrency)
     funnel = QualityFunnel("quality")
     kept = []
     for task, record in zip(tasks, records, strict=True):
@@ -106,7 +83,9 @@ def run_quality_gate(
     return kept, {r.task_id: r for r in records}, funnel
 
 
-def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: QualityConfig) -> QualityRecord:
+def audit_task(
+    task: Task, grader: Grader, snapshots: SnapshotStore, cfg: QualityConfig, seed: int = 0
+) -> QualityRecord:
     """Run ``cfg.gates`` on one task and judge it."""
     start = time.monotonic()
     record = QualityRecord(task_id=task.task_id, gates_run=list(cfg.gates), verifier_version=VERIFIER_VERSION,
@@ -130,7 +109,7 @@ def audit_task(task: Task, grader: Grader, snapshots: SnapshotStore, cfg: Qualit
                 limit = max(cfg.min_timeout_s, cfg.timeout_factor * record.control.duration_s)
                 record.candidate_timeout_s = probe.limit_tests(limit)
                 if "weak_tests" in cfg.gates:
-                    record.mutants = audit_tests(gold, probe, max_mutants=cfg.max_mutants, seed=cfg.seed,
+                    record.mutants = audit_tests(gold, probe, max_mutants=cfg.max_mutants, seed=seed,
                                                  stop_at_pass="weak_tests" in cfg.enforce)  # fmt: skip
                 if "shortcuts" in cfg.gates and not _skipped(record, cfg, "shortcuts"):
                     record.shortcuts = audit_shortcuts(gold, probe)
