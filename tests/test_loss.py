@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trialforge.train.loss import LossConfig, group_advantages, policy_loss
+from trialforge.train.loss import LossConfig, LossVariant, group_advantages, policy_loss
 
 
 def t(*rows: object) -> torch.Tensor:
@@ -126,7 +126,7 @@ def test_dual_clip_bounds_negative_advantage_tokens_only():
     adv, mask = t(-1.0, 1.0), torch.ones(2, 3)
     # A = -1: PPO gives max(r, clip(r)) = [5, 2, 0.8]; dual-clip c = 3 caps at -c·A = 3 -> [3, 2, 0.8]
     # A = +1: PPO gives [-1.28, -1, -1]; dual-clip never applies to A > 0 (min with -3 would give -3)
-    loss, stats = policy_loss(logp, old, adv, mask, LossConfig(dual_clip=3.0))
+    loss, stats = policy_loss(logp, old, adv, mask, LossConfig(), variant=LossVariant(dual_clip=3.0))
     assert loss.item() == pytest.approx((3 + 2 + 0.8 - 1.28 - 1 - 1) / 6)  # 2.52 / 6 = 0.42
     assert stats.clip_fraction == pytest.approx(3 / 6)  # dual on r=5 (A<0), low on r=0.5, high on r=5 (A>0)
     loss.backward()
@@ -140,12 +140,12 @@ def test_k3_kl_against_the_reference_policy():
     ref = logs([0.25, 0.5])
     # d = ref - logp = [ln 0.5, ln 2]; k3 = e^d - d - 1 = [0.5 + ln2 - 1, 2 - ln2 - 1] = [ln2 - 0.5, 1 - ln2]
     # token mean of k3 = (ln2 - 0.5 + 1 - ln2) / 2 = 0.25; on-policy pg with A = 1 is -1 per token
-    cfg = LossConfig(kl_coef=0.1)
-    loss, stats = policy_loss(logp, logp.clone(), t(1.0), torch.ones(1, 2), cfg, ref_logprobs=ref)
+    kl = LossVariant(kl_coef=0.1)
+    loss, stats = policy_loss(logp, logp.clone(), t(1.0), torch.ones(1, 2), LossConfig(), ref_logprobs=ref, variant=kl)
     assert stats.kl == pytest.approx(0.25)
     assert loss.item() == pytest.approx(-1 + 0.1 * 0.25)
     with pytest.raises(ValueError, match="needs ref_logprobs"):
-        policy_loss(logp, logp.clone(), t(1.0), torch.ones(1, 2), cfg)
+        policy_loss(logp, logp.clone(), t(1.0), torch.ones(1, 2), LossConfig(), variant=kl)
 
 
 def test_truncated_importance_sampling_caps_the_behaviour_ratio():
@@ -157,7 +157,7 @@ def test_truncated_importance_sampling_caps_the_behaviour_ratio():
     assert loss.item() == pytest.approx(-1.25)
     loss.backward()
     assert_close(logp.grad, t([-0.5, -2.0]) / 2)  # w is a constant: d/dlogp = -A·ratio·w / 2
-    off, _ = policy_loss(logp, old, t(1.0), torch.ones(1, 2), LossConfig(), behaviour_logprobs=behaviour)
+    off, _ = policy_loss(logp, old, t(1.0), torch.ones(1, 2), LossConfig(tis_cap=None), behaviour_logprobs=behaviour)
     assert off.item() == pytest.approx(-1.0)  # tis_cap=None: no correction
 
 
@@ -177,8 +177,8 @@ AGG_MASK = t([1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0])
 )
 def test_aggregations(aggregation, norm_length, expected):
     logp = torch.full((3, 4), -0.7, dtype=torch.float64)
-    cfg = LossConfig(aggregation=aggregation, norm_length=norm_length)
-    loss, stats = policy_loss(logp, logp.clone(), t(2.0, -0.5, 5.0), AGG_MASK, cfg)
+    variant = LossVariant(aggregation=aggregation, norm_length=norm_length)
+    loss, stats = policy_loss(logp, logp.clone(), t(2.0, -0.5, 5.0), AGG_MASK, LossConfig(), variant=variant)
     assert loss.item() == pytest.approx(expected)
     assert stats.tokens == 6
 
@@ -205,6 +205,6 @@ def test_shape_mismatches_name_the_shapes():
 
 def test_config_rejects_values_that_cannot_work():
     with pytest.raises(ValueError, match=r"dual_clip=0\.5 must be > 1"):
-        LossConfig(dual_clip=0.5)
+        LossVariant(dual_clip=0.5)
     with pytest.raises(ValueError, match="aggregation='seq-sum'"):
-        LossConfig(aggregation="seq-sum")  # type: ignore[arg-type]
+        LossVariant(aggregation="seq-sum")  # type: ignore[arg-type]

@@ -25,7 +25,6 @@ from trialforge.rollout.policies import Policy
 from trialforge.rollout.repair import RepairPolicy
 from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EpisodeRecord
-from trialforge.train.loss import LossConfig
 from trialforge.train.repair_trainer import RepairTrainer
 from trialforge.train.settings import LM
 
@@ -99,9 +98,7 @@ class LMLearner:
         lora = tp.lora
         knobs: dict[str, Any] = {
             "optim": OptimConfig(lr=tp.lr),
-            "loss": LossConfig(
-                advantage=tp.advantage, clip_low=tp.clip_low, clip_high=tp.clip_high, tis_cap=tp.tis_cap
-            ),
+            "loss": tp,  # the train section is the loss's config
             "grad_accum_steps": tp.grad_accum_steps,
             "max_grad_norm": tp.max_grad_norm,
             "gradient_checkpointing": tp.gradient_checkpointing,

@@ -67,7 +67,8 @@ from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EpisodeRecord
 from trialforge.train import hf_checkpoint
 from trialforge.train.device import TrainDevice, pick_device
-from trialforge.train.loss import LossConfig, group_advantages, policy_loss
+from trialforge.train.loss import GRPO, LossVariant, group_advantages, policy_loss
+from trialforge.train.settings import LossConfig
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,7 @@ class LMTrainer:
         loss: LossConfig | None = None,
         device: TrainDevice | None = None,
         *,
+        variant: LossVariant = GRPO,
         grad_accum_steps: int = 1,
         max_grad_norm: float | None = 1.0,
         gradient_checkpointing: bool = False,
@@ -281,6 +283,7 @@ class LMTrainer:
             (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
         self.optim_cfg = optim or OptimConfig()
         self.loss_cfg = loss or LossConfig()
+        self.variant = variant
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],  # LoRA: the adapters alone
             lr=self.optim_cfg.lr,
@@ -319,7 +322,7 @@ class LMTrainer:
         groups = torch.tensor([group_index.setdefault(ep.group_id, len(group_index)) for ep in kept], dtype=torch.long)
         rewards = torch.tensor([float(ep.reward) for ep in kept], dtype=torch.float64)  # type: ignore[arg-type]
         advantages, group_stats = group_advantages(
-            rewards, groups, torch.ones(len(kept), dtype=torch.bool), self.loss_cfg.advantage, self.loss_cfg.eps
+            rewards, groups, torch.ones(len(kept), dtype=torch.bool), self.loss_cfg.advantage, self.variant.eps
         )
         rows = [row for i, ep in enumerate(kept) for row in episode_sequences(ep, i)]
         stale = behaviour_version is not None and behaviour_version < self.version
@@ -361,10 +364,10 @@ class LMTrainer:
 
     def _accumulate(self, rows: list[TokenSequence], advantages: Tensor, stale: bool) -> dict[str, float]:
         """Forward and backward every micro-batch, each loss weighted by its share; return the batch's stats."""
-        cfg = self.loss_cfg
+        cfg, variant = self.loss_cfg, self.variant
         width = max(len(r.ids) for r in rows) - 1
-        if cfg.aggregation == "seq-mean-token-sum-norm" and cfg.norm_length is None:
-            cfg = dataclasses.replace(cfg, norm_length=width)  # one divisor for every micro-batch
+        if variant.aggregation == "seq-mean-token-sum-norm" and variant.norm_length is None:
+            variant = dataclasses.replace(variant, norm_length=width)  # one divisor for every micro-batch
         total_tokens = sum(sum(r.mask[1:]) for r in rows)  # a token at position 0 has no context to score it in
         total_seqs = len(rows)
         totals = dict.fromkeys(("loss", "pg_loss", "kl", "clip_fraction", "ratio_mean"), 0.0)
@@ -377,10 +380,10 @@ class LMTrainer:
                     self.model.train()
             loss, stats = policy_loss(
                 self.token_logprobs(batch), batch.old, batch.advantages, batch.mask, cfg,
-                behaviour_logprobs=batch.behaviour,
+                behaviour_logprobs=batch.behaviour, variant=variant,
             )  # fmt: skip
             tokens = int(batch.mask.sum())
-            share = tokens / total_tokens if cfg.aggregation == "token-mean" else len(chunk) / total_seqs
+            share = tokens / total_tokens if variant.aggregation == "token-mean" else len(chunk) / total_seqs
             (loss * share).backward()
             for key in ("loss", "pg_loss", "kl"):
                 totals[key] += getattr(stats, key) * share

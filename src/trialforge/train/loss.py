@@ -15,52 +15,45 @@ Sign convention: the returned loss is *minimised*, so a token's policy-gradient 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
-AdvantageMethod = Literal["grpo", "drgrpo", "rloo"]
+from trialforge.train.settings import AdvantageMethod, LossConfig
+
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-ADVANTAGE_METHODS: tuple[str, ...] = ("grpo", "drgrpo", "rloo")
-AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+ADVANTAGE_METHODS: tuple[str, ...] = get_args(AdvantageMethod)
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 MAX_LOG_RATIO = 20.0  # |logp - old_logp| is clamped here before exp, as verl does, so one bad token cannot overflow
 
 
 @dataclass(frozen=True)
-class LossConfig:
-    """Every knob of the loss. The defaults are GRPO with DAPO clip-higher, no KL, on-policy."""
+class LossVariant:
+    """Variants of the surrogate beyond the knobs a run sets (``LossConfig``, params.yaml's ``train``): no run
+    selects them, so a run's loss is the defaults, token-mean GRPO without KL."""
 
-    advantage: AdvantageMethod = "grpo"
-    clip_low: float = 0.2  # ratio is clipped below at 1 - clip_low
-    clip_high: float = 0.28  # ... and above at 1 + clip_high (DAPO clip-higher)
     dual_clip: float | None = None  # c > 1: for A < 0 the token loss is at most -c * A (dual-clip PPO)
     aggregation: Aggregation = "token-mean"
     norm_length: int | None = None  # seq-mean-token-sum-norm divisor (Dr.GRPO); None = mask width T
     kl_coef: float = 0.0  # weight of the k3 KL to ref_logprobs; 0 = off
-    tis_cap: float | None = None  # truncated importance sampling cap on exp(old - behaviour); None = off
     eps: float = 1e-6  # added to the group std (grpo)
 
     def __post_init__(self) -> None:
         problems = []
-        if self.advantage not in ADVANTAGE_METHODS:
-            problems.append(f"advantage={self.advantage!r} is not one of {ADVANTAGE_METHODS}")
         if self.aggregation not in AGGREGATIONS:
             problems.append(f"aggregation={self.aggregation!r} is not one of {AGGREGATIONS}")
-        if not 0 <= self.clip_low < 1:
-            problems.append(f"clip_low={self.clip_low} must be in [0, 1)")
-        if self.clip_high < 0:
-            problems.append(f"clip_high={self.clip_high} must be >= 0")
         if self.dual_clip is not None and self.dual_clip <= 1:
             problems.append(f"dual_clip={self.dual_clip} must be > 1 (or None to disable)")
         if self.norm_length is not None and self.norm_length <= 0:
             problems.append(f"norm_length={self.norm_length} must be > 0 (or None for the mask width)")
         if self.kl_coef < 0:
             problems.append(f"kl_coef={self.kl_coef} must be >= 0")
-        if self.tis_cap is not None and self.tis_cap <= 0:
-            problems.append(f"tis_cap={self.tis_cap} must be > 0 (or None to disable)")
         if problems:
-            raise ValueError("invalid LossConfig: " + "; ".join(problems))
+            raise ValueError("invalid LossVariant: " + "; ".join(problems))
+
+
+GRPO = LossVariant()
 
 
 @dataclass(frozen=True)
@@ -150,6 +143,7 @@ def policy_loss(
     cfg: LossConfig,
     ref_logprobs: Tensor | None = None,
     behaviour_logprobs: Tensor | None = None,
+    variant: LossVariant = GRPO,
 ) -> tuple[Tensor, LossStats]:
     """The clipped GRPO-family surrogate, to be minimised. Per token t of sequence i, with ``A = A_i``:
 
@@ -171,12 +165,15 @@ def policy_loss(
     * seq-mean-token-sum-norm: ``mean_i(sum_t(loss * m) / norm_length)`` over all B sequences; norm_length
       defaults to the mask width T, a constant (Dr.GRPO), so long answers are not down-weighted.
 
+    ``cfg`` gives clip_low, clip_high and tis_cap (a run's ``train`` section is one); ``variant`` dual_clip,
+    kl_coef, aggregation and norm_length.
+
     Shapes: logprobs, old_logprobs, mask, ref_logprobs, behaviour_logprobs [B, T]; advantages [B].
     ``mask`` is 1 for policy-generated tokens and 0 for prompt, tool-output and padding tokens.
     """
     _check_shapes(logprobs, old_logprobs, advantages, mask, ref_logprobs, behaviour_logprobs)
-    if cfg.kl_coef > 0 and ref_logprobs is None:
-        raise ValueError(f"kl_coef={cfg.kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
+    if variant.kl_coef > 0 and ref_logprobs is None:
+        raise ValueError(f"kl_coef={variant.kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
     m = mask.to(logprobs.dtype)
     A = advantages.detach().to(logprobs.dtype)[:, None]
 
@@ -185,9 +182,9 @@ def policy_loss(
     clipped = -A * ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high)
     pg = torch.maximum(unclipped, clipped)
     was_clipped = clipped > unclipped
-    if cfg.dual_clip is not None:
-        dual = (A < 0) & (pg > -cfg.dual_clip * A)
-        pg = torch.where(dual, -cfg.dual_clip * A, pg)
+    if variant.dual_clip is not None:
+        dual = (A < 0) & (pg > -variant.dual_clip * A)
+        pg = torch.where(dual, -variant.dual_clip * A, pg)
         was_clipped = was_clipped | dual
     if cfg.tis_cap is not None and behaviour_logprobs is not None:
         pg = pg * torch.exp(old_logprobs - behaviour_logprobs).clamp(max=cfg.tis_cap).detach()
@@ -200,15 +197,15 @@ def policy_loss(
 
     def aggregate(x: Tensor) -> Tensor:
         per_seq = (x * m).sum(-1)
-        if cfg.aggregation == "token-mean":
+        if variant.aggregation == "token-mean":
             return per_seq.sum() / m.sum().clamp(min=1)
-        if cfg.aggregation == "seq-mean-token-mean":
+        if variant.aggregation == "seq-mean-token-mean":
             tokens = m.sum(-1)
             has = (tokens > 0).to(x.dtype)
             return (per_seq / tokens.clamp(min=1) * has).sum() / has.sum().clamp(min=1)
-        return (per_seq / (cfg.norm_length or m.shape[-1])).mean()  # seq-mean-token-sum-norm
+        return (per_seq / (variant.norm_length or m.shape[-1])).mean()  # seq-mean-token-sum-norm
 
-    loss = aggregate(pg + cfg.kl_coef * kl)
+    loss = aggregate(pg + variant.kl_coef * kl)
 
     with torch.no_grad():
         n_tokens = m.sum().clamp(min=1)

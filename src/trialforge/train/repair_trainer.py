@@ -17,7 +17,7 @@ from trialforge.rollout.repair import RepairPolicy
 from trialforge.rollout.repair_edits import N_FEATURES
 from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EpisodeRecord
-from trialforge.train.loss import LossConfig, group_advantages, policy_loss
+from trialforge.train.loss import group_advantages, policy_loss
 from trialforge.train.settings import TrainParams
 
 
@@ -85,7 +85,6 @@ class RepairTrainer:
             else torch.optim.Adam([self.weights], lr=params.lr)
         )
         self.version = version
-        self.loss_cfg = LossConfig(advantage=params.advantage, clip_low=params.clip_low, clip_high=params.clip_high)
 
     def policy(self) -> RepairPolicy:
         return RepairPolicy(self.weights.detach().tolist(), version=f"v{self.version}")
@@ -95,7 +94,7 @@ class RepairTrainer:
         advantages, groups = group_advantages(batch.rewards, batch.groups, batch.valid, self.params.advantage)
         stats = None
         for _ in range(self.params.epochs):
-            loss, stats = policy_loss(self._logprobs(batch), batch.old_logprobs, advantages, batch.mask, self.loss_cfg)
+            loss, stats = policy_loss(self._logprobs(batch), batch.old_logprobs, advantages, batch.mask, self.params)
             if batch.mask.sum() == 0:
                 break
             self.optimizer.zero_grad()

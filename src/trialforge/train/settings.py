@@ -94,12 +94,27 @@ class InferenceParams(Section):
 LM = "lm"  # the policy name of a language-model learner's episodes
 
 
-class TrainParams(Section):
+AdvantageMethod = Literal["grpo", "drgrpo", "rloo"]
+
+
+class LossConfig(Section):
+    """The loss's knobs a run sets (``train.loss.policy_loss``; the variants no run selects are its
+    ``LossVariant``). Defaults: GRPO with DAPO clip-higher, a stale batch's importance weights capped at 2."""
+
+    advantage: AdvantageMethod = "grpo"
+    clip_low: float = Field(0.2, ge=0, lt=1)  # the ratio is clipped below at 1 - clip_low
+    clip_high: float = Field(0.28, ge=0)  # ... and above at 1 + clip_high (DAPO clip-higher)
+    # truncated importance sampling cap on exp(old - behaviour) for a stale batch (LM); None: off
+    tis_cap: float | None = Field(2.0, gt=0)
+
+
+class TrainParams(LossConfig):
+    """``train`` in params.yaml: the learner, its optimisation and loss (``LossConfig``), LoRA, and where its
+    rollouts sample."""
+
     iterations: int = Field(1, ge=1)
     lr: float = 0.05
-    advantage: Literal["grpo", "drgrpo", "rloo"] = "grpo"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
+    # advantage, clip_low, clip_high, tis_cap: ``LossConfig``
     epochs: int = Field(4, ge=1)
     # The repair policy's optimiser. Adam's first step moves every weight by the learning rate whatever its
     # gradient (sign descent): a few groups then set every edit kind's weight as firmly as the evidence-backed
@@ -110,7 +125,6 @@ class TrainParams(Section):
     grad_accum_steps: int = Field(1, ge=1)  # micro-batches per update (LM)
     max_grad_norm: float = Field(1.0, gt=0)  # gradient clipping (LM)
     gradient_checkpointing: bool = False  # trade compute for activation memory (LM)
-    tis_cap: float | None = Field(2.0, gt=0)  # truncated importance weight cap for a stale batch (LM); None: off
     lora: LoraParams = LoraParams()  # LM: LoRA adapters (r > 0) or full fine-tuning (r = 0)
     inference: InferenceParams = InferenceParams()  # LM: where its rollouts sample
 
