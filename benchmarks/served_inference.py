@@ -37,9 +37,9 @@ from tiny_models import byte_level_gpt2  # noqa: E402
 from trialforge.rollout.hf_policy import HFPolicy  # noqa: E402
 from trialforge.store.objstore import open_store  # noqa: E402
 from trialforge.train.device import pick_device  # noqa: E402
-from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig  # noqa: E402
+from trialforge.train.lm import LMTrainer, OptimConfig  # noqa: E402
 from trialforge.train.served import WeightSync  # noqa: E402
-from trialforge.train.settings import InferenceParams  # noqa: E402
+from trialforge.train.settings import InferenceParams, LoraParams  # noqa: E402
 
 PROMPT = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "add() subtracts: fix it"}]
 
@@ -95,7 +95,7 @@ def sync_times(model: Path, url: str, lora: bool, versions: int, work: Path) -> 
     the bytes written for the server per version (the tokenizer's files included)."""
     store = open_store(f"file://{work / ('store-lora' if lora else 'store-full')}")
     trainer = LMTrainer(
-        str(model), OptimConfig(lr=1e-3), device=pick_device("cpu"), lora=LoraSpec(r=16) if lora else None
+        str(model), OptimConfig(lr=1e-3), device=pick_device("cpu"), lora=LoraParams(r=16) if lora else None
     )
     api = "vllm" if lora else "sglang"
     sync = WeightSync(InferenceParams(url=url, api=api, model_name="bench"), str(model), work / f"served-{api}", 0)

@@ -39,8 +39,8 @@ from trialforge.sandbox import owned
 from trialforge.store.objstore import open_store
 from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.train.device import pick_device
-from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig
-from trialforge.train.settings import LM
+from trialforge.train.lm import LMTrainer, OptimConfig
+from trialforge.train.settings import LM, LoraParams
 
 RUN = "served-run"
 
@@ -180,7 +180,7 @@ def test_a_step_on_the_servers_samples_reaches_it_and_changes_what_it_samples(ti
     more = {"train.inference.api": api} | ({"train.lora.r": 4} if api == "vllm" else {})
     params = load_params(None, served(tmp_path, path, free_port(), **more))
     store = open_store(params.run.store)
-    lora = LoraSpec(r=4, alpha=params.train.lora.alpha) if api == "vllm" else None
+    lora = LoraParams(r=4, alpha=params.train.lora.alpha) if api == "vllm" else None
     trainer = LMTrainer(str(path), OptimConfig(lr=1e-2), device=pick_device("cpu"), lora=lora)
     view, task = TaskView("t", "fix add"), "add(2, 3) returns -1: fix calc/ops.py"
     with serving(params):
@@ -210,7 +210,7 @@ def test_an_episode_outlives_a_server_killed_under_it(tiny_lm, tmp_path, state_d
     more = {"train.lora.r": 4, "train.inference.max_retries": 12}  # waits doubling to 30 s: ample for a restart
     params = load_params(None, served(tmp_path, path, free_port(), **more))
     store = open_store(params.run.store)
-    trainer = LMTrainer(str(path), OptimConfig(lr=1e-2), device=pick_device("cpu"), lora=LoraSpec(r=4))
+    trainer = LMTrainer(str(path), OptimConfig(lr=1e-2), device=pick_device("cpu"), lora=LoraParams(r=4))
     with serving(params):
         untrained = rollout_policy(params, store, None)
         before = [untrained.begin(TaskView("t", "fix"), seed=s).act("add subtracts") for s in (1, 1)]

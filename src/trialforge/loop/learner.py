@@ -92,17 +92,16 @@ class LMLearner:
     name = LM
 
     def __init__(self, params: Params, store: ObjectStore, checkpoint: str | None) -> None:
-        from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig
+        from trialforge.train.lm import LMTrainer, OptimConfig
 
         tp = params.train
-        lora = tp.lora
         knobs: dict[str, Any] = {
             "optim": OptimConfig(lr=tp.lr),
             "loss": tp,  # the train section is the loss's config
             "grad_accum_steps": tp.grad_accum_steps,
             "max_grad_norm": tp.max_grad_norm,
             "gradient_checkpointing": tp.gradient_checkpointing,
-            "lora": LoraSpec(lora.r, lora.alpha, lora.dropout, lora.targets()) if lora.r else None,
+            "lora": tp.lora,  # rank 0: full fine-tuning
         }
         if checkpoint:
             self.trainer = LMTrainer.load(store, checkpoint, tp.model, **knobs)  # its data seed is saved

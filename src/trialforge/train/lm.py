@@ -31,7 +31,7 @@ Off-policy batches: a batch produced by an older policy version (``behaviour_ver
 current weights before the step, and the recorded ones passed as behaviour log-probabilities for
 truncated importance sampling. Without ``tis_cap`` the recorded ones serve as old log-probabilities.
 
-LoRA or full fine-tuning. With ``lora`` (a ``LoraSpec`` of rank r > 0) the model is wrapped by peft's
+LoRA or full fine-tuning. With ``lora`` (``train.lora``, a ``LoraParams`` of rank r > 0) the model is wrapped by peft's
 ``get_peft_model``: low-rank adapters on the ``target_modules`` train, every base weight is frozen and the
 optimiser holds the adapters alone. Without it every weight trains. The update, the log-probabilities and
 gradient checkpointing are the same code either way. Rollouts sample with ``sampling_copy()``, the peft
@@ -68,7 +68,7 @@ from trialforge.store.records import EpisodeRecord
 from trialforge.train import hf_checkpoint
 from trialforge.train.device import TrainDevice, pick_device
 from trialforge.train.loss import GRPO, LossVariant, group_advantages, policy_loss
-from trialforge.train.settings import LossConfig
+from trialforge.train.settings import LoraParams, LossConfig
 
 
 @dataclass(frozen=True)
@@ -81,34 +81,8 @@ class OptimConfig:
     eps: float = 1e-8
 
 
-@dataclass(frozen=True)
-class LoraSpec:
-    """Low-rank adapters (peft LoRA) on ``target_modules``: the update is ``alpha / r * B @ A`` beside each frozen
-    weight. ``target_modules`` is a list of module names (``q_proj``, ``v_proj``, ...) or ``"all-linear"``: every
-    linear layer but the output head."""
-
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0  # dropout on the adapters' input while training (never while sampling)
-    target_modules: tuple[str, ...] | str = "all-linear"
-
-    def __post_init__(self) -> None:
-        if self.r < 1:
-            raise ConfigError(f"LoRA rank r={self.r} must be >= 1 (no LoRA at all is full fine-tuning)")
-        if self.alpha <= 0:
-            raise ConfigError(f"LoRA alpha={self.alpha} must be > 0")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError(f"LoRA dropout={self.dropout} must be in [0, 1)")
-        if isinstance(self.target_modules, str) and self.target_modules != "all-linear":
-            raise ConfigError(
-                f"LoRA target_modules={self.target_modules!r}: give a list of module names or 'all-linear'"
-            )
-        if not isinstance(self.target_modules, str) and not self.target_modules:
-            raise ConfigError("LoRA target_modules is empty: name the modules to adapt, or 'all-linear'")
-
-
-def with_lora(model: Any, spec: LoraSpec) -> Any:
-    """``model`` wrapped by peft with trainable LoRA adapters and every base weight frozen."""
+def with_lora(model: Any, spec: LoraParams) -> Any:
+    """``model`` wrapped by peft with trainable LoRA adapters (``spec.r`` > 0) and every base weight frozen."""
     from peft import LoraConfig, get_peft_model
     from transformers.pytorch_utils import Conv1D
 
@@ -129,9 +103,15 @@ def is_peft(model: Any) -> bool:
     return peft is not None and isinstance(model, peft.PeftModel)
 
 
-def _check_lora(key: str, kind: str, model: Any, asked: LoraSpec | None) -> None:
+def _adapters(lora: LoraParams | None) -> LoraParams | None:
+    """``lora`` when it asks for adapters; None for full fine-tuning (no spec, or rank 0)."""
+    return lora if lora is not None and lora.r else None
+
+
+def _check_lora(key: str, kind: str, model: Any, asked: LoraParams | None) -> None:
     """Refuse to resume checkpoint ``key`` with another LoRA setting than it was trained with."""
     saved = model.peft_config["default"] if kind == "lora" else None
+    asked = _adapters(asked)
     if (saved is None) == (asked is None) and (
         saved is None or asked is None or (saved.r, saved.lora_alpha) == (asked.r, asked.alpha)
     ):
@@ -255,13 +235,13 @@ class LMTrainer:
         max_grad_norm: float | None = 1.0,
         gradient_checkpointing: bool = False,
         data_seed: int = 0,
-        lora: LoraSpec | None = None,
+        lora: LoraParams | None = None,
         base_model: str | None = None,
     ) -> None:
         """``model``: a transformers causal LM, or a local path to one (loaded with ``local_files_only``), or a
-        peft model (its trainable parameters train). ``lora``: wrap ``model`` with these adapters (None: train
-        it as it is). ``base_model``: the base model's directory recorded in checkpoints (default: ``model``'s
-        path, or its ``name_or_path``)."""
+        peft model (its trainable parameters train). ``lora``: wrap ``model`` with these adapters (None or rank 0:
+        train it as it is). ``variant``: the loss's variant (``train.loss.LossVariant``). ``base_model``: the base
+        model's directory recorded in checkpoints (default: ``model``'s path, or its ``name_or_path``)."""
         if grad_accum_steps < 1:
             raise ConfigError(f"grad_accum_steps={grad_accum_steps} must be >= 1")
         if max_grad_norm is not None and max_grad_norm <= 0:
@@ -272,7 +252,7 @@ class LMTrainer:
             base_model = base_model if base_model is not None else str(model)
             model = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
         self.base_model = base_model if base_model is not None else str(getattr(model, "name_or_path", "") or "")
-        if lora is not None:
+        if (lora := _adapters(lora)) is not None:
             if is_peft(model):
                 raise ConfigError("the model already has peft adapters: give lora=None to train them")
             model = with_lora(model, lora)

@@ -15,11 +15,12 @@ LM_MAX_LR = 1e-2
 
 
 class LoraParams(Section):
-    """LoRA adapters (peft) for the LM learner instead of full fine-tuning (``train.lm.LoraSpec``)."""
+    """LoRA adapters (peft) for the LM learner instead of full fine-tuning (``train.lm.LMTrainer``'s ``lora``): the
+    update is ``alpha / r * B @ A`` beside each frozen weight."""
 
     r: int = Field(0, ge=0)  # adapter rank; 0: no adapters, every weight trains (full fine-tuning)
     alpha: int = Field(32, ge=1)  # the adapters' update is scaled by alpha / r
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # on the adapters' input while training
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # on the adapters' input while training (never while sampling)
     target_modules: list[str] | Literal["all-linear"] = "all-linear"  # module names, or every linear layer but the head
 
     @field_validator("target_modules", mode="before")
@@ -38,9 +39,6 @@ class LoraParams(Section):
             if len(set(value)) != len(value):
                 raise ValueError(f"{value} names a module more than once")
         return value
-
-    def targets(self) -> tuple[str, ...] | str:
-        return self.target_modules if isinstance(self.target_modules, str) else tuple(self.target_modules)
 
 
 class InferenceParams(Section):
