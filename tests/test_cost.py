@@ -5,11 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from trialforge.config import load_params
+from trialforge.config import Prices, load_params
 from trialforge.errors import ConfigError
 from trialforge.observe.cost import CostRates, cost_metrics, run_costs
 
-RATES = CostRates(cpus=2.0, memory_gb=0.5, cpu_hour=3.6, memory_gb_hour=7.2, gpu_hour=36.0, per_million_tokens=2.0)
+RATES = CostRates(
+    cpus=2.0, memory_gb=0.5, prices=Prices(cpu_hour=3.6, memory_gb_hour=7.2, gpu_hour=36.0, per_million_tokens=2.0)
+)
 
 
 def episodes() -> pd.DataFrame:
@@ -75,7 +77,7 @@ def test_gpu_time_is_priced_from_cuda_updates_per_iteration_only() -> None:
 def test_prices_come_from_params_checked_and_never_change_a_runs_digest() -> None:
     priced = load_params(None, {"observe.prices": {"cpu_hour": 0.05, "currency": "EUR"}, "sandbox.memory_mb": 2048})
     rates = CostRates.from_params(priced)
-    assert (rates.cpu_hour, rates.currency, rates.memory_gb, rates.cpus) == (0.05, "EUR", 2.0, 1.0)
+    assert (rates.prices.cpu_hour, rates.prices.currency, rates.memory_gb, rates.cpus) == (0.05, "EUR", 2.0, 1.0)
     assert priced.digest() == load_params(None, {"sandbox.memory_mb": 2048}).digest()
     for bad in ({"cpu_hour": -1}, {"currency": "dollars"}, {"per_gpu": 1}):
         with pytest.raises(ConfigError, match=r"observe\.prices"):

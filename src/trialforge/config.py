@@ -112,14 +112,10 @@ class Prices(Section):
     currency: str = Field("USD", pattern=r"^[A-Z]{3}$")
 
 
-class ObserveParams(Section):
-    max_env_error_rate: float = Field(0.2, ge=0.0, le=1.0)  # above this an iteration is unhealthy: no training
-    max_verifier_error_rate: float = Field(0.05, ge=0.0, le=1.0)
+class ObserveParams(HealthThresholds):
+    # max_env_error_rate, max_verifier_error_rate: ``HealthThresholds`` (did the environment break?)
     learning: LearningGate = LearningGate()  # the learner's checks: is there anything to learn from the batch?
     prices: Prices = Prices()  # never part of a run's digest: pricing changes no result
-
-    def thresholds(self) -> HealthThresholds:
-        return HealthThresholds(self.max_env_error_rate, self.max_verifier_error_rate)
 
 
 class TrackingParams(Section):

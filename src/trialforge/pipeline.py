@@ -242,7 +242,7 @@ def assert_healthy(rt: Runtime, run_id: str, iteration: int, learner: str) -> No
     """Raise UnhealthyBatchError when the stored iteration's env or verifier error rate passes its threshold,
     over all its episodes or over the learner's alone (gold and noop must not hide the learner's failures)."""
     data = load_run(rt.store, run_id, iteration)
-    thresholds = rt.params.observe.thresholds()
+    thresholds = rt.params.observe  # the health thresholds
     mine = data.episodes["policy"] == learner
     steps = (
         data.steps

@@ -48,9 +48,8 @@ def report(
     from trialforge.observe.report import render_report
 
     with _opened(store, params) as (objects, loaded):
-        thresholds = loaded.observe.thresholds()
         out = out or Path(loaded.run.out_dir) / f"report-{run}.html"
-        path = render_report(objects, run, out, thresholds=thresholds, rates=CostRates.from_params(loaded))
+        path = render_report(objects, run, out, thresholds=loaded.observe, rates=CostRates.from_params(loaded))
     typer.echo(f"report: {path.resolve().as_uri()}")
 
 

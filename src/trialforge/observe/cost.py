@@ -17,12 +17,12 @@ of update time on CUDA (``updates``); policy inference per million tokens (scrip
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from trialforge.config import Params
+from trialforge.config import Params, Prices
 from trialforge.observe.attribution import CATEGORIES, cause_kind
 
 SECONDS_PER_HOUR = 3600.0
@@ -32,24 +32,11 @@ SECONDS_PER_HOUR = 3600.0
 class CostRates:
     cpus: float  # each sandbox's CPU reservation
     memory_gb: float  # and its memory reservation
-    cpu_hour: float = 0.0
-    memory_gb_hour: float = 0.0
-    gpu_hour: float = 0.0
-    per_million_tokens: float = 0.0
-    currency: str = "USD"
+    prices: Prices = field(default_factory=Prices)  # what a unit costs (observe.prices)
 
     @classmethod
     def from_params(cls, params: Params) -> CostRates:
-        prices = params.observe.prices
-        return cls(
-            cpus=params.sandbox.cpus,
-            memory_gb=params.sandbox.memory_mb / 1024,
-            cpu_hour=prices.cpu_hour,
-            memory_gb_hour=prices.memory_gb_hour,
-            gpu_hour=prices.gpu_hour,
-            per_million_tokens=prices.per_million_tokens,
-            currency=prices.currency,
-        )
+        return cls(cpus=params.sandbox.cpus, memory_gb=params.sandbox.memory_mb / 1024, prices=params.observe.prices)
 
 
 def episode_costs(episodes: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
@@ -69,9 +56,9 @@ def episode_costs(episodes: pd.DataFrame, rates: CostRates) -> pd.DataFrame:
         index=episodes.index,
     )
     frame["money"] = (
-        frame["reserved_cpu_s"] / SECONDS_PER_HOUR * rates.cpu_hour
-        + frame["reserved_memory_gb_s"] / SECONDS_PER_HOUR * rates.memory_gb_hour
-        + tokens / 1e6 * rates.per_million_tokens
+        frame["reserved_cpu_s"] / SECONDS_PER_HOUR * rates.prices.cpu_hour
+        + frame["reserved_memory_gb_s"] / SECONDS_PER_HOUR * rates.prices.memory_gb_hour
+        + tokens / 1e6 * rates.prices.per_million_tokens
     )
     return frame
 
@@ -104,7 +91,7 @@ def cost_metrics(episodes: pd.DataFrame, rates: CostRates, gpu_s: float = 0.0) -
     ok = episodes["status"] == "ok"
     reward = float(episodes.loc[ok, "reward"].astype(float).sum())
     totals = _totals(costs)
-    training = gpu_s / SECONDS_PER_HOUR * rates.gpu_hour
+    training = gpu_s / SECONDS_PER_HOUR * rates.prices.gpu_hour
     spent = totals["money"] + training
     failed = episodes[~ok]
     # used CPU per episode, valid trajectory and unit of reward: over the episodes whose use was measured
@@ -116,7 +103,7 @@ def cost_metrics(episodes: pd.DataFrame, rates: CostRates, gpu_s: float = 0.0) -
         totals["used_cpu_s"] = None  # unknown, not zero
     by_cause = failed.assign(cause_key=failed["status"].map(CATEGORIES) + ":" + failed["cause"].map(cause_kind))
     return {
-        "currency": rates.currency,
+        "currency": rates.prices.currency,
         "episodes": len(episodes),
         "valid": int(ok.sum()),
         "reward": _round(reward),

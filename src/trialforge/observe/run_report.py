@@ -66,8 +66,8 @@ def finish_run(
     rt.store.put_bytes(loop_key(run_id), json.dumps(loop, sort_keys=True).encode())
     rt.store.put_bytes(families_key(run_id), json.dumps(families, sort_keys=True).encode())
     rt.store.put_bytes(funnel_key(run_id), json.dumps(metrics["tasks"], sort_keys=True).encode())
-    thresholds = rt.params.observe.thresholds()
-    render_report(rt.store, run_id, out / "report.html", thresholds=thresholds, rates=CostRates.from_params(rt.params))
+    rates = CostRates.from_params(rt.params)
+    render_report(rt.store, run_id, out / "report.html", thresholds=rt.params.observe, rates=rates)
     tracker.finish(metrics, tasks, [out / "report.html", out / "metrics.json", out / "plots"])
     metrics["tracking"] = tracker.summary()  # it may have stopped since: the summary says so
     print_summary(metrics)

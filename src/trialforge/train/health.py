@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trialforge.errors import TrialforgeError
+from trialforge.section import Section
 from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.patches import is_test_path, touched_paths
 
@@ -55,10 +56,11 @@ class UnhealthyBatchError(TrialforgeError):
         self.reasons = reasons
 
 
-@dataclass(frozen=True)
-class HealthThresholds:
-    max_env_error_rate: float = 0.2
-    max_verifier_error_rate: float = 0.05
+class HealthThresholds(Section):
+    """Did the environment break? (``observe`` in params.yaml: ``ObserveParams`` derives from this class.)"""
+
+    max_env_error_rate: float = Field(0.2, ge=0.0, le=1.0)  # above this an iteration is unhealthy: no training
+    max_verifier_error_rate: float = Field(0.05, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)
