@@ -131,8 +131,9 @@ def rollout_for(backend: Backend, pool: SandboxPool, snapshots: SnapshotStore, l
         image_digest=image.digest,
         snapshots=snapshots,
         grader=Grader(backend, image.name, image.digest, snapshots, LIMITS),
-        limits=LIMITS,
-        env_limits=EnvLimits(max_turns=20, episode_timeout_s=7200),  # contention slows episodes: never cut short
+        # contention slows episodes: never cut short
+        limits=LIMITS.model_copy(update={"episode_timeout_s": 7200}),
+        env_limits=EnvLimits(max_turns=20),
         lineage=lineage,
         pool=pool,
     )

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from trialforge.checkout import source_path
-from trialforge.config import Params, RolloutParams
+from trialforge.config import Params
 from trialforge.curate.decontam import DecontamIndex, enforce_hygiene, humaneval_refs, swebench_refs
 from trialforge.curate.decontam import decontaminate as run_decontamination
 from trialforge.curate.splits import assign_splits
@@ -21,11 +21,11 @@ from trialforge.funnel import Funnel
 from trialforge.observe.metrics import iteration_metrics, load_run
 from trialforge.progress import track, tracked_map
 from trialforge.quality.gate import run_quality_gate
-from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, run_batch
 from trialforge.rollout.models import model_policy
 from trialforge.rollout.policies import GoldPolicy, NoopPolicy, Policy
 from trialforge.rollout.repair import RandomEditPolicy
+from trialforge.rollout.settings import RolloutParams
 from trialforge.rollout.starts import Setup
 from trialforge.runtime import Runtime
 from trialforge.store import datasets
@@ -190,12 +190,7 @@ def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:
         snapshots=rt.snapshots,
         grader=rt.grader(),
         limits=sp,
-        env_limits=EnvLimits(
-            max_turns=rp.max_turns,
-            observation_cap=rp.observation_cap,
-            command_timeout_s=sp.exec_timeout_s,
-            episode_timeout_s=sp.episode_timeout_s,
-        ),
+        env_limits=rp,
         lineage=lineage,
         env_retries=rp.env_retries,
         checkpoint_every=rp.checkpoint_every,

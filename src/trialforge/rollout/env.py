@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.base import TRUNCATION_MARK, Sandbox
+from trialforge.sandbox.base import TRUNCATION_MARK, Limits, Sandbox
+from trialforge.section import Section
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -113,12 +114,12 @@ class Action(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class EnvLimits:
-    max_turns: int = 20
-    observation_cap: int = 8000
-    command_timeout_s: float = 60.0
-    episode_timeout_s: float = 600.0
+class EnvLimits(Section):
+    """An episode's bounds beside its sandbox's ``Limits`` (``rollout`` in params.yaml: ``RolloutParams`` derives
+    from this class)."""
+
+    max_turns: int = Field(12, ge=1)  # turns (actions) an episode may take
+    observation_cap: int = 8000  # characters of one observation; the middle of a longer one is dropped
 
 
 @dataclass
@@ -130,10 +131,15 @@ class StepOutcome:
 
 
 class CodingEnv:
-    def __init__(self, sandbox: Sandbox, problem_statement: str, limits: EnvLimits) -> None:
+    def __init__(
+        self, sandbox: Sandbox, problem_statement: str, limits: EnvLimits, sandbox_limits: Limits | None = None
+    ) -> None:
+        """``sandbox_limits``: the sandbox's, whose ``exec_timeout_s`` bounds a command and ``episode_timeout_s``
+        the episode (defaults: ``Limits()``)."""
         self.sandbox = sandbox
         self.problem_statement = problem_statement
         self.limits = limits
+        self.timeouts = sandbox_limits or Limits()
         self.turn = 0
         self.started = time.monotonic()
 
@@ -141,7 +147,7 @@ class CodingEnv:
         return opening(self.problem_statement)
 
     def out_of_time(self) -> bool:
-        return time.monotonic() - self.started > self.limits.episode_timeout_s
+        return time.monotonic() - self.started > self.timeouts.episode_timeout_s
 
     def step(self, action: Action) -> StepOutcome:
         self.turn += 1
@@ -173,7 +179,7 @@ class CodingEnv:
 
     # --- tools -----------------------------------------------------------------------
     def _run(self, command: str) -> str:
-        result = self.sandbox.exec(["bash", "-c", command], timeout=self.limits.command_timeout_s)
+        result = self.sandbox.exec(["bash", "-c", command], timeout=self.timeouts.exec_timeout_s)
         status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return f"[{status}]\n{result.stdout}{result.stderr}"
 

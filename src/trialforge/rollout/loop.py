@@ -494,7 +494,7 @@ class _Episode:
         with self.checkpoints.tree(checkpoint) as tree:
             self.sandbox = self.ro.sandboxes.acquire(self.image, tree, labels={"episode": self.record.episode_id})
         self.cpu_start = self.sandbox.cpu_s()
-        self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits)
+        self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits, self.ro.limits)
         self.env.started = self.start  # the episode's clock, not this sandbox's
 
     def _live(self) -> Sandbox:
