@@ -16,7 +16,7 @@ import uvicorn
 
 from trialforge.config import EnvServerParams
 from trialforge.envserver.app import make_app
-from trialforge.envserver.sessions import EpisodeHub, HubConfig
+from trialforge.envserver.sessions import EpisodeHub
 from trialforge.errors import ConfigError
 from trialforge.httpserve import bind, in_thread
 from trialforge.pipeline import make_rollout, new_run_id
@@ -39,16 +39,6 @@ class Address:
     token_file: str  # where a generated token was written ("": it came from the environment)
 
 
-def hub_config(sp: EnvServerParams) -> HubConfig:
-    return HubConfig(
-        max_live=sp.max_live,
-        idle_timeout_s=sp.idle_timeout_s,
-        verdict_ttl_s=sp.verdict_ttl_s,
-        splits=tuple(sp.splits),
-        flush_every=sp.flush_every,
-    )
-
-
 def served_tasks(rt: Runtime) -> tuple[str, list[Task]]:
     """``env_server.tasks``: a Parquet task set, a curated version in the store, or ("") the latest curated one."""
     ref = rt.params.env_server.tasks
@@ -62,7 +52,7 @@ def open_hub(rt: Runtime, version: str, tasks: list[Task], run_id: str) -> Episo
     """A hub over ``tasks`` with the run's sandboxes, grader and store; its episodes are iteration 0 of ``run_id``."""
     sp = rt.params.env_server
     lineage = Lineage(run_id, 0, version, rt.params.digest(), code_version())
-    hub = EpisodeHub(make_rollout(rt, lineage), tasks, rt.store, hub_config(sp))  # it keeps the servable ones
+    hub = EpisodeHub(make_rollout(rt, lineage), tasks, rt.store, sp)  # it keeps the servable ones
     if not hub.tasks:
         raise ConfigError(f"no valid task in splits {sp.splits} among the {len(tasks)} given: nothing to serve")
     obtain_images(rt.store, list(hub.tasks.values()))

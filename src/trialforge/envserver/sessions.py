@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from trialforge.config import EnvServerParams
 from trialforge.envserver.protocol import Reset, ResetRequest, StepRequest, StepResult, Verdict
 from trialforge.errors import PolicyError
 from trialforge.pipeline import store_episodes
@@ -39,14 +40,7 @@ from trialforge.tasks.schema import Task
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class HubConfig:
-    max_live: int = 16  # episodes running at once
-    idle_timeout_s: float = 120.0  # a client silent this long loses its episode
-    verdict_ttl_s: float = 600.0  # how long an ended episode's verdict stays readable
-    splits: tuple[str, ...] = ("train",)  # the task splits clients may reset into
-    flush_every: int = 16  # ended episodes buffered before they are written to the store
-    retry_after_s: int = 1  # what a refused reset is told
+RETRY_AFTER_S = 1  # what a refused reset is told
 
 
 class HubError(Exception):
@@ -147,7 +141,7 @@ class _Session:
 class EpisodeHub:
     """The server's episodes: reset, step, close; bounded, reaped, recorded."""
 
-    def __init__(self, rollout: Rollout, tasks: list[Task], store: ObjectStore | None, config: HubConfig) -> None:
+    def __init__(self, rollout: Rollout, tasks: list[Task], store: ObjectStore | None, config: EnvServerParams) -> None:
         # An env_error ends the episode for the client to see; retrying it here would restart a conversation
         # the client believes is under way. Recovery within the episode (restores, replays) stays on.
         self.rollout = dataclasses.replace(rollout, env_retries=0)
@@ -171,7 +165,7 @@ class EpisodeHub:
         task = self._task(request, seed)
         with self._lock:
             if self.running >= self.config.max_live:
-                raise Full(self.running, self.config.retry_after_s)
+                raise Full(self.running, RETRY_AFTER_S)
             self.running += 1
         bridge = _Bridge(asyncio.get_running_loop(), self.config.idle_timeout_s)
         policy = _ClientPolicy(request.policy, request.policy_version, bridge)
@@ -184,7 +178,9 @@ class EpisodeHub:
         prompt = await session.next_observation()
         if prompt is None:
             cause = f"{session.verdict.status}: {session.verdict.cause}" if session.verdict else "an internal error"
-            raise HubError(503, f"episode {episode} could not start ({cause}); reset again", retry_after_s=1)
+            raise HubError(
+                503, f"episode {episode} could not start ({cause}); reset again", retry_after_s=RETRY_AFTER_S
+            )
         return Reset(
             episode_id=episode,
             task_id=task.task_id,
