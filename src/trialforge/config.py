@@ -12,17 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
 from trialforge.curate.settings import CurateParams
-from trialforge.envspec import EnvSpec
 from trialforge.errors import ConfigError
 from trialforge.quality.settings import QualityConfig
 from trialforge.rollout.settings import RolloutParams
 from trialforge.sandbox.settings import SandboxParams
 from trialforge.section import Section
-from trialforge.tasks.ingest.caps import IngestCaps
-from trialforge.tasks.ingest.sources import SourceEntry
+from trialforge.tasks.settings import EnvParams, SourceParams
 from trialforge.tasks.validate import ValidateConfig
 from trialforge.train.health import HealthThresholds, LearningGate
 from trialforge.train.settings import TrainParams
@@ -34,31 +32,6 @@ class RunParams(Section):
     seed: int = 0
     store: str = "file://.trialforge/store"  # file://PATH (relative to the working directory) or s3://bucket/prefix
     out_dir: str = "out"
-
-
-class SourceParams(Section):
-    """The bundled sources (paths relative to the working directory, a ``tasks_src/...`` one else the checkout's:
-    ``trialforge.checkout``); null or "" turns one off."""
-
-    tickets: str | None = "tasks_src/tickets/github_issues.jsonl"  # a GitHub issue export, fixes in `repos`
-    repos: str | None = "tasks_src/repos"  # a directory of repositories: the tickets' fixes, synthesis's sources
-    eval_set: str | None = "tasks_src/eval/heldout.jsonl"  # held-out references beside HumanEval (SWE-bench JSONL)
-    synthesize: int = Field(0, ge=0)  # bug-injection tasks to make per repository under `repos` (0: none)
-    extra: list[SourceEntry] = []  # more sources, by `kind` (tasks/ingest/sources.py), ingested after `tickets`
-    caps: IngestCaps = IngestCaps()  # size caps on an ingested record, every source
-
-    @field_validator("tickets", "repos", "eval_set")
-    @classmethod
-    def _none_when_empty(cls, path: str | None) -> str | None:
-        return path or None
-
-    @model_validator(mode="after")
-    def _repos_when_needed(self) -> SourceParams:
-        if self.repos is None and self.tickets is not None:
-            raise ValueError("sources.tickets needs sources.repos (the repositories of its fixes): set both, or null")
-        if self.repos is None and self.synthesize:
-            raise ValueError(f"sources.synthesize is {self.synthesize} but sources.repos is null: set it to 0")
-        return self
 
 
 class Prices(Section):
@@ -95,24 +68,6 @@ class TrackingParams(Section):
                 'tracking server, or "" for the default (a SQLite store inside the run\'s store)'
             )
         return uri
-
-
-class EnvParams(Section):
-    """Task environments: detected from each repository, overridden here per repository name."""
-
-    repos: dict[str, dict[str, Any]] = {}  # repo name -> EnvSpec fields over the detected ones
-    build_timeout_s: float = Field(1800.0, gt=0)  # one environment image's build, network included
-
-    @field_validator("repos")
-    @classmethod
-    def _specs(cls, repos: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        for name, fields in repos.items():
-            try:
-                EnvSpec.model_validate(fields)
-            except ValidationError as exc:
-                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-                raise ValueError(f"env.repos.{name}: {problems}") from exc
-        return repos
 
 
 class EnvServerParams(Section):
