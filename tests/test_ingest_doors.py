@@ -11,17 +11,20 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import get_args
 
 import pytest
+import typer
 from cli_runner import invoke
 from conftest import REPO_ROOT
 
 from trialforge import pipeline
+from trialforge.cli import app
 from trialforge.config import load_params
 from trialforge.errors import ConfigError
 from trialforge.runtime import open_runtime
 from trialforge.store.objstore import open_store
-from trialforge.tasks.ingest.sources import SwebenchFile, ingest_source
+from trialforge.tasks.ingest.sources import SourceEntry, SwebenchFile, ingest_source
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.taskset import read_tasks
 
@@ -195,6 +198,19 @@ def test_cli_refuses_a_repository_map_without_names(instances, params_file, tmp_
     assert result.exit_code == 2
     words = " ".join(result.output.replace("│", " ").split())  # typer draws the message in a wrapped box
     assert "--repo expects owner/name=PATH_OR_URL, got '/srv/mirrors/mylib'" in words
+
+
+def test_every_field_of_a_source_is_on_its_command_with_the_fields_help():
+    """The commands are built from the source models, so a field added to one is on the command line at once."""
+    commands = typer.main.get_command(app).commands["ingest"].commands
+    for entry in get_args(get_args(SourceEntry)[0]):
+        command = commands[get_args(entry.model_fields["kind"].annotation)[0]]
+        given = {p.name: p for p in command.params}
+        for name, field in entry.model_fields.items():
+            if name in ("kind", "repo_name"):  # repo_name: the NAME= of --repo
+                continue
+            assert field.description and field.description in given[name].help, (command.name, name)
+    assert "--min-statement-words" in invoke("ingest", "gitlog", "--help").stdout
 
 
 # --- params -----------------------------------------------------------------------------------------------

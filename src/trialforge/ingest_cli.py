@@ -7,18 +7,19 @@ go to params.yaml's ``run.store``, where the rest of the pipeline finds them; ``
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 
 import typer
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from trialforge.config import load_params
 from trialforge.funnel import Funnel
 from trialforge.orchestrate.cli import key_values
-from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES
-from trialforge.tasks.ingest.sources import SourceEntry, ingest_source
+from trialforge.tasks.ingest.sources import OnCommandLine, SourceEntry, ingest_source
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.taskset import write_tasks
 
@@ -32,86 +33,55 @@ SetOpt = Annotated[list[str], typer.Option("--set", "-S", help="override a param
 OutOpt = Annotated[
     Path | None, typer.Option("--out", "-o", help="task set to write; default: OUT_DIR/tasks/ingested-KIND.parquet")
 ]
-ReposOpt = Annotated[
-    list[str], typer.Option("--repo", help="owner/name=PATH_OR_URL: where an instance's repository is (repeatable)")
-]
-OneRepoOpt = Annotated[
-    str, typer.Option("--repo", help="[NAME=]PATH_OR_URL: the git repository (NAME: the tasks' repo name)")
-]
-RevOpt = Annotated[str, typer.Option("--rev", help="history reachable from this revision")]
-MaxLinesOpt = Annotated[int, typer.Option("--max-changed-lines", help="a larger fix is not a task")]
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-@app.command("github")
-def github(
-    tickets: Annotated[Path, typer.Argument(help="issue export with linked fixes (JSON lines)")],
-    repos: Annotated[Path, typer.Option("--repos", help="directory of the fixed repositories, one per name")],
-    params: ParamsOpt = Path("params.yaml"),
-    set_: SetOpt = [],  # noqa: B006
-    out: OutOpt = None,
-) -> None:
-    """A GitHub issue export with each issue's merged fix (the bundled demo's format)."""
-    _ingest({"kind": "github", "tickets": str(tickets), "repos": str(repos)}, params, set_, out)
+def _command(entry: type[BaseModel]) -> None:
+    """``trialforge ingest KIND``, one option (or the argument) per field of ``entry``, its help the description."""
+    kind = get_args(entry.model_fields["kind"].annotation)[0]
+    fields = {name: f for name, f in entry.model_fields.items() if name != "kind"}
+    filled = {_cli(f).name_into for f in fields.values()}  # given as NAME= before another field's value
+    options = [_parameter(name, f, fields) for name, f in fields.items() if name not in filled]
+    common = [
+        inspect.Parameter("params", KEYWORD, annotation=ParamsOpt, default=Path("params.yaml")),
+        inspect.Parameter("set_", KEYWORD, annotation=SetOpt, default=[]),
+        inspect.Parameter("out", KEYWORD, annotation=OutOpt, default=None),
+    ]
+
+    def run(params: Path, set_: list[str], out: Path | None, **given: Any) -> None:
+        values: dict[str, Any] = {"kind": kind}
+        for name, value in given.items():
+            cli, flag = _cli(fields[name]), _flag(name, fields[name])
+            if _is_map(fields[name]):
+                values[name] = _pairs(value, f"{flag} expects {cli.written}")
+            elif cli.name_into:
+                values[cli.name_into], values[name] = _named(value, f"{flag} expects {cli.written}")
+            else:
+                values[name] = value
+        _ingest(values, params, set_, out)
+
+    run.__signature__ = inspect.Signature(options + common)  # type: ignore[attr-defined]
+    app.command(kind, help=entry.__doc__)(run)
 
 
-@app.command("github-api")
-def github_api(
-    export: Annotated[Path, typer.Argument(help="issues and pull requests as the REST API returns them")],
-    repo: ReposOpt,
-    params: ParamsOpt = Path("params.yaml"),
-    set_: SetOpt = [],  # noqa: B006
-    out: OutOpt = None,
-) -> None:
-    """Merged pull requests that close issues, from a saved GitHub REST API export (JSON lines or array)."""
-    _ingest({"kind": "github-api", "path": str(export), "repos": _repo_map(repo)}, params, set_, out)
+def _cli(field: FieldInfo) -> OnCommandLine:
+    return next((m for m in field.metadata if isinstance(m, OnCommandLine)), OnCommandLine())
 
 
-@app.command("jira")
-def jira(
-    export: Annotated[Path, typer.Argument(help="Jira CSV export")],
-    repo: OneRepoOpt,
-    rev: RevOpt = "HEAD",
-    tz: Annotated[str, typer.Option("--tz", help="zone of the export's dates (IANA name)")] = "UTC",
-    max_changed_lines: MaxLinesOpt = MAX_CHANGED_LINES,
-    params: ParamsOpt = Path("params.yaml"),
-    set_: SetOpt = [],  # noqa: B006
-    out: OutOpt = None,
-) -> None:
-    """Fixed Jira tickets, each linked to the commit of REPO that names its key."""
-    name, source = _one_repo(repo)
-    fields = {"kind": "jira", "path": str(export), "repo": source, "repo_name": name, "rev": rev, "tz": tz}
-    _ingest(fields | {"max_changed_lines": max_changed_lines}, params, set_, out)
-
-
-@app.command("swebench")
-def swebench(
-    instances: Annotated[Path, typer.Argument(help="SWE-bench instances (JSON lines or a JSON array)")],
-    repo: ReposOpt,
-    params: ParamsOpt = Path("params.yaml"),
-    set_: SetOpt = [],  # noqa: B006
-    out: OutOpt = None,
-) -> None:
-    """SWE-bench-style instances; each instance's base_commit is taken from its repository's mirror or clone."""
-    _ingest({"kind": "swebench", "path": str(instances), "repos": _repo_map(repo)}, params, set_, out)
-
-
-@app.command("gitlog")
-def gitlog(
-    repo: OneRepoOpt,
-    rev: RevOpt = "HEAD",
-    max_changed_lines: MaxLinesOpt = MAX_CHANGED_LINES,
-    issues: Annotated[
-        Path | None, typer.Option("--issues", help="the repository's issues and PRs (GitHub REST JSON lines)")
-    ] = None,
-    params: ParamsOpt = Path("params.yaml"),
-    set_: SetOpt = [],  # noqa: B006
-    out: OutOpt = None,
-) -> None:
-    """Commits of a git repository that change code and tests together: the statement is the issue a commit
-    links (``--issues``), else its message's body under its subject; commits no one would train on are dropped."""
-    name, source = _one_repo(repo)
-    fields = {"kind": "gitlog", "repo": source, "repo_name": name, "rev": rev, "max_changed_lines": max_changed_lines}
-    _ingest(fields | ({"issues": str(issues)} if issues else {}), params, set_, out)
+def _parameter(name: str, field: FieldInfo, fields: dict[str, FieldInfo]) -> inspect.Parameter:
+    """The typer parameter of one field: its type, default and help, as the field declares them."""
+    cli, text = _cli(field), field.description or ""
+    kind = list[str] if _is_map(field) else field.annotation
+    if cli.written:
+        text = f"{cli.written}: {text}"
+    if cli.name_into:
+        text += f" (NAME: {fields[cli.name_into].description})"
+    if _is_map(field):
+        text += " (repeatable)"
+    flag = _flag(name, field)
+    spec = typer.Argument(help=text) if cli.argument else typer.Option(flag, help=text)
+    default = inspect.Parameter.empty if field.is_required() else field.default
+    return inspect.Parameter(name, KEYWORD, annotation=Annotated[kind, spec], default=default)
 
 
 def _ingest(fields: dict[str, Any], params_path: Path, set_: list[str], out: Path | None) -> None:
@@ -148,22 +118,30 @@ def funnel_lines(funnel: Funnel, shown: int = SHOWN_DROPS) -> list[str]:
     return lines
 
 
-def _repo_map(pairs: list[str]) -> dict[str, str]:
-    """``owner/name=PATH_OR_URL`` pairs as a map; each needs its name."""
-    repos: dict[str, str] = {}
+def _is_map(field: FieldInfo) -> bool:
+    return get_origin(field.annotation) is dict
+
+
+def _flag(name: str, field: FieldInfo) -> str:
+    return _cli(field).flag or "--" + name.replace("_", "-")
+
+
+def _pairs(pairs: list[str], expects: str) -> dict[str, str]:
+    """``NAME=VALUE`` pairs (``owner/name=PATH_OR_URL``) as a map; each needs its name."""
+    values: dict[str, str] = {}
     for pair in pairs:
-        name, source = _split_repo(pair)
+        name, value = _split_repo(pair)
         if not name:
-            raise typer.BadParameter(f"--repo expects owner/name=PATH_OR_URL, got {pair!r}")
-        repos[name] = source
-    return repos
+            raise typer.BadParameter(f"{expects}, got {pair!r}")
+        values[name] = value
+    return values
 
 
-def _one_repo(value: str) -> tuple[str, str]:
-    """``[NAME=]PATH_OR_URL``: the name may be left out (the last component of the path or URL)."""
+def _named(value: str, expects: str) -> tuple[str, str]:
+    """``[NAME=]VALUE``: the name may be left out ("": the last component of the path or URL)."""
     name, source = _split_repo(value)
     if not source:
-        raise typer.BadParameter(f"--repo expects [NAME=]PATH_OR_URL, got {value!r}")
+        raise typer.BadParameter(f"{expects}, got {value!r}")
     return name, source
 
 
@@ -174,3 +152,7 @@ def _split_repo(value: str) -> tuple[str, str]:
     if sep and _NAME.match(name):
         return name, source
     return "", value
+
+
+for _entry in get_args(get_args(SourceEntry)[0]):
+    _command(_entry)

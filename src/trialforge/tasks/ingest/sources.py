@@ -10,12 +10,15 @@ Each entry is a typed record whose ``kind`` picks the adapter:
 
 A repository is a local path (a work tree or a bare mirror) or a clone URL. Relative paths resolve against
 the working directory. The CLI (``trialforge ingest KIND``) and the pipeline (``pipeline.ingest``) both build
-an entry and call :func:`ingest_source`, so the two doors cannot drift apart.
+an entry and call :func:`ingest_source`, so the two doors cannot drift apart: each command's options are the
+entry's fields (their names, types, defaults and descriptions; ``OnCommandLine`` where the command line
+writes one otherwise).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -36,42 +39,64 @@ from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 
 
+@dataclass(frozen=True)
+class OnCommandLine:
+    """How ``trialforge ingest KIND`` takes a field where not as ``--FIELD-NAME VALUE``: the command's options are
+    built from the entries' fields (name, type, default, description) in ``ingest_cli.py``."""
+
+    argument: bool = False  # the command's positional argument
+    flag: str = ""  # the option's name, instead of --FIELD-NAME
+    written: str = ""  # how one value is written (a map's field takes one KEY=VALUE per use of its option)
+    name_into: str = ""  # a value written ``[NAME=]VALUE``: NAME fills this field, which has no option of its own
+
+
+ARGUMENT = OnCommandLine(argument=True)
+REPOSITORIES = OnCommandLine(flag="--repo", written="owner/name=PATH_OR_URL")
+
+
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class GithubExport(_Entry):
-    """The bundled format: issues with their merged fix, over ``repos/NAME`` holding the fixed code."""
+    """A GitHub issue export with each issue's merged fix (the bundled demo's format)."""
 
     kind: Literal["github"]
-    tickets: str  # JSON lines
-    repos: str  # a directory with one fixed repository per issue's ``repository``
+    tickets: Annotated[str, ARGUMENT] = Field(description="issue export with linked fixes (JSON lines)")
+    repos: str = Field(description="directory of the fixed repositories, one per issue's repository name")
 
     def label(self) -> str:
         return f"github {self.tickets}"
 
 
 class GithubApiExport(_Entry):
-    """Issues and pull requests saved from the GitHub REST API (JSON lines or one JSON array)."""
+    """Merged pull requests that close issues, from a saved GitHub REST API export (JSON lines or array)."""
 
     kind: Literal["github-api"]
-    path: str
-    repos: dict[str, str]  # owner/name -> local path or clone URL
+    path: Annotated[str, ARGUMENT] = Field(description="issues and pull requests as the REST API returns them")
+    repos: Annotated[dict[str, str], REPOSITORIES] = Field(description="where an instance's repository is")
 
     def label(self) -> str:
         return f"github-api {self.path}"
 
 
-class JiraExport(_Entry):
-    """A Jira CSV export; each ticket is linked to the commits of ``repo`` that name its key."""
+class _GitRepository(_Entry):
+    """The history of one git repository."""
+
+    repo: Annotated[str, OnCommandLine(written="[NAME=]PATH_OR_URL", name_into="repo_name")] = Field(
+        description="the git repository"
+    )
+    repo_name: str = Field("", description="the tasks' repo name; default: the last component of the path or URL")
+    rev: str = Field("HEAD", description="history reachable from this revision")
+    max_changed_lines: int = Field(MAX_CHANGED_LINES, ge=1, description="a larger fix is not a task")
+
+
+class JiraExport(_GitRepository):
+    """Fixed Jira tickets, each linked to the commit of REPO that names its key."""
 
     kind: Literal["jira"]
-    path: str
-    repo: str  # local path or clone URL
-    repo_name: str = ""  # the tasks' repository name ("": the last component of ``repo``)
-    rev: str = "HEAD"
-    tz: str = "UTC"  # the zone the export's dates were written in (the exporting user's)
-    max_changed_lines: int = Field(MAX_CHANGED_LINES, ge=1)
+    path: Annotated[str, ARGUMENT] = Field(description="Jira CSV export")
+    tz: str = Field("UTC", description="zone of the export's dates (IANA name): the exporting user's")
 
     @field_validator("tz")
     @classmethod
@@ -84,26 +109,23 @@ class JiraExport(_Entry):
 
 
 class SwebenchFile(_Entry):
-    """SWE-bench-style instances; each names its ``repo`` (owner/name) and ``base_commit``."""
+    """SWE-bench-style instances; each instance's base_commit is taken from its repository's mirror or clone."""
 
     kind: Literal["swebench"]
-    path: str
-    repos: dict[str, str]  # owner/name -> local path or clone URL
+    path: Annotated[str, ARGUMENT] = Field(description="SWE-bench instances (JSON lines or a JSON array)")
+    repos: Annotated[dict[str, str], REPOSITORIES] = Field(description="where an instance's repository is")
 
     def label(self) -> str:
         return f"swebench {self.path}"
 
 
-class GitHistory(_Entry):
-    """Commits of one repository reachable from ``rev`` that change code and tests together."""
+class GitHistory(_GitRepository):
+    """Commits of a git repository that change code and tests together: the statement is the issue a commit
+    links (``--issues``), else its message's body under its subject; commits no one would train on are dropped."""
 
     kind: Literal["gitlog"]
-    repo: str  # local path or clone URL
-    repo_name: str = ""  # the tasks' repository name ("": the last component of ``repo``)
-    rev: str = "HEAD"
-    max_changed_lines: int = Field(MAX_CHANGED_LINES, ge=1)
-    issues: str = ""  # the repository's issues and pull requests (GitHub REST objects) commit messages may link
-    min_statement_words: int = Field(MIN_STATEMENT_WORDS, ge=0)  # a shorter statement is dropped
+    issues: str = Field("", description="the repository's issues and PRs (GitHub REST JSON lines) its commits may link")
+    min_statement_words: int = Field(MIN_STATEMENT_WORDS, ge=0, description="a shorter statement is dropped")
 
     def label(self) -> str:
         return f"gitlog {self.repo_name or repo_name_of(self.repo)}@{self.rev}"
