@@ -32,7 +32,7 @@ from typing import Any
 
 from trialforge.rollout.checkpoints import Checkpoints
 from trialforge.rollout.env import Action, EnvLimits
-from trialforge.rollout.loop import Lineage, Rollout
+from trialforge.rollout.loop import Lineage, RecoveryConfig, Rollout
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
 from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
 from trialforge.sandbox.bwrap import BwrapBackend
@@ -128,7 +128,7 @@ class Bench:
     grader: Grader
     args: argparse.Namespace
 
-    def rollout(self, backend: Backend, **knobs: Any) -> Rollout:
+    def rollout(self, backend: Backend, **recovery: Any) -> Rollout:
         image = base_image()
         return Rollout(
             backend=backend,
@@ -139,8 +139,8 @@ class Bench:
             limits=Limits(),
             env_limits=EnvLimits(max_turns=self.args.steps + 5),
             lineage=Lineage("bench-recovery", 0, "tasks", "params", "code"),
+            recovery=RecoveryConfig(**{"checkpoint_every": self.args.checkpoint_every, **recovery}),
             store=self.store,
-            **{"checkpoint_every": self.args.checkpoint_every, **knobs},
         )
 
     def episode(self, rollout: Rollout, kill: Callable[[], None] | None = None) -> tuple[float, EpisodeRecord]:

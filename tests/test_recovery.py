@@ -26,7 +26,7 @@ import pytest
 from trialforge.errors import PolicyError
 from trialforge.rollout.checkpoints import RESTORE_TOOL, EpisodeState, is_risky
 from trialforge.rollout.env import Action, EnvLimits
-from trialforge.rollout.loop import EpisodeJob, Lineage, Rollout, episode_id, plan_jobs
+from trialforge.rollout.loop import EpisodeJob, Lineage, RecoveryConfig, Rollout, episode_id, plan_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, GoldPolicy, NoopPolicy, TaskView, patch_to_actions
 from trialforge.rollout.resumable import ResumableBatch
 from trialforge.sandbox.base import Limits
@@ -191,6 +191,8 @@ LINEAGE = Lineage("recovery-test", 0, "tasks", "params", "code")
 
 
 def make_rollout(world: SimpleNamespace, backend: Any, **knobs: Any) -> Rollout:
+    """``knobs``: Rollout's fields and RecoveryConfig's (a checkpoint every 3 steps unless said otherwise)."""
+    recovery = {name: knobs.pop(name) for name in list(knobs) if name in RecoveryConfig.model_fields}
     return Rollout(
         backend=backend,
         image=world.image.name,
@@ -200,8 +202,9 @@ def make_rollout(world: SimpleNamespace, backend: Any, **knobs: Any) -> Rollout:
         limits=Limits(),
         env_limits=EnvLimits(max_turns=20),
         lineage=LINEAGE,
+        recovery=RecoveryConfig(**{"checkpoint_every": 3, **recovery}),
         store=world.store,
-        **{"checkpoint_every": 3, **knobs},
+        **knobs,
     )
 
 

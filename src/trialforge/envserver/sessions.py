@@ -144,7 +144,7 @@ class EpisodeHub:
     def __init__(self, rollout: Rollout, tasks: list[Task], store: ObjectStore | None, config: EnvServerParams) -> None:
         # An env_error ends the episode for the client to see; retrying it here would restart a conversation
         # the client believes is under way. Recovery within the episode (restores, replays) stays on.
-        self.rollout = dataclasses.replace(rollout, env_retries=0)
+        self.rollout = dataclasses.replace(rollout, recovery=rollout.recovery.model_copy(update={"env_retries": 0}))
         self.config = config
         self.tasks = {t.task_id: t for t in tasks if t.split in config.splits and t.validation.valid}
         self.store = store

@@ -37,6 +37,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from pydantic import Field
+
 from trialforge.errors import ConfigError, InferenceError, PolicyError, SandboxError, StoreError
 from trialforge.rollout.checkpoints import (
     RESTORE,
@@ -55,6 +57,7 @@ from trialforge.rollout.starts import Setup, start_tree
 from trialforge.sandbox.base import Backend, Limits, Sandbox
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 from trialforge.scratch import scratch_dir
+from trialforge.section import Section
 from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.tasks.envimages import task_image
@@ -110,6 +113,17 @@ def episode_id(lineage: Lineage, job: EpisodeJob) -> str:
     return "ep-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
 
+class RecoveryConfig(Section):
+    """How an episode survives infrastructure faults, and whether its policy may roll back (``rollout`` in
+    params.yaml: ``RolloutParams`` derives from this class)."""
+
+    env_retries: int = Field(1, ge=0)  # whole attempts again after an env_error
+    # steps between periodic checkpoints (taken only if the workspace changed; 0: only before risky commands)
+    checkpoint_every: int = Field(5, ge=0)
+    max_recoveries: int = Field(2, ge=0)  # sandbox restores per attempt; one more failure ends it as env_error
+    allow_rollback: bool = False  # offer the ``restore`` tool (roll back to a named checkpoint)
+
+
 @dataclass(frozen=True)
 class Rollout:
     """Everything an episode needs besides the task and the policy."""
@@ -122,10 +136,7 @@ class Rollout:
     limits: Limits
     env_limits: EnvLimits
     lineage: Lineage
-    env_retries: int = 1  # whole attempts again after an env_error
-    checkpoint_every: int = 5  # steps between periodic checkpoints (taken only if the workspace changed; 0: none)
-    max_recoveries: int = 2  # sandbox restores per attempt; one more failure ends it as env_error
-    allow_rollback: bool = False  # offer the ``restore`` tool (rollback to a named checkpoint)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     store: ObjectStore | None = None  # durable checkpoints (needed to pause); None keeps them in memory
     setup: Setup = field(default_factory=Setup)  # run once per task; its episodes fork the result (``rollout.starts``)
     pool: SandboxPool | None = None  # bounds, creation retries and warm reuse of the episodes' sandboxes
@@ -137,7 +148,7 @@ class Rollout:
 
     def tools(self) -> list[dict[str, Any]]:
         """The tool schemas a model is offered: the environment's, and ``restore`` when rollback is on."""
-        return [*TOOLS, RESTORE_TOOL] if self.allow_rollback else list(TOOLS)
+        return [*TOOLS, RESTORE_TOOL] if self.recovery.allow_rollback else list(TOOLS)
 
     def episode(self, task: Task, policy: Policy, sample: int, seed: int) -> EpisodeRecord:
         """One episode, retried on infrastructure faults up to ``env_retries`` times."""
@@ -155,7 +166,11 @@ class Rollout:
         attempt = state.record.attempt if state else 1
         while True:
             outcome = self._attempt(job, attempt, state, stop)
-            if isinstance(outcome, EpisodeState) or outcome.status != "env_error" or attempt > self.env_retries:
+            if (
+                isinstance(outcome, EpisodeState)
+                or outcome.status != "env_error"
+                or attempt > self.recovery.env_retries
+            ):
                 return outcome
             log.warning("episode %s env_error (attempt %d): %s", outcome.episode_id, attempt, outcome.cause)
             attempt, state = attempt + 1, None
@@ -258,7 +273,7 @@ class _Episode:
         base = start_tree(job.task, ro.setup, ro.snapshots, ro.sandboxes, self.image, image.digest)
         record.sandbox_s += time.monotonic() - t0
         prefix = episode_prefix(record.run_id, record.episode_id)
-        self.checkpoints = Checkpoints(base, rollout.store, prefix, keep_all=rollout.allow_rollback)
+        self.checkpoints = Checkpoints(base, rollout.store, prefix, keep_all=rollout.recovery.allow_rollback)
         self.sandbox: Sandbox | None = None
         self.cpu_start: float | None = None  # the sandbox's CPU counter when the episode took it
         self.dirty = False  # the workspace changed since the latest checkpoint
@@ -337,7 +352,7 @@ class _Episode:
 
     # --- the conversation ----------------------------------------------------------------
     def _converse(self, agent: EpisodePolicy, observation: str) -> str | EpisodeState:
-        record, every = self.record, self.ro.checkpoint_every
+        record, every = self.record, self.ro.recovery.checkpoint_every
         record.termination = "max_turns"
         for step in range(len(record.step_rows), self.ro.env_limits.max_turns):
             if self.env.out_of_time():
@@ -400,7 +415,7 @@ class _Episode:
 
     def _execute(self, action: Action) -> StepOutcome:
         sandbox = self._live()
-        if self.ro.allow_rollback and action.tool == RESTORE:
+        if self.ro.recovery.allow_rollback and action.tool == RESTORE:
             outcome = self._rollback(action, sandbox)
         else:
             outcome = self.env.step(action)
@@ -454,7 +469,7 @@ class _Episode:
         kind = "action" if blamed else "sandbox"
         while True:
             events = json.loads(self.record.recoveries)
-            if sum(1 for e in events if e["kind"] in ("sandbox", "action")) >= self.ro.max_recoveries:
+            if sum(1 for e in events if e["kind"] in ("sandbox", "action")) >= self.ro.recovery.max_recoveries:
                 raise exc
             t0, checkpoint = time.monotonic(), self.checkpoints.latest
             log.warning(

@@ -1,6 +1,6 @@
 """The rollouts' settings (``rollout`` in params.yaml): which policies run, how many episodes of each, and the
 episodes' bounds and recovery. ``Params`` embeds ``RolloutParams`` as is; a ``RolloutParams`` is the
-``EnvLimits`` every episode's environment gets."""
+``EnvLimits`` every episode's environment gets and the rollout's ``RecoveryConfig``."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from trialforge.rollout.env import EnvLimits
+from trialforge.rollout.loop import RecoveryConfig
 from trialforge.rollout.models import ModelSpec
 
 BUILTIN_POLICIES = ("gold", "noop", "random_edit", "repair", "lm")  # scripted ones and the two learners
 _POLICY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
-class RolloutParams(EnvLimits):
+class RolloutParams(EnvLimits, RecoveryConfig):
     policies: list[str] = ["gold", "noop", "repair"]  # built-in names or names defined under `models`
     models: dict[str, ModelSpec] = {}  # fixed language-model policies by name (rollout/models.py)
     group_size: int = Field(4, ge=1)
@@ -27,10 +28,7 @@ class RolloutParams(EnvLimits):
     # without a learner always runs them on every task (they are all it rolls out).
     reference_tasks: Literal["used", "all"] = "used"
     # max_turns, observation_cap: ``EnvLimits``
-    env_retries: int = Field(1, ge=0)
-    checkpoint_every: int = Field(5, ge=0)  # steps between episode checkpoints (0: only before risky commands)
-    max_recoveries: int = Field(2, ge=0)  # sandbox restores from a checkpoint per episode attempt
-    allow_rollback: bool = False  # offer the `restore` tool (roll back to a named checkpoint)
+    # env_retries, checkpoint_every, max_recoveries, allow_rollback: ``RecoveryConfig``
     durable_checkpoints: bool = False  # keep episode checkpoints in the object store, not only in memory
     setup: str = ""  # shell command run once per task in its sandbox; every episode of the task starts after it
     setup_timeout_s: float = Field(600.0, gt=0)
