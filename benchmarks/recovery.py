@@ -32,8 +32,9 @@ from typing import Any
 
 from trialforge.rollout.checkpoints import Checkpoints
 from trialforge.rollout.env import Action, EnvLimits
-from trialforge.rollout.loop import Lineage, RecoveryConfig, Rollout
+from trialforge.rollout.loop import Lineage, Rollout
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
+from trialforge.rollout.settings import RecoveryConfig
 from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
 from trialforge.sandbox.bwrap import BwrapBackend
 from trialforge.sandbox.images import base_image

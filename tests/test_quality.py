@@ -21,7 +21,8 @@ from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.quality_record import LEAK_KINDS
 from trialforge.tasks.schema import Source, Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.verify.grader import Grader, VerifyConfig
+from trialforge.verify.grader import Grader
+from trialforge.verify.settings import VerifyConfig
 
 PRICING = '''"""Prices."""
 

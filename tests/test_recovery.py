@@ -26,9 +26,10 @@ import pytest
 from trialforge.errors import PolicyError
 from trialforge.rollout.checkpoints import RESTORE_TOOL, EpisodeState, is_risky
 from trialforge.rollout.env import Action, EnvLimits
-from trialforge.rollout.loop import EpisodeJob, Lineage, RecoveryConfig, Rollout, episode_id, plan_jobs
+from trialforge.rollout.loop import EpisodeJob, Lineage, Rollout, episode_id, plan_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, GoldPolicy, NoopPolicy, TaskView, patch_to_actions
 from trialforge.rollout.resumable import ResumableBatch
+from trialforge.rollout.settings import RecoveryConfig
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.bwrap import BwrapBackend
 from trialforge.sandbox.images import base_image

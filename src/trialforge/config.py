@@ -20,11 +20,10 @@ from trialforge.quality.settings import QualityConfig
 from trialforge.rollout.settings import RolloutParams
 from trialforge.sandbox.settings import SandboxParams
 from trialforge.section import Section
-from trialforge.tasks.settings import EnvParams, SourceParams
-from trialforge.tasks.validate import ValidateConfig
+from trialforge.tasks.settings import EnvParams, SourceParams, ValidateConfig
 from trialforge.train.health import HealthThresholds, LearningGate
 from trialforge.train.settings import TrainParams
-from trialforge.verify.grader import VerifyConfig
+from trialforge.verify.settings import VerifyConfig
 
 
 class RunParams(Section):

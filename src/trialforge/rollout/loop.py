@@ -37,8 +37,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pydantic import Field
-
 from trialforge.errors import ConfigError, InferenceError, PolicyError, SandboxError, StoreError
 from trialforge.rollout.checkpoints import (
     RESTORE,
@@ -53,11 +51,11 @@ from trialforge.rollout.checkpoints import (
 )
 from trialforge.rollout.env import TOOLS, Action, CodingEnv, EnvLimits, StepOutcome
 from trialforge.rollout.policies import EpisodePolicy, Policy, TaskView
+from trialforge.rollout.settings import RecoveryConfig
 from trialforge.rollout.starts import Setup, start_tree
 from trialforge.sandbox.base import Backend, Limits, Sandbox
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 from trialforge.scratch import scratch_dir
-from trialforge.section import Section
 from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.tasks.envimages import task_image
@@ -111,17 +109,6 @@ def episode_id(lineage: Lineage, job: EpisodeJob) -> str:
     """
     key = [lineage.run_id, lineage.iteration, job.task.task_id, job.policy.name, job.sample, job.seed]
     return "ep-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
-
-
-class RecoveryConfig(Section):
-    """How an episode survives infrastructure faults, and whether its policy may roll back (``rollout`` in
-    params.yaml: ``RolloutParams`` derives from this class)."""
-
-    env_retries: int = Field(1, ge=0)  # whole attempts again after an env_error
-    # steps between periodic checkpoints (taken only if the workspace changed; 0: only before risky commands)
-    checkpoint_every: int = Field(5, ge=0)
-    max_recoveries: int = Field(2, ge=0)  # sandbox restores per attempt; one more failure ends it as env_error
-    allow_rollback: bool = False  # offer the ``restore`` tool (roll back to a named checkpoint)
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,22 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from trialforge.rollout.env import EnvLimits
-from trialforge.rollout.loop import RecoveryConfig
 from trialforge.rollout.models import ModelSpec
+from trialforge.section import Section
 
 BUILTIN_POLICIES = ("gold", "noop", "random_edit", "repair", "lm")  # scripted ones and the two learners
 _POLICY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+class RecoveryConfig(Section):
+    """How an episode survives infrastructure faults, and whether its policy may roll back (``rollout`` in
+    params.yaml: ``RolloutParams`` derives from this class)."""
+
+    env_retries: int = Field(1, ge=0)  # whole attempts again after an env_error
+    # steps between periodic checkpoints (taken only if the workspace changed; 0: only before risky commands)
+    checkpoint_every: int = Field(5, ge=0)
+    max_recoveries: int = Field(2, ge=0)  # sandbox restores per attempt; one more failure ends it as env_error
+    allow_rollback: bool = False  # offer the ``restore`` tool (roll back to a named checkpoint)
 
 
 class RolloutParams(EnvLimits, RecoveryConfig):

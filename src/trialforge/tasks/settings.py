@@ -1,5 +1,5 @@
-"""The task side's settings: where tasks come from (``sources`` in params.yaml) and each repository's environment
-(``env``). ``Params`` embeds ``SourceParams`` and ``EnvParams`` as they are."""
+"""The task side's settings: where tasks come from (``sources`` in params.yaml), each repository's environment
+(``env``) and how a task is validated (``validate``). ``Params`` embeds these sections as they are."""
 
 from __future__ import annotations
 
@@ -54,3 +54,11 @@ class EnvParams(Section):
                 problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
                 raise ValueError(f"env.repos.{name}: {problems}") from exc
         return repos
+
+
+class ValidateConfig(Section):
+    """How a task is validated (``validate`` in params.yaml)."""
+
+    runs: int = Field(3, ge=1)  # each configuration runs this many times; outcome changes = flaky
+    max_duration_s: float = 120.0  # a slower suite run rejects the task
+    test_timeout_s: float = 120.0  # also the most any graded test run may take

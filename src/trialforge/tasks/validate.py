@@ -35,18 +35,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import Field
-
 from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError
 from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
-from trialforge.section import Section
 from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.schema import Task, Validation
+from trialforge.tasks.settings import ValidateConfig
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
 from trialforge.testrun.prepare import Guard, analyse_tests, prepare
 from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN, TestReport
@@ -60,14 +58,6 @@ REASON_LINES = 3  # distinct error lines a rejection quotes
 REASON_LINE_CAP = 160
 REASON_CAP = 500
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([\w.]*(?:Error|Exception|Exit)\b.*)$")
-
-
-class ValidateConfig(Section):
-    """How a task is validated (``validate`` in params.yaml)."""
-
-    runs: int = Field(3, ge=1)  # each configuration runs this many times; outcome changes = flaky
-    max_duration_s: float = 120.0  # a slower suite run rejects the task
-    test_timeout_s: float = 120.0  # also the most any graded test run may take
 
 
 class SuiteRuns(OncePerKey[list[TestReport]]):

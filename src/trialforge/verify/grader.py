@@ -20,15 +20,12 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from pydantic import Field
-
 from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError, SandboxError
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
-from trialforge.section import Section
 from trialforge.tasks.envimages import task_image
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
 from trialforge.tasks.schema import HostJudged, Task
@@ -37,6 +34,7 @@ from trialforge.testrun.prepare import prepare
 from trialforge.testrun.report import TestReport
 from trialforge.testrun.run import report_limits, run_tests
 from trialforge.verify.integrity import integrity_flags
+from trialforge.verify.settings import VerifyConfig
 
 VERIFIER_VERSION = "3"  # 3: blinded expectations judged on the host; 2: runtime tamper evidence and canaries
 
@@ -54,20 +52,6 @@ class Verdict:
 
     def report(self) -> dict:
         return asdict(self)
-
-
-class VerifyConfig(Section):
-    """How long a graded run may take (``verify`` in params.yaml).
-
-    A task's graded run gets timeout_factor x its slowest validated suite run, at least min_timeout_s: an edit
-    that loops forever fails either way, and waiting the full timeout only burns sandbox time. Its test process
-    gets timeout_factor x that run in CPU-seconds, at least min_cpu_s: CPU time does not stretch with the
-    machine's load as wall time does, so this floor can be far lower than min_timeout_s.
-    """
-
-    timeout_factor: float = Field(10.0, ge=1.0)
-    min_timeout_s: float = Field(20.0, gt=0)
-    min_cpu_s: float = Field(3.0, gt=0)
 
 
 @dataclass(frozen=True)
