@@ -88,3 +88,36 @@ def tiny_lm(tmp_path_factory):
     model, tokenizer = byte_level_gpt2(path)
     yield path, model, tokenizer
     torch.set_num_threads(threads)
+
+
+# --- what each test needs: pure, sandbox or services (docs/testing.md) ---------------------------------------------
+
+KINDS = ("pure", "sandbox", "services")
+# The fixtures that make a test need the sandbox host or a server: a test using one must say so.
+KIND_FIXTURES = {
+    "sandbox": {"base_image", "bwrap_backend", "container_engine", "docker_client", "docker_backend", "normal_user"},
+    "services": {"s3_server", "s3_store", "prefect_server_process", "prefect_api", "prefect_env", "ray_cluster"},
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is held to it, whatever runs
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test without a true kind marker fails collection, so a new test cannot skip being classified."""
+    wrong = [f"  {item.nodeid}: {why}" for item in items if (why := kind_error(item))]
+    if wrong:
+        raise pytest.UsageError(
+            "\n".join(["tests must be marked pure, sandbox or services (docs/testing.md):", *wrong])
+        )
+
+
+def kind_error(item: pytest.Item) -> str:
+    kinds = {mark.name for mark in item.iter_markers() if mark.name in KINDS}
+    if not kinds:
+        return "no kind marker"
+    if "pure" in kinds and len(kinds) > 1:
+        return f"marked pure and {' and '.join(sorted(kinds - {'pure'}))}"
+    used = set(getattr(item, "fixturenames", ()))
+    for kind, fixtures in KIND_FIXTURES.items():
+        if kind not in kinds and used & fixtures:
+            return f"uses {', '.join(sorted(used & fixtures))} but is not marked {kind}"
+    return ""

@@ -35,6 +35,9 @@ from trialforge.curate.ngrams import lex_code, normalize_code
 from trialforge.errors import ConfigError, TaskError
 from trialforge.tasks.schema import Source, Task
 
+pytestmark = pytest.mark.pure
+
+
 # --- fixtures and builders ---------------------------------------------------------------
 
 

@@ -8,6 +8,8 @@ from trialforge.envspec import PYTEST_CMD, SUITES, UNITTEST_CMD
 from trialforge.tasks import envdetect
 from trialforge.tasks.envdetect import RELEASED_PYTHON, EnvCache, EnvError, detect, resolve_env, spec_at_commit
 
+pytestmark = pytest.mark.pure
+
 BUNDLED = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
 
 

@@ -38,6 +38,8 @@ from trialforge.tasks.ingest.repos import (
 )
 from trialforge.tasks.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.pure
+
 CORE = """def parse_items(text):
     return [item.strip() for item in text.split(",")]
 """

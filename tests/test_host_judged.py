@@ -24,6 +24,8 @@ from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.testrun import prepare, report_limits, run_tests
 from trialforge.verify.grader import Grader
 
+pytestmark = pytest.mark.sandbox
+
 BUGGY = '''\
 from decimal import Decimal
 

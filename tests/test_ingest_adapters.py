@@ -42,6 +42,8 @@ from trialforge.tasks.ingest.swebench import env_commit, ingest_swebench, task_f
 from trialforge.tasks.patches import apply_patch, touched_paths
 from trialforge.tasks.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.pure
+
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
 
 

@@ -25,6 +25,8 @@ from trialforge.train.hf_checkpoint import MANIFEST, checkpoint_prefix
 from trialforge.train.lm import LMTrainer, LoraSpec, OptimConfig
 from trialforge.train.loss import LossConfig
 
+pytestmark = pytest.mark.pure
+
 CPU = pick_device("cpu")
 KEY = "checkpoints/run-a/lm-v1.pt"
 LORA = LoraSpec(r=4, alpha=8)

@@ -23,6 +23,8 @@ from normal_user import running
 from trialforge.sandbox import usernet
 from trialforge.sandbox.base import Limits, SandboxSpec
 
+pytestmark = pytest.mark.sandbox
+
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=16384)
 NETWORKED = Limits(**{**vars(LIMITS), "network": True})
 
