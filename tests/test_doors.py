@@ -240,6 +240,7 @@ def test_dvc_repro_runs_every_stage_then_nothing_then_only_the_stages_of_a_chang
 
 
 @pytest.mark.sandbox
+@pytest.mark.services  # `trialforge validate` runs a flow on Prefect's ephemeral server
 @pytest.mark.slow
 def test_a_task_file_is_ingested_then_curated_into_the_task_set_with_its_funnel(clone, reproduced):
     ingested = clone.sh("trialforge ingest github tasks_src/tickets/three.jsonl --repos tasks_src/repos")
@@ -255,6 +256,7 @@ def test_a_task_file_is_ingested_then_curated_into_the_task_set_with_its_funnel(
 
 
 @pytest.mark.sandbox
+@pytest.mark.services  # `trialforge run` runs a flow on Prefect's ephemeral server
 @pytest.mark.slow
 def test_the_cli_commands_of_the_readme_run_as_printed(clone, reproduced):
     first = clone.json("out/train/run.json")["run_id"]  # dvc's
