@@ -93,31 +93,35 @@ def tiny_lm(tmp_path_factory):
 # --- what each test needs: pure, sandbox or services (docs/testing.md) ---------------------------------------------
 
 KINDS = ("pure", "sandbox", "services")
-# The fixtures that make a test need the sandbox host or a server: a test using one must say so.
-KIND_FIXTURES = {
+# Fixtures that decide a marker: a test using one must carry it. The Podman engine makes a test slow: the
+# session's engine takes about a minute to start, import the base image and stop on two busy cores.
+IMPLIED_BY = {
     "sandbox": {"base_image", "bwrap_backend", "container_engine", "docker_client", "docker_backend", "normal_user"},
     "services": {"s3_server", "s3_store", "prefect_server_process", "prefect_api", "prefect_env", "ray_cluster"},
+    "slow": {"container_engine"},
 }
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is held to it, whatever runs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test without a true kind marker fails collection, so a new test cannot skip being classified."""
+    """A test without a true kind marker (or without the slow mark its fixtures imply) fails collection: a new
+    test cannot skip being classified."""
     wrong = [f"  {item.nodeid}: {why}" for item in items if (why := kind_error(item))]
     if wrong:
         raise pytest.UsageError(
-            "\n".join(["tests must be marked pure, sandbox or services (docs/testing.md):", *wrong])
+            "\n".join(["tests must carry the markers of what they need (docs/testing.md):", *wrong])
         )
 
 
 def kind_error(item: pytest.Item) -> str:
-    kinds = {mark.name for mark in item.iter_markers() if mark.name in KINDS}
+    marks = {mark.name for mark in item.iter_markers()}
+    kinds = marks & set(KINDS)
     if not kinds:
         return "no kind marker"
     if "pure" in kinds and len(kinds) > 1:
         return f"marked pure and {' and '.join(sorted(kinds - {'pure'}))}"
     used = set(getattr(item, "fixturenames", ()))
-    for kind, fixtures in KIND_FIXTURES.items():
-        if kind not in kinds and used & fixtures:
-            return f"uses {', '.join(sorted(used & fixtures))} but is not marked {kind}"
+    for mark, fixtures in IMPLIED_BY.items():
+        if mark not in marks and used & fixtures:
+            return f"uses {', '.join(sorted(used & fixtures))} but is not marked {mark}"
     return ""

@@ -431,6 +431,7 @@ def bundled(bwrap_backend, base_image, tmp_path_factory):
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_tiers_and_batches_follow_real_rollouts_of_a_strong_and_a_weak_policy(bundled):
     store, tasks, runner = bundled
     gold, partial = GoldPolicy(tasks), PartialPolicy(tasks)

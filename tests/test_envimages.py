@@ -175,6 +175,7 @@ def provided(tmp_path, snapshots, index, built_images) -> Task:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_task_gets_an_image_with_its_detected_dependencies_pinned_and_its_src_on_the_path(provided, base_image):
     env = provided.env
     assert env is not None and env.env.get("PYTHONPATH") == "/work/src"
@@ -187,6 +188,7 @@ def test_the_task_gets_an_image_with_its_detected_dependencies_pinned_and_its_sr
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_python_is_the_images_python3_in_the_base_and_in_an_environment_image(provided, bwrap_backend):
     where = "import os, sys; print(os.path.realpath(sys.executable), sys.version_info[:2])"
     for image in (BASE_NAME, provided.image):
@@ -205,12 +207,14 @@ def test_a_new_base_image_gets_a_new_key_and_so_does_every_environment_image_on_
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_same_spec_is_built_once(provided):
     again = env_image(provided.env)
     assert not again.built and again.image.name == provided.image and again.image.digest == provided.image_digest
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.parametrize("backend_name", ["bwrap", "docker"])
 def test_the_task_validates_and_grades_gold_1_and_empty_0_in_its_image(provided, snapshots, backend_name, request):
     backend = request.getfixturevalue(f"{backend_name}_backend")
@@ -225,6 +229,7 @@ def test_the_task_validates_and_grades_gold_1_and_empty_0_in_its_image(provided,
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_same_task_in_the_base_image_is_rejected_for_its_missing_dependency(provided, snapshots, bwrap_backend):
     bare = provided.model_copy(update={"image": "", "image_digest": ""})
     checked = validate_task(bare, bwrap_backend, BASE_NAME, snapshots, Limits(), ValidateConfig(runs=1))
@@ -233,6 +238,7 @@ def test_the_same_task_in_the_base_image_is_rejected_for_its_missing_dependency(
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_sandbox_of_an_environment_image_has_no_network(provided, bwrap_backend, index):
     probe = f"import urllib.request; urllib.request.urlopen({index!r}, timeout=5); print('reached')"
     spec = SandboxSpec(image=provided.image, limits=Limits())
@@ -244,6 +250,7 @@ def test_the_sandbox_of_an_environment_image_has_no_network(provided, bwrap_back
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_failed_build_drops_only_its_tasks_with_the_pip_error(tmp_path, snapshots, index, built_images):
     good = _calc_task(tmp_path, snapshots)
     broken = _calc_task(tmp_path, snapshots, "calc-2", PYPROJECT.replace("tfpure==1.0", "tfmissing==1.0"))
@@ -255,6 +262,7 @@ def test_a_failed_build_drops_only_its_tasks_with_the_pip_error(tmp_path, snapsh
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_task_validated_in_another_build_of_its_image_is_refused(provided, bwrap_backend):
     stale = provided.model_copy(update={"image_digest": "sha256:" + "0" * 64})
     with pytest.raises(SandboxError, match="validate the task set again"):
@@ -262,6 +270,7 @@ def test_a_task_validated_in_another_build_of_its_image_is_refused(provided, bwr
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_bundled_repository_runs_in_the_base_image(snapshots, base_image):
     repo = Path(__file__).resolve().parents[1] / "tasks_src" / "repos" / "textkit"
     task = Task(
@@ -279,6 +288,7 @@ def test_a_python_no_image_exists_for_is_refused_with_the_versions_there_are():
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_image_commands_show_and_build_a_checkouts_environment(tmp_path, snapshots, index, built_images):
     from cli_runner import invoke
 
@@ -305,6 +315,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_src_layout_repository_goes_from_its_git_history_through_its_image_to_a_valid_task(
     tmp_path, index, built_images
 ):
@@ -346,6 +357,7 @@ def test_a_src_layout_repository_goes_from_its_git_history_through_its_image_to_
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_machine_that_did_not_build_an_image_takes_it_from_the_store_by_its_digest(provided, tmp_path):
     store = open_store(f"file://{tmp_path / 'store-images'}")
     publish_image(store, env_image(provided.env).image)

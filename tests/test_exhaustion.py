@@ -31,7 +31,7 @@ LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=60, output_ca
 MIB = 1 << 20
 
 
-@pytest.fixture(params=["bwrap", "docker"])
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def backend(request, bwrap_backend):
     return bwrap_backend if request.param == "bwrap" else request.getfixturevalue("docker_backend")
 

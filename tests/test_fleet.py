@@ -196,6 +196,7 @@ def test_an_engine_killed_mid_run_loses_no_episode_and_duplicates_none(
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_placement_prefers_the_engine_holding_the_image_then_free_slots_and_waits_for_room(
     container_engine, own_store_engine, base_image
 ) -> None:
@@ -232,6 +233,7 @@ def test_placement_prefers_the_engine_holding_the_image_then_free_slots_and_wait
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_no_engine_answering_is_a_clear_error_and_a_full_fleet_times_out_as_capacity(
     container_engine, base_image, tmp_path
 ) -> None:
@@ -351,6 +353,7 @@ def _listening(port: int) -> bool:
 
 @pytest.mark.sandbox
 @pytest.mark.services
+@pytest.mark.slow
 def test_an_engine_over_tcp_with_mutual_tls_runs_sandboxes_and_refuses_a_stranger(tls_engine, tmp_path) -> None:
     url, server, client = tls_engine
     ours_tls = {"url": url, "name": "tls", "tls_ca": str(server["ca"]), "tls_cert": str(client["cert"])}
@@ -401,6 +404,7 @@ def sshd(tmp_path) -> Iterator[dict[str, str]]:
 
 @pytest.mark.sandbox
 @pytest.mark.services
+@pytest.mark.slow
 def test_an_engine_over_ssh_runs_sandboxes_and_a_changed_host_key_is_refused(container_engine, sshd, tmp_path) -> None:
     socket_path = container_engine.base_url.removeprefix("unix://")
     url = f"ssh://{getpass.getuser()}@127.0.0.1:{sshd['port']}{socket_path}"
@@ -439,6 +443,7 @@ with open_runtime(load_params(Path(sys.argv[1]))) as rt:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_cli_surveys_the_fleet_and_reap_clears_every_engine_after_a_kill_9(
     container_engine, own_store_engine, base_image, tmp_path
 ) -> None:
@@ -510,6 +515,7 @@ def _tags(registry: str, repo: str) -> list[str]:
 
 @pytest.mark.sandbox
 @pytest.mark.services
+@pytest.mark.slow
 def test_with_a_registry_one_engine_imports_and_pushes_the_others_pull_and_a_forgery_is_not_run(
     container_engine, own_store_engine, base_image, registry, tmp_path, caplog
 ) -> None:

@@ -153,6 +153,7 @@ def bundled(world) -> list[Graded]:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_every_bundled_gold_patch_scores_one(bundled) -> None:
     assert len(bundled) == 18  # 19 tickets, one closed without a fix
     assert_no_false_zeros(bundled)
@@ -190,6 +191,7 @@ def tampered_in_synthesis(dropped: list[dict]) -> list[dict]:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_seeded_sample_of_synthesized_tasks_scores_one_in_every_family(synthesized) -> None:
     graded, dropped = synthesized
     assert not tampered_in_synthesis(dropped), tampered_in_synthesis(dropped)
@@ -230,6 +232,7 @@ def ingested(world, widgets, evil) -> list[Graded]:  # noqa: F811 (the fixtures 
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_every_ingested_task_that_validates_scores_one(ingested) -> None:
     by_adapter = Counter(r.source.split("/", 1)[1] for r in ingested)
     assert by_adapter == {"swebench": 2, "github_rest": 2, "github_rest_jsonl": 1, "jira": 4, "gitlog": 3}
@@ -291,6 +294,7 @@ def fixture_tasks(world) -> dict[str, Graded]:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SERIALKIT_TASKS)
 def test_a_legitimate_fix_that_looks_like_tampering_validates_and_scores_one(fixture_tasks, name) -> None:
     result = fixture_tasks[name]
@@ -340,6 +344,7 @@ def test_every_canary_planted_in_an_honest_test_module_is_collectable(tree, tmp_
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_zero_false_zeros_over_every_gold_patch(bundled, synthesized, ingested, fixture_tasks, world, capsys) -> None:
     graded_synth, dropped = synthesized
     results = [*bundled, *graded_synth, *ingested, *fixture_tasks.values()]

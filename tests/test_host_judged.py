@@ -142,7 +142,7 @@ def _write(tree: Path, files: dict[str, str]) -> None:
         (tree / rel).write_text(text)
 
 
-@pytest.fixture(scope="module", params=["bwrap", "docker"])
+@pytest.fixture(scope="module", params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def shop(request, tmp_path_factory):
     """The task, validated for real on the backend, with its grader."""
     backend = request.getfixturevalue(f"{request.param}_backend")

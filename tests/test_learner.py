@@ -72,6 +72,7 @@ def test_a_transformers_lm_is_rolled_out_trained_and_checkpointed_through_the_lo
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_batch_with_nothing_to_learn_takes_no_step_no_version_and_no_checkpoint(tmp_path) -> None:
     """Two turns are too few for the repair policy to fix anything: every group is all 0, the gate refuses.
     A held-out task is scored every iteration and after the last one, with the same seeds, and never drawn."""

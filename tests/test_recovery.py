@@ -281,7 +281,7 @@ def test_episode_ids_are_deterministic_per_run_iteration_task_policy_sample_and_
 
 # --- recovery --------------------------------------------------------------------------------------------------
 @pytest.mark.sandbox
-@pytest.mark.parametrize("backend_name", ["bwrap", "docker"])
+@pytest.mark.parametrize("backend_name", ["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def test_an_episode_whose_sandbox_is_killed_at_a_random_step_ends_as_if_nothing_happened(
     world, request, backend_name: str
 ) -> None:

@@ -95,6 +95,7 @@ def fixer_and_idler(tasks: list) -> tuple[ReplayPolicy, ReplayPolicy]:
     return ReplayPolicy(fixes, name="fixer"), ReplayPolicy({t.task_id: [HOLD] for t in tasks}, name="idler")
 
 
+@pytest.mark.slow
 def test_64_episodes_over_8_concurrent_sandboxes_account_for_every_status_and_a_crash_is_retried(
     world, bwrap_backend
 ) -> None:

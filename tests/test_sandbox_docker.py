@@ -84,6 +84,7 @@ def seed(tmp_path: Path) -> Path:
 
 # --- commands ------------------------------------------------------------------------------
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_exec_reports_exit_code_demuxed_output_cwd_and_env(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         result = box.exec(
@@ -100,6 +101,7 @@ def test_exec_reports_exit_code_demuxed_output_cwd_and_env(docker_backend: Docke
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_output_that_arrives_with_the_engines_response_headers_is_kept(
     docker_backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,6 +129,7 @@ def test_output_that_arrives_with_the_engines_response_headers_is_kept(
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_output_is_capped_with_a_visible_mark(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend, output_cap_bytes=1000) as box:
         result = box.exec(["python3", "-c", "import sys; print('x' * 10000); print('tail'); sys.stderr.write('err')"])
@@ -137,6 +140,7 @@ def test_output_is_capped_with_a_visible_mark(docker_backend: DockerBackend) -> 
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_command_that_never_ends_is_killed_with_its_children(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
         script = "(sleep 1000; echo ended) & (setsid sleep 1001; echo ended) & sleep 1002; echo ended"
@@ -148,6 +152,7 @@ def test_command_that_never_ends_is_killed_with_its_children(docker_backend: Doc
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_nothing_a_command_starts_outlives_it(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
         result = box.exec(["sh", "-c", "sleep 1000 & setsid sleep 1001 >/dev/null 2>&1 & sleep 0.3; echo started"])
@@ -157,6 +162,7 @@ def test_nothing_a_command_starts_outlives_it(docker_backend: DockerBackend) -> 
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_shared_memory_is_a_private_tmpfs_that_python_can_use(docker_backend: DockerBackend) -> None:
     """multiprocessing needs /dev/shm: the container's own tmpfs (not the engine's host-side mount), nosuid."""
     with sandbox(docker_backend) as box:
@@ -168,6 +174,7 @@ def test_shared_memory_is_a_private_tmpfs_that_python_can_use(docker_backend: Do
 
 # --- isolation -------------------------------------------------------------------------------
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_reach_a_server_on_host_loopback(docker_backend: DockerBackend) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -192,6 +199,7 @@ def test_cannot_reach_a_server_on_host_loopback(docker_backend: DockerBackend) -
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_read_host_home_or_host_environment(
     docker_backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -214,6 +222,7 @@ def test_cannot_read_host_home_or_host_environment(
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_see_or_signal_host_processes(docker_backend: DockerBackend) -> None:
     host = subprocess.Popen(["sleep", "60"])
     try:
@@ -230,6 +239,7 @@ def test_cannot_see_or_signal_host_processes(docker_backend: DockerBackend) -> N
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_reach_the_engine_socket(docker_backend: DockerBackend, container_engine: PodmanService) -> None:
     paths = ["/run/podman/podman.sock", "/var/run/docker.sock", "/run/docker.sock"]
     if container_engine.base_url and container_engine.base_url.startswith("unix://"):
@@ -256,6 +266,7 @@ def test_cannot_reach_the_engine_socket(docker_backend: DockerBackend, container
 
 # --- quotas ----------------------------------------------------------------------------------
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_fork_bomb_is_bounded_by_the_pids_limit(docker_backend: DockerBackend) -> None:
     bomb = (
         "import os\n"
@@ -278,6 +289,7 @@ def test_fork_bomb_is_bounded_by_the_pids_limit(docker_backend: DockerBackend) -
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_allocating_past_the_memory_limit_is_reported_as_oom(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend, memory_mb=128) as box:
         result = box.exec(["python3", "-c", "data = b'x' * (512 * 2**20)"])
@@ -286,6 +298,7 @@ def test_allocating_past_the_memory_limit_is_reported_as_oom(docker_backend: Doc
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_filling_the_disk_past_its_quota_fails(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend, disk_mb=16) as box:
         fill = box.exec(["sh", "-c", "head -c 64M /dev/zero > /work/big"])
@@ -300,6 +313,7 @@ def test_filling_the_disk_past_its_quota_fails(docker_backend: DockerBackend) ->
 
 # --- files ------------------------------------------------------------------------------------
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_files_are_confined_to_the_workspace(docker_backend: DockerBackend, seed: Path, tmp_path: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         assert box.read_file("a.txt") == b"original a\n"
@@ -323,6 +337,7 @@ def test_files_are_confined_to_the_workspace(docker_backend: DockerBackend, seed
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_no_git_history_in_image_workspace_or_snapshots(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         assert box.exec(["find", "/", "-xdev", "-name", ".git"]).stdout == ""  # the image's root filesystem
@@ -337,6 +352,7 @@ def test_no_git_history_in_image_workspace_or_snapshots(docker_backend: DockerBa
 
 # --- snapshots -----------------------------------------------------------------------------
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_an_archive_the_engine_lost_on_the_way_is_asked_for_again(docker_backend: DockerBackend, seed: Path) -> None:
     """An engine that truncates an exec's output (containers/podman#9096) can report tar's exit 0 and deliver no
     byte: the first archive's output is dropped here (this Podman does not truncate on demand), and the snapshot
@@ -359,6 +375,7 @@ def test_an_archive_the_engine_lost_on_the_way_is_asked_for_again(docker_backend
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_file_the_engine_lost_on_the_way_is_read_again(docker_backend: DockerBackend, seed: Path) -> None:
     """The same loss for a file read (seen after a restore under load): the size the script states first tells a
     lost output from an empty file, which reads as empty on the first try."""
@@ -383,6 +400,7 @@ def test_a_file_the_engine_lost_on_the_way_is_read_again(docker_backend: DockerB
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_restore_returns_the_snapshot_state(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         snap = box.snapshot()
@@ -401,6 +419,7 @@ def test_restore_returns_the_snapshot_state(docker_backend: DockerBackend, seed:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_from_snapshot_forks_independent_sandboxes(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as parent:
         parent.write_file("a.txt", b"parent state")
@@ -424,6 +443,7 @@ def test_from_snapshot_forks_independent_sandboxes(docker_backend: DockerBackend
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_reset_gives_a_clean_reseeded_workspace_and_alive_tracks_the_container(
     docker_backend: DockerBackend, docker_client: docker.DockerClient, seed: Path, tmp_path: Path
 ) -> None:
@@ -445,6 +465,7 @@ def test_reset_gives_a_clean_reseeded_workspace_and_alive_tracks_the_container(
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_deadline_label_follows_the_requested_lifetime(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -463,6 +484,7 @@ def test_deadline_label_follows_the_requested_lifetime(
 
 # --- failures and cleanup ------------------------------------------------------------------
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_vanished_sandbox_raises_died_and_close_is_idempotent(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -490,6 +512,7 @@ def _tiny_image(folder: Path, content: bytes) -> Image:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_an_image_import_leaves_nothing_in_the_engines_temp_dir(tmp_path: Path) -> None:
     """Podman keeps the upload of every import through the API in its temp dir (~200 MB per image): trialforge's
     service has a temp dir of its own, emptied after each import and removed when the service stops."""
@@ -516,6 +539,7 @@ def test_unreachable_engine_is_a_clear_engine_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_reaper_removes_containers_of_dead_owners_and_past_deadlines(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -544,6 +568,7 @@ def test_reaper_removes_containers_of_dead_owners_and_past_deadlines(
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_seed_archive_members_belong_to_the_sandbox_user(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         owners = box.exec(["find", "/work", "-printf", "%U\\n"]).stdout.split()
@@ -566,6 +591,7 @@ def _host_uid_of_sandbox_user(box: DockerSandbox) -> int:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -588,6 +614,7 @@ def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_every_writable_place_is_a_nosuid_nodev_tmpfs_of_its_share_of_the_disk_quota(
     docker_backend: DockerBackend,
 ) -> None:
@@ -605,6 +632,7 @@ def test_every_writable_place_is_a_nosuid_nodev_tmpfs_of_its_share_of_the_disk_q
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: DockerBackend) -> None:
     """Every path of container_confinement.MASKED_PATHS the host has reads as empty inside."""
     present = [p for p in MASKED_PATHS if Path(p).exists()]
@@ -616,6 +644,7 @@ def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: Dock
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_network_when_asked_is_a_private_stack_without_the_host_loopback(docker_backend: DockerBackend) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -645,6 +674,7 @@ def test_network_when_asked_is_a_private_stack_without_the_host_loopback(docker_
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_host_side_writes_replace_a_planted_fifo_and_keep_a_files_mode(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
         box.exec(["sh", "-c", "mkfifo /work/pipe && echo x > /work/ro && chmod 444 /work/ro"])

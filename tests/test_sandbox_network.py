@@ -146,7 +146,7 @@ def test_network_is_refused_with_the_reason_when_not_root(normal_user, delegated
     assert done.stdout.split() == ["network", "True"], done.stderr[-3000:]
 
 
-@pytest.fixture(params=["bwrap", "docker"])
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def backend(request, bwrap_backend):
     if request.param == "bwrap" and (os.geteuid() != 0 or shutil.which("slirp4netns") is None):
         pytest.skip("sandbox network on bwrap needs root and slirp4netns (scripts/setup-system.sh)")
