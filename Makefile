@@ -14,7 +14,7 @@ export DVC_NO_ANALYTICS := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup system image demo test bench lint lock lock-mlflow clean
+.PHONY: setup system image demo test test-fast bench lint lock lock-mlflow clean
 
 setup: system $(STAMP) $(MLFLOW_STAMP) image
 	@echo "set up. The commands of README.md run in the virtualenv: source $(VENV)/bin/activate"
@@ -45,6 +45,11 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+
+# The loop while working: every test that starts no server and takes no minutes (docs/testing.md). `make test`
+# (and CI) still runs them all.
+test-fast: setup
+	$(PY) -m pytest -m "not services and not slow"
 
 # realrepos.py needs repositories: `make bench REPOS="--repo NAME=PATH ..."` runs it too (docs/realrepos.md).
 bench: setup

@@ -88,3 +88,40 @@ def tiny_lm(tmp_path_factory):
     model, tokenizer = byte_level_gpt2(path)
     yield path, model, tokenizer
     torch.set_num_threads(threads)
+
+
+# --- what each test needs: pure, sandbox or services (docs/testing.md) ---------------------------------------------
+
+KINDS = ("pure", "sandbox", "services")
+# Fixtures that decide a marker: a test using one must carry it. The Podman engine makes a test slow: the
+# session's engine takes about a minute to start, import the base image and stop on two busy cores.
+IMPLIED_BY = {
+    "sandbox": {"base_image", "bwrap_backend", "container_engine", "docker_client", "docker_backend", "normal_user"},
+    "services": {"s3_server", "s3_store", "prefect_server_process", "prefect_api", "prefect_env", "ray_cluster"},
+    "slow": {"container_engine"},
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is held to it, whatever runs
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test without a true kind marker (or without the slow mark its fixtures imply) fails collection: a new
+    test cannot skip being classified."""
+    wrong = [f"  {item.nodeid}: {why}" for item in items if (why := kind_error(item))]
+    if wrong:
+        raise pytest.UsageError(
+            "\n".join(["tests must carry the markers of what they need (docs/testing.md):", *wrong])
+        )
+
+
+def kind_error(item: pytest.Item) -> str:
+    marks = {mark.name for mark in item.iter_markers()}
+    kinds = marks & set(KINDS)
+    if not kinds:
+        return "no kind marker"
+    if "pure" in kinds and len(kinds) > 1:
+        return f"marked pure and {' and '.join(sorted(kinds - {'pure'}))}"
+    used = set(getattr(item, "fixturenames", ()))
+    for mark, fixtures in IMPLIED_BY.items():
+        if mark not in marks and used & fixtures:
+            return f"uses {', '.join(sorted(used & fixtures))} but is not marked {mark}"
+    return ""

@@ -18,6 +18,8 @@ from trialforge.testrun.blinding import analyse, blind, close_demotions, instrum
 from trialforge.testrun.expected import OPAQUE, Check, NotConstant, Raised, Scope, Structure, decode, evaluate
 from trialforge.testrun.report import _host_verdict
 
+pytestmark = pytest.mark.pure
+
 REL = "tests/test_calc.py"
 SOURCE = textwrap.dedent(
     '''\

@@ -13,6 +13,8 @@ from trialforge.tasks.buildfiles import PY_STUB, write_build_files
 from trialforge.tasks.ingest.trees import snapshot_at
 from trialforge.tasks.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.pure
+
 HATCH = '[tool.hatch.build.hooks.vcs]\nversion-file = "src/pkg/_version.py"\n'
 
 

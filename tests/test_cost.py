@@ -9,6 +9,8 @@ from trialforge.config import Prices, load_params
 from trialforge.errors import ConfigError
 from trialforge.observe.cost import CostRates, cost_metrics, run_costs
 
+pytestmark = pytest.mark.pure
+
 RATES = CostRates(
     cpus=2.0, memory_gb=0.5, prices=Prices(cpu_hour=3.6, memory_gb_hour=7.2, gpu_hour=36.0, per_million_tokens=2.0)
 )

@@ -85,6 +85,7 @@ def group(task_id: str, rewards: list[float], **kw) -> list[EpisodeRecord]:
 # --- pass@k and tiers --------------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("n", "c", "k", "expected"),
     [
@@ -101,12 +102,14 @@ def test_pass_at_k_matches_hand_computed_values(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("n", "c", "k"), [(3, 1, 4), (3, 1, 0), (3, 4, 1), (3, -1, 1)])
 def test_pass_at_k_rejects_impossible_counts(n, c, k):
     with pytest.raises(ValueError, match="pass@"):
         pass_at_k(n, c, k)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("rate", "tier"),
     [(0.0, "unsolved"), (1e-9, "hard"), (0.3499, "hard"), (0.35, "medium"), (0.6999, "medium"), (0.7, "easy"),
@@ -116,12 +119,14 @@ def test_tier_boundaries(rate, tier):
     assert tier_of_pass_rate(rate) == tier
 
 
+@pytest.mark.pure
 def test_saturated_pass_at_k_is_easy_not_trivial_while_some_episodes_fail():
     assert tier_of_measured(pass_at_k(4, 3, 2), 4, 3) == "easy"  # pass@2 = 1.0, yet one of four failed
     assert tier_of_measured(pass_at_k(4, 4, 2), 4, 4) == "trivial"
     assert tier_of_measured(pass_at_k(4, 0, 2), 4, 0) == "unsolved"
 
 
+@pytest.mark.pure
 def test_measure_counts_only_ok_episodes_of_the_named_policy_version():
     episodes = [
         *group("a", [1.0, 0.0, 1.0, 0.0]),
@@ -140,6 +145,7 @@ def test_measure_counts_only_ok_episodes_of_the_named_policy_version():
     assert measure_difficulty(episodes, "learner", "v1", k=1)["a"].tier == "medium"  # pass@1 = 0.5
 
 
+@pytest.mark.pure
 def test_measure_reads_the_stored_episodes_table_like_the_records(tmp_path):
     episodes = [
         *group("a", [1.0, 0.0, 0.0]),
@@ -156,6 +162,7 @@ def test_measure_reads_the_stored_episodes_table_like_the_records(tmp_path):
         measure_difficulty(table.drop(columns=["status"]), "learner", "v1")
 
 
+@pytest.mark.pure
 def test_each_task_keeps_one_record_per_policy_version():
     tasks = tier_tasks([task("a"), task("b")])
     first = measure_difficulty(group("a", [0.0, 0.0]), "learner", "v1")
@@ -168,6 +175,7 @@ def test_each_task_keeps_one_record_per_policy_version():
     assert with_difficulty(a, proxy_difficulty(a)).difficulty.count(proxy_difficulty(a)) == 1
 
 
+@pytest.mark.pure
 def test_difficulty_for_falls_back_to_an_older_version_then_to_the_proxy():
     (a,) = tier_tasks([task("a")], measure_difficulty(group("a", [1.0, 0.0, 0.0, 0.0]), "learner", "v1"))
     assert difficulty_for(a, "learner@v1").pass_at_k == 0.25
@@ -181,6 +189,7 @@ def test_difficulty_for_falls_back_to_an_older_version_then_to_the_proxy():
 # --- live pass rates -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_live_pass_rates_follow_an_exponential_moving_average():
     first = update_pass_rates({}, [*group("a", [1.0, 0.0, 0.0, 0.0]), *group("b", [1.0, 1.0])], "learner", 0.5)
     assert first == {"a": 0.25, "b": 1.0}
@@ -211,6 +220,7 @@ def ids(tasks: list[Task]) -> list[str]:
     return [t.task_id for t in tasks]
 
 
+@pytest.mark.pure
 def test_same_seed_gives_the_same_batches():
     tasks, rates = pool({0.0: 10, 0.3: 10, 0.5: 10, 0.9: 10, 1.0: 10})
     config = SamplerConfig(groups=6)
@@ -224,6 +234,7 @@ def test_same_seed_gives_the_same_batches():
     assert len(set(map(tuple, batches(7)))) > 1  # consecutive batches of one sampler differ
 
 
+@pytest.mark.pure
 def test_eval_tasks_are_never_sampled():
     sampler = BatchSampler([task("a"), task("held", split="eval")], SamplerConfig(groups=2), 0)
     assert ids(sampler.begin()) == ["a"]
@@ -231,6 +242,7 @@ def test_eval_tasks_are_never_sampled():
         BatchSampler([task("held", split="eval")], SamplerConfig(), 0)
 
 
+@pytest.mark.pure
 def test_zero_variance_groups_are_dropped_and_refilled_up_to_the_bound():
     tasks, rates = pool({0.5: 20})
     sampler = BatchSampler(tasks, SamplerConfig(groups=4, max_extra_draws=3), seed=1)
@@ -249,6 +261,7 @@ def test_zero_variance_groups_are_dropped_and_refilled_up_to_the_bound():
         sampler.report({mixed: [1.0, 0.0]})
 
 
+@pytest.mark.pure
 def test_refill_stops_when_the_batch_is_full():
     tasks, rates = pool({0.5: 20})
     sampler = BatchSampler(tasks, SamplerConfig(groups=3, max_extra_draws=10), seed=2)
@@ -263,6 +276,7 @@ def test_refill_stops_when_the_batch_is_full():
     assert sampler.stats.extra_draws == sampler.stats.dropped_zero_variance == 4
 
 
+@pytest.mark.pure
 def test_over_sampling_fills_the_batch_and_leaves_the_surplus_out():
     tasks, rates = pool({0.5: 20})
     sampler = BatchSampler(tasks, SamplerConfig(groups=4, oversample=1.5, max_extra_draws=4), seed=3)
@@ -274,6 +288,7 @@ def test_over_sampling_fills_the_batch_and_leaves_the_surplus_out():
     assert ids(sampler.kept) == ids(first)[:4]
 
 
+@pytest.mark.pure
 def test_refills_over_sample_what_is_missing_until_the_budget_is_spent():
     tasks, rates = pool({0.5: 30})
     sampler = BatchSampler(tasks, SamplerConfig(groups=4, oversample=2.0, max_extra_draws=6), seed=4)
@@ -288,6 +303,7 @@ def test_refills_over_sample_what_is_missing_until_the_budget_is_spent():
     assert (stats.drawn, stats.budget, stats.kept, stats.rounds, stats.exhausted) == (10, 10, 1, 2, "budget")
 
 
+@pytest.mark.pure
 def test_a_batch_short_of_tasks_says_so():
     tasks, rates = pool({0.5: 3})
     sampler = BatchSampler(tasks, SamplerConfig(groups=4, max_extra_draws=8), seed=5)
@@ -296,6 +312,7 @@ def test_a_batch_short_of_tasks_says_so():
     assert (sampler.stats.kept, sampler.stats.exhausted) == (3, "tasks")
 
 
+@pytest.mark.pure
 def test_batch_expected_pass_rate_is_kept_inside_the_band():
     tasks, rates = pool({1.0: 12, 0.95: 12, 0.5: 3, 0.1: 3})
 
@@ -317,6 +334,7 @@ def test_batch_expected_pass_rate_is_kept_inside_the_band():
     assert outside["below"] and outside["above"]
 
 
+@pytest.mark.pure
 def test_an_unreachable_band_is_reported_not_hidden():
     tasks, rates = pool({1.0: 5})
     sampler = BatchSampler(tasks, SamplerConfig(groups=3), 0)
@@ -324,6 +342,7 @@ def test_an_unreachable_band_is_reported_not_hidden():
     assert (sampler.stats.expected_pass_rate, sampler.stats.in_band) == (1.0, False)
 
 
+@pytest.mark.pure
 def test_tier_shares_weight_tiers_by_p_times_one_minus_p_with_a_floor():
     # weights: medium 0.5*0.5 = 0.25, easy 0.9*0.1 = 0.09, unsolved 0; spare = 1 - 3*0.05 = 0.85
     shares = tier_shares({"unsolved": [0.0, 0.0], "medium": [0.5], "easy": [0.9, 0.9]}, floor=0.05)
@@ -334,6 +353,7 @@ def test_tier_shares_weight_tiers_by_p_times_one_minus_p_with_a_floor():
     assert tier_shares({}, floor=0.05) == {}
 
 
+@pytest.mark.pure
 def test_tier_mix_follows_live_pass_rates():
     tasks, rates = pool({0.0: 6, 0.5: 6, 0.9: 6, 1.0: 6})
     config = SamplerConfig(groups=1, band=(0.0, 1.0), tier_floor=0.05)
@@ -355,6 +375,7 @@ def test_tier_mix_follows_live_pass_rates():
     assert after["medium"] > 0.5 * 400 and after["trivial"] < 0.1 * 400
 
 
+@pytest.mark.pure
 def test_sampler_config_rejects_an_inverted_band():
     with pytest.raises(ValueError, match="band"):
         SamplerConfig(band=(0.8, 0.2))
@@ -409,6 +430,8 @@ def bundled(bwrap_backend, base_image, tmp_path_factory):
     return store, valid, runner
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_tiers_and_batches_follow_real_rollouts_of_a_strong_and_a_weak_policy(bundled):
     store, tasks, runner = bundled
     gold, partial = GoldPolicy(tasks), PartialPolicy(tasks)

@@ -35,6 +35,9 @@ from trialforge.curate.splits import assign_splits
 from trialforge.errors import ConfigError, TaskError
 from trialforge.tasks.schema import Source, Task
 
+pytestmark = pytest.mark.pure
+
+
 # --- fixtures and builders ---------------------------------------------------------------
 
 

@@ -65,6 +65,7 @@ def _paths(entries: list[Any]) -> set[str]:
     return {e if isinstance(e, str) else next(iter(e)) for e in entries}
 
 
+@pytest.mark.pure
 def test_dvc_yaml_runs_each_stage_on_what_it_reads_writes_and_depends_on():
     out = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())["run"]["out_dir"]
     declared = _dvc_stages()
@@ -80,6 +81,7 @@ def test_dvc_yaml_runs_each_stage_on_what_it_reads_writes_and_depends_on():
             assert (REPO_ROOT / dep).exists(), f"{stage.name} depends on {dep}, which does not exist"
 
 
+@pytest.mark.pure
 def test_params_yaml_writes_out_every_knob_and_every_param_a_stage_names():
     written = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     missing = _missing(Params(), written, "")
@@ -205,6 +207,7 @@ def reproduced(clone: Clone) -> str:
 # --- dvc ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 @pytest.mark.slow
 def test_dvc_repro_runs_every_stage_then_nothing_then_only_the_stages_of_a_changed_param(clone, reproduced):
     ran = [line.split("'")[1] for line in reproduced.splitlines() if line.startswith("Running stage '")]
@@ -236,6 +239,8 @@ def test_dvc_repro_runs_every_stage_then_nothing_then_only_the_stages_of_a_chang
 # --- the command table ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
+@pytest.mark.services  # `trialforge validate` runs a flow on Prefect's ephemeral server
 @pytest.mark.slow
 def test_a_task_file_is_ingested_then_curated_into_the_task_set_with_its_funnel(clone, reproduced):
     ingested = clone.sh("trialforge ingest github tasks_src/tickets/three.jsonl --repos tasks_src/repos")
@@ -250,6 +255,8 @@ def test_a_task_file_is_ingested_then_curated_into_the_task_set_with_its_funnel(
     assert {t.task_id for t in published} <= {t.task_id for t in read_tasks(clone.root / written)}
 
 
+@pytest.mark.sandbox
+@pytest.mark.services  # `trialforge run` runs a flow on Prefect's ephemeral server
 @pytest.mark.slow
 def test_the_cli_commands_of_the_readme_run_as_printed(clone, reproduced):
     first = clone.json("out/train/run.json")["run_id"]  # dvc's
@@ -283,6 +290,8 @@ def test_the_cli_commands_of_the_readme_run_as_printed(clone, reproduced):
     assert clone.sh("trialforge reap").startswith("removed")
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_serve_env_serves_the_curated_tasks_to_a_client_session(clone, reproduced):
     from trialforge.envserver.client import EnvClient
@@ -301,6 +310,8 @@ def test_serve_env_serves_the_curated_tasks_to_a_client_session(clone, reproduce
     assert server.returncode == 0  # SIGTERM ends it cleanly
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_the_service_commands_of_the_table_answer_as_printed(clone, container_engine, tiny_lm):
     engines = [{"url": container_engine.base_url, "capacity": 1, "name": "local"}]
@@ -319,11 +330,13 @@ def test_the_service_commands_of_the_table_answer_as_printed(clone, container_en
 # --- bad input, and outside the checkout -----------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_the_stage_command_names_every_stage():
     shown = invoke("stage", "--help")
     assert shown.exit_code == 0 and all(name in shown.output for name in NAMES), shown.output
 
 
+@pytest.mark.pure
 def test_a_bundled_source_set_to_null_or_empty_is_off_and_one_that_needs_the_repositories_says_so():
     assert load_params(None, {"sources.tickets": None}).sources.tickets is None
     assert load_params(None, {"sources.eval_set": ""}).sources.eval_set is None
@@ -333,6 +346,7 @@ def test_a_bundled_source_set_to_null_or_empty_is_off_and_one_that_needs_the_rep
         load_params(None, {"sources.tickets": None, "sources.repos": None, "sources.synthesize": 2})
 
 
+@pytest.mark.pure
 @pytest.mark.slow
 def test_outside_the_checkout_the_bundled_sources_are_found_and_a_mistake_is_one_line(tmp_path):
     def trialforge(args: str) -> subprocess.CompletedProcess[str]:
@@ -359,6 +373,8 @@ def test_outside_the_checkout_the_bundled_sources_are_found_and_a_mistake_is_one
 # --- Prefect: a deployment of prefect.yaml on a worker ---------------------------------------------------------
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_a_deployment_of_prefect_yaml_runs_on_a_work_pools_worker(clone, reproduced, tmp_path):
     """docs/orchestration.md, "A work pool", line by line against a real Prefect server."""

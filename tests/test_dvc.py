@@ -21,7 +21,7 @@ import pytest
 import yaml
 from s3_server import create_bucket
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 VENV_BIN = Path(sys.executable).parent
 DVC = VENV_BIN / "dvc"

@@ -67,6 +67,7 @@ def pool_threads() -> list[threading.Thread]:
 
 
 # --- the demand it follows ----------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_demand_is_the_peak_in_use_plus_waiting_over_the_window_and_is_forgotten_after_it():
     meter = DemandMeter(window_s=10.0)
     for t, in_demand in ((0.0, 1), (0.1, 2), (0.2, 5), (3.0, 3)):  # in use plus waiting, at each arrival
@@ -78,6 +79,7 @@ def test_demand_is_the_peak_in_use_plus_waiting_over_the_window_and_is_forgotten
 
 
 # --- scaling --------------------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_warm_capacity_follows_the_peak_backlog_and_serves_the_next_burst_warm():
     backend = Gated()
     pool = elastic_pool(backend, max_warm=8, idle_s=0)
@@ -96,6 +98,7 @@ def test_warm_capacity_follows_the_peak_backlog_and_serves_the_next_burst_warm()
     assert not backend.live
 
 
+@pytest.mark.pure
 def test_warm_capacity_never_passes_max_warm():
     backend = Gated()
     pool = elastic_pool(backend, max_warm=3, idle_s=0)
@@ -110,6 +113,7 @@ def test_warm_capacity_never_passes_max_warm():
     assert backend.peak_live == 7 and not backend.live
 
 
+@pytest.mark.pure
 def test_idle_sandboxes_fall_back_to_min_warm_once_the_burst_leaves_the_window():
     backend = SimulatedBackend(FAST)
     pool = elastic_pool(backend, min_warm=1, max_warm=4, window_s=0.05, idle_s=0)
@@ -127,6 +131,7 @@ def test_idle_sandboxes_fall_back_to_min_warm_once_the_burst_leaves_the_window()
     assert not backend.live
 
 
+@pytest.mark.pure
 def test_min_warm_is_kept_warm_ahead_of_any_demand_per_image():
     backend = SimulatedBackend(FAST)
     pool = elastic_pool(backend, min_warm=2, max_warm=4)
@@ -142,6 +147,7 @@ def test_min_warm_is_kept_warm_ahead_of_any_demand_per_image():
     assert not backend.live
 
 
+@pytest.mark.pure
 def test_each_image_keeps_the_warm_capacity_of_its_own_bursts():
     backend = Gated()
     pool = elastic_pool(backend, max_warm=4, idle_s=0)
@@ -157,6 +163,7 @@ def test_each_image_keeps_the_warm_capacity_of_its_own_bursts():
     assert not backend.live
 
 
+@pytest.mark.pure
 def test_traffic_over_two_images_never_holds_more_than_max_sandboxes():
     backend = SimulatedBackend(FAST, seed=3)
     pool = elastic_pool(backend, max_sandboxes=4, min_warm=4, max_warm=8, idle_s=0)
@@ -179,6 +186,7 @@ def test_traffic_over_two_images_never_holds_more_than_max_sandboxes():
 
 
 # --- closing --------------------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_close_answers_a_queued_acquire_stops_its_threads_and_leaves_no_sandbox():
     backend = SimulatedBackend(SLOW_START)
     pool = elastic_pool(backend, max_sandboxes=1, min_warm=1)
@@ -193,6 +201,7 @@ def test_close_answers_a_queued_acquire_stops_its_threads_and_leaves_no_sandbox(
     assert not backend.live and not pool_threads()
 
 
+@pytest.mark.pure
 def test_close_with_warm_starts_in_flight_closes_them_when_they_land():
     backend = SimulatedBackend(SLOW_START)
     pool = elastic_pool(backend, min_warm=4, max_warm=4)
@@ -205,6 +214,7 @@ def test_close_with_warm_starts_in_flight_closes_them_when_they_land():
 
 
 # --- the simulated backend ------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_the_simulated_backend_draws_the_same_latencies_for_the_same_seed(tmp_path):
     def draws(seed: int) -> list[float]:
         backend = SimulatedBackend(FAST, seed=seed)
@@ -219,6 +229,7 @@ def test_the_simulated_backend_draws_the_same_latencies_for_the_same_seed(tmp_pa
     assert draws(0) != draws(1)
 
 
+@pytest.mark.pure
 def test_the_simulated_sandbox_holds_real_files_and_refuses_paths_outside_work(tmp_path):
     seed = tmp_path / "seed"
     (seed / "pkg").mkdir(parents=True)
@@ -243,6 +254,7 @@ def test_the_simulated_sandbox_holds_real_files_and_refuses_paths_outside_work(t
     assert not backend.live and not sandbox.alive()
 
 
+@pytest.mark.pure
 def test_a_latency_model_is_fitted_to_measurements_and_refuses_too_few():
     samples = {op: [0.01, 0.02, 0.04] for op in ("create", "reset", "exec", "test", "close")}
     model = LatencyModel.fit(samples, source="three samples each")
@@ -252,6 +264,7 @@ def test_a_latency_model_is_fitted_to_measurements_and_refuses_too_few():
 
 
 # --- over real sandboxes --------------------------------------------------------------------------------------
+@pytest.mark.sandbox
 def test_an_elastic_pool_of_bubblewrap_sandboxes_reuses_them_with_a_clean_workspace(
     bwrap_backend, base_image, tmp_path
 ):
@@ -289,6 +302,7 @@ def _spec(workspace: Path):
 
 
 # --- params ---------------------------------------------------------------------------------------------------
+@pytest.mark.pure
 def test_elastic_params_are_checked_and_never_change_a_runs_digest():
     on = load_params(None, {"sandbox.elastic": {"enabled": True, "min_warm": 2, "max_warm": 6}})
     assert on.sandbox.elastic == ElasticConfig(enabled=True, min_warm=2, max_warm=6)
@@ -299,6 +313,7 @@ def test_elastic_params_are_checked_and_never_change_a_runs_digest():
             load_params(None, {"sandbox.elastic": bad})
 
 
+@pytest.mark.sandbox
 def test_the_runtime_builds_its_pool_from_sandbox_elastic(tmp_path):
     overrides = {"run.store": f"file://{tmp_path / 'store'}", "sandbox.elastic": {"enabled": True, "max_warm": 5}}
     with open_runtime(load_params(None, overrides)) as rt:

@@ -82,6 +82,8 @@ def vf_eval(server, chat_server, output_dir, **fields: Any) -> list:
         os.environ.pop("VF_RUN_ID", None)  # the runner's id for the processes a run spawns; not the next test's
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_verifiers_eval_runner_scores_a_group_with_the_servers_verdicts(server, chat_server, tmp_path) -> None:
     chat_server.answer_with(ScriptedModel(server.gold, SUBMIT_ONLY))
     # One group: two episodes of the same task, in flight together.
@@ -101,6 +103,8 @@ def test_verifiers_eval_runner_scores_a_group_with_the_servers_verdicts(server, 
     assert live(server) == 0
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_verifiers_episode_without_a_verdict_fails_instead_of_scoring_zero(server, chat_server, tmp_path) -> None:
     def idle_model(body: dict[str, Any]) -> dict[str, Any]:  # thinks until the server gives up on the episode
         wait_for(lambda: live(server) == 0, "the server to end the idle episode")
@@ -164,6 +168,8 @@ def scripted_trainer(scripts: list[list[Action]]):
     return ScriptedGRPOTrainer
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_trl_grpo_step_is_rewarded_by_the_servers_verdicts(server, qwen_style_lm, tmp_path, monkeypatch) -> None:
     import torch
     from trl import GRPOConfig
@@ -210,6 +216,7 @@ def test_trl_grpo_step_is_rewarded_by_the_servers_verdicts(server, qwen_style_lm
     assert live(server) == 0
 
 
+@pytest.mark.pure
 def test_trl_tools_are_the_servers_tools() -> None:
     """The schemas GRPOTrainer renders from the environment's methods name the server's tools and arguments."""
     from transformers.utils import get_json_schema
@@ -229,6 +236,8 @@ def test_trl_tools_are_the_servers_tools() -> None:
     client.shutdown()
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_trl_reward_of_an_episode_without_a_verdict_is_none_not_zero(server, caplog) -> None:
     from trialforge.envserver.adapters.trl import ToolEnvFactory
 

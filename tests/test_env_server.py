@@ -32,6 +32,8 @@ from trialforge.store import datasets
 from trialforge.store.objstore import open_store
 from trialforge.tasks.taskset import write_tasks
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.services]
+
 IDLE_S = 8.0  # the module server's idle timeout: long enough for a loaded machine, short enough to wait out
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "t" * 32

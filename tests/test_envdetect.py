@@ -8,6 +8,8 @@ from trialforge.envspec import PYTEST_CMD, SUITES, UNITTEST_CMD
 from trialforge.tasks.envdetect.decide import RELEASED_PYTHON, EnvError, detect
 from trialforge.tasks.envdetect.resolve import EnvCache, resolve_env, spec_at_commit
 
+pytestmark = pytest.mark.pure
+
 BUNDLED = Path(__file__).resolve().parents[1] / "tasks_src" / "repos"
 
 

@@ -174,6 +174,8 @@ def provided(tmp_path, snapshots, index, built_images) -> Task:
     return task
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_task_gets_an_image_with_its_detected_dependencies_pinned_and_its_src_on_the_path(provided, base_image):
     env = provided.env
     assert env is not None and env.env.get("PYTHONPATH") == "/work/src"
@@ -185,6 +187,8 @@ def test_the_task_gets_an_image_with_its_detected_dependencies_pinned_and_its_sr
     assert {"tfpure==1.0", "tfcext==1.0"} <= set(lock)  # what pip resolved is recorded with the image
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_python_is_the_images_python3_in_the_base_and_in_an_environment_image(provided, bwrap_backend):
     where = "import os, sys; print(os.path.realpath(sys.executable), sys.version_info[:2])"
     for image in (BASE_NAME, provided.image):
@@ -194,6 +198,7 @@ def test_python_is_the_images_python3_in_the_base_and_in_an_environment_image(pr
         assert python.stdout == python3.stdout and python.stdout.startswith("/usr/bin/python3."), image
 
 
+@pytest.mark.pure
 def test_a_new_base_image_gets_a_new_key_and_so_does_every_environment_image_on_it(monkeypatch):
     spec = EnvSpec(requirements=("tfpure==1.0",))
     before = (base_key(), env_key(spec))
@@ -201,11 +206,15 @@ def test_a_new_base_image_gets_a_new_key_and_so_does_every_environment_image_on_
     assert base_key() != before[0] and env_key(spec) != before[1]  # nothing built on the old base is reused
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_same_spec_is_built_once(provided):
     again = env_image(provided.env)
     assert not again.built and again.image.name == provided.image and again.image.digest == provided.image_digest
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.parametrize("backend_name", ["bwrap", "docker"])
 def test_the_task_validates_and_grades_gold_1_and_empty_0_in_its_image(provided, snapshots, backend_name, request):
     backend = request.getfixturevalue(f"{backend_name}_backend")
@@ -219,6 +228,8 @@ def test_the_task_validates_and_grades_gold_1_and_empty_0_in_its_image(provided,
     assert gold.provenance["image_digest"] == provided.image_digest
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_same_task_in_the_base_image_is_rejected_for_its_missing_dependency(provided, snapshots, bwrap_backend):
     bare = provided.model_copy(update={"image": "", "image_digest": ""})
     checked = validate_task(bare, bwrap_backend, BASE_NAME, snapshots, Limits(), ValidateConfig(runs=1))
@@ -226,6 +237,8 @@ def test_the_same_task_in_the_base_image_is_rejected_for_its_missing_dependency(
     assert "ModuleNotFoundError" in checked.validation.reason or "No module named" in checked.validation.reason
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_sandbox_of_an_environment_image_has_no_network(provided, bwrap_backend, index):
     probe = f"import urllib.request; urllib.request.urlopen({index!r}, timeout=5); print('reached')"
     spec = SandboxSpec(image=provided.image, limits=Limits())
@@ -236,6 +249,8 @@ def test_the_sandbox_of_an_environment_image_has_no_network(provided, bwrap_back
     assert deps.stdout.strip() == "42"  # what the build installed is there; only the network is gone
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_failed_build_drops_only_its_tasks_with_the_pip_error(tmp_path, snapshots, index, built_images):
     good = _calc_task(tmp_path, snapshots)
     broken = _calc_task(tmp_path, snapshots, "calc-2", PYPROJECT.replace("tfpure==1.0", "tfmissing==1.0"))
@@ -246,12 +261,16 @@ def test_a_failed_build_drops_only_its_tasks_with_the_pip_error(tmp_path, snapsh
     assert detail["ref"] == "calc-2" and "tfmissing" in detail["detail"]
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_task_validated_in_another_build_of_its_image_is_refused(provided, bwrap_backend):
     stale = provided.model_copy(update={"image_digest": "sha256:" + "0" * 64})
     with pytest.raises(SandboxError, match="validate the task set again"):
         task_image(stale, bwrap_backend, BASE_NAME)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_bundled_repository_runs_in_the_base_image(snapshots, base_image):
     repo = Path(__file__).resolve().parents[1] / "tasks_src" / "repos" / "textkit"
     task = Task(
@@ -262,11 +281,14 @@ def test_a_bundled_repository_runs_in_the_base_image(snapshots, base_image):
     assert (provided.image, provided.image_digest) == (BASE_NAME, base_image.digest)
 
 
+@pytest.mark.pure
 def test_a_python_no_image_exists_for_is_refused_with_the_versions_there_are():
     with pytest.raises(ValidationError, match=r"no image for Python 2\.7: images exist for 3\.9 \(bullseye\)"):
         EnvSpec(python="2.7")
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_image_commands_show_and_build_a_checkouts_environment(tmp_path, snapshots, index, built_images):
     from cli_runner import invoke
 
@@ -292,6 +314,8 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *ident, *args], cwd=repo, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_src_layout_repository_goes_from_its_git_history_through_its_image_to_a_valid_task(
     tmp_path, index, built_images
 ):
@@ -332,6 +356,8 @@ def test_a_src_layout_repository_goes_from_its_git_history_through_its_image_to_
     assert task.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_machine_that_did_not_build_an_image_takes_it_from_the_store_by_its_digest(provided, tmp_path):
     store = open_store(f"file://{tmp_path / 'store-images'}")
     publish_image(store, env_image(provided.env).image)

@@ -97,6 +97,8 @@ PROBE_SCRIPT = SYSCALLS + "".join(f"print({name!r} + '=' + {expr})\n" for name, 
 
 
 # --- the syscall filter, namespaces, capabilities -----------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.skipif(not X86_64, reason="the raw syscall numbers are x86_64's")
 def test_dangerous_syscalls_are_refused(sandbox):
     result = py(sandbox, PROBE_SCRIPT)
@@ -106,6 +108,7 @@ def test_dangerous_syscalls_are_refused(sandbox):
     assert not allowed, f"syscalls that went through: {allowed}"
 
 
+@pytest.mark.pure
 @pytest.mark.skipif(not X86_64, reason="the raw syscall numbers are x86_64's")
 def test_control_the_same_probes_work_for_an_unprivileged_host_process():
     """Without the sandbox, an unprivileged process gets these: the filter (not luck) stops them inside."""
@@ -118,6 +121,8 @@ def test_control_the_same_probes_work_for_an_unprivileged_host_process():
     assert works, f"no probe works unprivileged on this host, so the control shows nothing: {seen}"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_process_has_no_capabilities_no_new_privileges_and_a_filter(sandbox):
     status = sandbox.exec(["cat", "/proc/self/status"]).stdout
     fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
@@ -127,6 +132,8 @@ def test_the_process_has_no_capabilities_no_new_privileges_and_a_filter(sandbox)
     assert fields["Seccomp"].strip() == "2", "no seccomp filter is installed"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.skipif(not X86_64, reason="hand-made x86 machine code")
 def test_switching_to_the_32_bit_syscall_abi_is_fatal(sandbox):
     """``int 0x80`` reaches the i386 syscall table, where a denylist for x86_64 numbers would not look."""
@@ -143,6 +150,8 @@ def test_switching_to_the_32_bit_syscall_abi_is_fatal(sandbox):
     assert result.exit_code == 128 + 31 or result.exit_code == -31, result  # SIGSYS: killed by the filter
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_nested_sandboxes_cannot_be_made(sandbox):
     result = sandbox.exec(["sh", "-c", "unshare -U -r id; unshare -n true; echo done"])
     assert result.stdout.strip() == "done"
@@ -150,6 +159,8 @@ def test_nested_sandboxes_cannot_be_made(sandbox):
     assert result.stderr.count("unshare failed") == 2
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_setuid_binaries_give_no_privilege(sandbox):
     """A setuid program runs as the sandbox user: nosuid mounts and no_new_privs, whoever owns the file."""
     result = sandbox.exec(
@@ -171,6 +182,8 @@ def test_setuid_binaries_give_no_privilege(sandbox):
 
 
 # --- the kernel's knobs and info ----------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_host_sysctls_cannot_be_written(sandbox):
     before = Path("/proc/sys/kernel/core_pattern").read_text()
     attempts = {
@@ -192,6 +205,8 @@ def test_host_sysctls_cannot_be_written(sandbox):
     assert Path("/proc/sys/kernel/core_pattern").read_text() == before
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_kernel_info_files_are_masked(sandbox):
     present = [p for p in ("/proc/keys", "/proc/timer_list", "/proc/kcore", "/proc/sched_debug") if Path(p).exists()]
     result = sandbox.exec(["sh", "-c", " ".join(f"head -c 64 {p} 2>/dev/null | wc -c;" for p in present)])
@@ -201,6 +216,8 @@ def test_kernel_info_files_are_masked(sandbox):
     assert all(fields[5].startswith("ro") for fields in sys_mounts), "/sys is writable"  # bwrap: no /sys at all
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_sysrq_and_proc_sys_are_read_only_mounts(sandbox):
     mounts = sandbox.exec(["cat", "/proc/self/mountinfo"]).stdout
     proc_sys = [line for line in mounts.splitlines() if line.split()[4] == "/proc/sys"]
@@ -208,6 +225,8 @@ def test_sysrq_and_proc_sys_are_read_only_mounts(sandbox):
 
 
 # --- the host: files, environment, processes, network, engine -----------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_host_files_environment_and_root_home_are_out_of_reach(sandbox, monkeypatch, tmp_path):
     secret = Path("/root") / f".tf-escape-canary-{os.getpid()}"
     secret.write_text("host-secret")
@@ -224,6 +243,8 @@ def test_host_files_environment_and_root_home_are_out_of_reach(sandbox, monkeypa
     assert "Permission denied" in result.stderr  # the image's /root: the sandbox user is nobody's root
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_host_processes_are_invisible_and_unsignalable(sandbox):
     me = os.getpid()
     result = py(
@@ -245,6 +266,8 @@ def test_host_processes_are_invisible_and_unsignalable(sandbox):
     assert int(result.stdout.split("count ")[1].split()[0]) < 10
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_ptrace_of_another_sandbox_process_is_refused(sandbox):
     result = py(
         sandbox,
@@ -264,6 +287,8 @@ def test_ptrace_of_another_sandbox_process_is_refused(sandbox):
     os.kill(os.getpid(), 0)  # the host test process is untouched
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_host_loopback_and_outside_network_are_unreachable(sandbox):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -313,6 +338,8 @@ def _accept(server: socket.socket):
         return None
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_container_engine_sockets_are_absent(sandbox):
     sockets = ["/run/podman/podman.sock", "/var/run/docker.sock", "/run/docker.sock", "/run/trialforge"]
     sockets += [str(p) for p in Path(os.environ.get("TRIALFORGE_STATE_DIR", "/nonexistent")).glob("podman-*/*.sock")]
@@ -320,6 +347,8 @@ def test_container_engine_sockets_are_absent(sandbox):
     assert "present" not in result.stdout
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_another_sandboxs_files_and_processes_are_out_of_reach(backend, base_image, tmp_path, sandbox):
     other = backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
     try:
@@ -342,6 +371,8 @@ def test_another_sandboxs_files_and_processes_are_out_of_reach(backend, base_ima
 
 
 # --- files that leave the sandbox -----------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_exported_files_carry_no_setuid_devices_fifos_or_escaping_links(sandbox, tmp_path):
     sandbox.exec(
         [
@@ -367,6 +398,8 @@ def test_exported_files_carry_no_setuid_devices_fifos_or_escaping_links(sandbox,
     assert again.stdout.split()[-1] == "755"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_host_side_reads_and_writes_never_follow_links_out(sandbox):
     sandbox.exec(["sh", "-c", "ln -s /etc /work/etc; ln -s /etc/passwd /work/pw"])
     for path in ("pw", "etc/passwd", "../etc/passwd"):
@@ -378,6 +411,8 @@ def test_host_side_reads_and_writes_never_follow_links_out(sandbox):
     assert not Path("/etc/tf-escaped").exists()
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the host account question arises only when trialforge is root")
 def test_files_the_sandbox_writes_belong_to_no_host_user_that_owns_anything(bwrap_backend, base_image):
     """Each sandbox is a host uid of its own, leased from the sandbox account's subordinate range (as Podman's
@@ -410,6 +445,8 @@ def test_files_the_sandbox_writes_belong_to_no_host_user_that_owns_anything(bwra
 
 
 # --- resources ------------------------------------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_fork_bomb_is_bounded_and_the_sandbox_recovers(sandbox):
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     result = sandbox.exec(["python3", "-c", bomb], timeout=5)
@@ -419,12 +456,16 @@ def test_fork_bomb_is_bounded_and_the_sandbox_recovers(sandbox):
     assert int(count) < 10
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_memory_past_the_limit_is_killed(sandbox):
     result = py(sandbox, "x = bytearray(1024 * 1024 * 1024); print('allocated')")
     assert "allocated" not in result.stdout
     assert result.exit_code != 0
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_disk_past_the_quota_fails(sandbox):
     result = sandbox.exec(
         ["sh", "-c", "head -c 64M /dev/zero > /work/big; echo rc=$?; head -c 64M /dev/zero > /tmp/big"]
@@ -433,6 +474,8 @@ def test_disk_past_the_quota_fails(sandbox):
     assert "No space left" in result.stderr
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_host_clock_cannot_be_set(sandbox):
     before = os.popen("date +%Y").read()
     result = sandbox.exec(["sh", "-c", "date -s '2001-01-01 00:00:00'; echo rc=$?"])
@@ -441,6 +484,8 @@ def test_the_host_clock_cannot_be_set(sandbox):
 
 
 # --- the CPU counter cost is computed from ---------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_cpu_used_is_counted_outside_the_sandbox_children_included_and_its_code_cannot_reset_it(sandbox):
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
     before = sandbox.cpu_s()

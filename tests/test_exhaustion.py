@@ -30,7 +30,7 @@ LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=60, output_ca
 MIB = 1 << 20
 
 
-@pytest.fixture(params=["bwrap", "docker"])
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def backend(request, bwrap_backend):
     return bwrap_backend if request.param == "bwrap" else request.getfixturevalue("docker_backend")
 
@@ -89,6 +89,7 @@ print(written, files)
 """
 
 
+@pytest.mark.pure
 def test_the_disk_plan_sums_inside_the_quota_at_any_size():
     for disk_mb in (1, 4, 16, 100, 256, 4096):
         places = disk.places(Limits(disk_mb=disk_mb))
@@ -97,6 +98,7 @@ def test_the_disk_plan_sums_inside_the_quota_at_any_size():
         assert [p.path for p in places] == ["/work", "/tmp", "/var/tmp", "/dev/shm", "/run"]
 
 
+@pytest.mark.sandbox
 def test_every_writable_place_is_inside_the_disk_budget(sandbox):
     """The sandbox user can write in the four places only (and the kernel's message queues), and everything it can
     write there, bytes and files together, stays inside the quota: /dev/shm, /tmp, /var/tmp, /work included."""
@@ -115,6 +117,7 @@ def test_every_writable_place_is_inside_the_disk_budget(sandbox):
         assert int(queues.stdout) <= 256  # fs.mqueue.queues_max per IPC namespace; RLIMIT_MSGQUEUE stops it sooner
 
 
+@pytest.mark.sandbox
 def test_a_sandbox_holds_no_more_than_its_share_of_the_hosts_terminals(sandbox):
     """The kernel's terminals are one pool for the host (kernel.pty.max): each sandbox's /dev/pts has its own limit."""
     code = "import os\nn = 0\ntry:\n    while True:\n        os.openpty(); n += 1\nexcept OSError:\n    print(n)"
@@ -125,6 +128,7 @@ def test_a_sandbox_holds_no_more_than_its_share_of_the_hosts_terminals(sandbox):
 SHAPED = "truncate -s 1G sparse && head -c 4M /dev/urandom > big && for i in $(seq 31); do ln big l$i; done"
 
 
+@pytest.mark.sandbox
 def test_a_sparse_file_stops_exports_snapshots_and_reads_at_the_quota(sandbox, backend, tmp_path):
     assert sandbox.exec(["sh", "-c", SHAPED]).exit_code == 0
     snapshots = list(backend.snapshot_dir.glob("*")) if backend.snapshot_dir.exists() else []
@@ -141,6 +145,7 @@ def test_a_sparse_file_stops_exports_snapshots_and_reads_at_the_quota(sandbox, b
     assert left == snapshots  # never half a snapshot
 
 
+@pytest.mark.sandbox
 def test_hard_links_are_copied_once(sandbox, tmp_path):
     assert sandbox.exec(["sh", "-c", SHAPED + " && rm /work/sparse"]).exit_code == 0
     sandbox.export_workspace(tmp_path / "export")
@@ -152,6 +157,7 @@ def test_hard_links_are_copied_once(sandbox, tmp_path):
     assert sandbox.exec(["stat", "-c", "%h %s", "/work/l7"]).stdout.split() == ["32", str(4 * MIB)]
 
 
+@pytest.mark.sandbox
 def test_a_file_flood_stops_at_the_inode_limit_and_a_deep_tree_at_the_depth_limit(sandbox, tmp_path):
     flood = sandbox.exec(["sh", "-c", "i=0; while touch /work/f$i 2>/dev/null; do i=$((i+1)); done; echo $i"])
     assert int(flood.stdout) < disk.workspace(LIMITS).inodes  # its root and a few directories take some
@@ -164,6 +170,7 @@ def test_a_file_flood_stops_at_the_inode_limit_and_a_deep_tree_at_the_depth_limi
     assert err.value.cause == "quota"
 
 
+@pytest.mark.sandbox
 def test_a_restore_that_cannot_fit_is_a_quota_error(backend, base_image, sandbox):
     """A snapshot of a bigger sandbox into a smaller one: refused with the limit named (an env_error), never OSError."""
     assert sandbox.exec(["sh", "-c", "head -c 6M /dev/urandom > /work/six"]).exit_code == 0
@@ -184,6 +191,7 @@ def test_a_restore_that_cannot_fit_is_a_quota_error(backend, base_image, sandbox
         backend.release(snap)
 
 
+@pytest.mark.sandbox
 def test_a_seed_bigger_than_the_workspace_is_refused_before_the_sandbox_starts(backend, base_image, tmp_path):
     seed = tmp_path / "seed"
     seed.mkdir()
@@ -195,6 +203,7 @@ def test_a_seed_bigger_than_the_workspace_is_refused_before_the_sandbox_starts(b
     assert err.value.cause == "quota"
 
 
+@pytest.mark.sandbox
 def test_a_tool_write_past_the_quota_is_a_quota_error_not_an_os_error(sandbox):
     """Too big for /work at all, or for what is left of it: both the policy's doing (an observation, not a fault)."""
     with pytest.raises(SandboxError, match=r"sandbox\.disk_mb") as err:
@@ -220,6 +229,7 @@ time.sleep(float(sys.argv[1]))
 """
 
 
+@pytest.mark.sandbox
 def test_one_sandbox_holding_every_inotify_instance_of_its_uid_leaves_the_next_one_its_own(backend, base_image):
     tag = f"{secrets.randbelow(10**6) + 30}.{secrets.randbelow(10**6)}"  # sleep's unique argument: how to find it
     first = backend.create(SandboxSpec(image=base_image.name, limits=LIMITS))
@@ -299,6 +309,7 @@ for request in (0x5412, 0x100005412, 0xFFFFFFFF00005412, 0x541C, 0x10000541C):
 """
 
 
+@pytest.mark.sandbox
 def test_terminal_injection_is_refused_whatever_the_upper_32_bits_of_the_request(sandbox):
     """The kernel reads an ioctl request as 32 bits: ``0x100005412`` is TIOCSTI. The filter masks it the same way."""
     result = py(sandbox, TIOCSTI)
@@ -319,6 +330,7 @@ if os.path.isdir('/dev/mqueue'):
 IPC_LEFT = "ipcs -m -s -q | grep -c '^0x' ; ls -A /dev/shm /dev/mqueue 2>/dev/null | grep -v ':$' | grep -c ."
 
 
+@pytest.mark.sandbox
 def test_ipc_objects_do_not_outlive_a_reset(sandbox):
     made = py(sandbox, IPC_OBJECTS)
     assert made.stdout.split() == ["shm", "True", "sem", "True", "msg", "True"], made
@@ -326,6 +338,7 @@ def test_ipc_objects_do_not_outlive_a_reset(sandbox):
     assert sandbox.exec(["sh", "-c", IPC_LEFT]).stdout.split() == ["0", "0"]
 
 
+@pytest.mark.sandbox
 def test_no_host_environment_reaches_pid_1(sandbox, monkeypatch, tmp_path):
     here = tmp_path / f"owner-cwd-{secrets.token_hex(4)}"
     here.mkdir()

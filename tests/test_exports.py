@@ -98,7 +98,7 @@ def file_store(tmp_path: Path) -> ObjectStore:
     return open_store(f"file://{tmp_path / 'store'}")
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=[pytest.param("file", marks=pytest.mark.pure), pytest.param("s3", marks=pytest.mark.services)])
 def store(request: pytest.FixtureRequest) -> ObjectStore:
     return request.getfixturevalue(f"{request.param}_store")
 
@@ -185,11 +185,13 @@ def test_trl_prompt_completion_and_messages_layouts(store: ObjectStore) -> None:
         assert {name: pc[name] for name in exports.LINEAGE} == lineage_of(episode)
 
 
+@pytest.mark.pure
 def test_an_unknown_trl_layout_is_refused(run_store: ObjectStore) -> None:
     with pytest.raises(StoreError, match=r"unknown TRL layout 'chat'.*messages.*prompt_completion"):
         exports.export_trl(run_store, "x", layout="chat")  # type: ignore[arg-type]
 
 
+@pytest.mark.pure
 def test_a_system_prompt_opens_every_conversation_and_belongs_to_the_prompt(run_store: ObjectStore) -> None:
     system = "You fix bugs by calling tools."
     selection = query.Selection(runs=("r1",), iterations=(1,))
@@ -205,6 +207,7 @@ def test_a_system_prompt_opens_every_conversation_and_belongs_to_the_prompt(run_
 # --- selection, tasks, idempotence -----------------------------------------------------------
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("selection", "expected"),
     [
@@ -223,12 +226,14 @@ def test_an_export_holds_exactly_the_selected_ok_episodes(
     assert {row["episode_id"] for row in rows} == expected
 
 
+@pytest.mark.pure
 def test_a_selection_without_ok_episodes_is_an_error(run_store: ObjectStore) -> None:
     with pytest.raises(StoreError, match="nothing to export: no ok episodes"):
         exports.export_verl(run_store, "none", query.Selection(task_set_versions=("other",)))
     assert datasets.list_parts(run_store, "verl") == []
 
 
+@pytest.mark.pure
 def test_tasks_come_from_the_published_task_set_or_the_caller(file_store: ObjectStore) -> None:
     write_run(file_store, publish_tasks=False)
     with pytest.raises(StoreError, match=rf"task set {VERSION} is not published .*pass tasks="):
@@ -238,6 +243,7 @@ def test_tasks_come_from_the_published_task_set_or_the_caller(file_store: Object
         exports.export_verl(file_store, "b", tasks=[t1])
 
 
+@pytest.mark.pure
 def test_exporting_a_name_again_replaces_it(run_store: ObjectStore) -> None:
     first = exports.export_verl(run_store, "weekly")
     data = run_store.get_bytes(first.key)
@@ -252,6 +258,7 @@ def test_exporting_a_name_again_replaces_it(run_store: ObjectStore) -> None:
 # --- read helpers --------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_episodes_are_selected_by_run_policy_and_versions(run_store: ObjectStore) -> None:
     ids = lambda sel: set(query.episodes(run_store, sel)["episode_id"].to_pylist())  # noqa: E731
     assert ids(query.ALL) == {e.episode_id for e in RUN}
@@ -263,6 +270,7 @@ def test_episodes_are_selected_by_run_policy_and_versions(run_store: ObjectStore
     assert frame.to_dict("records") == [{"episode_id": "ep-r2-0-2-gold-0", "reward": 1.0}]
 
 
+@pytest.mark.pure
 def test_steps_of_a_selection_come_in_order_and_join_their_episodes(run_store: ObjectStore) -> None:
     repair = query.Selection(policies=("repair",))
     steps = query.steps(run_store, repair)
@@ -280,6 +288,7 @@ def test_steps_of_a_selection_come_in_order_and_join_their_episodes(run_store: O
     assert query.steps(run_store, query.Selection(runs=("nope",))).num_rows == 0
 
 
+@pytest.mark.pure
 def test_published_uris_leave_out_a_part_that_was_never_published(run_store: ObjectStore) -> None:
     partition = {"run": "r3", "iteration": "0"}
     orphan = datasets.part_key("episodes", partition, "crashed")

@@ -137,6 +137,7 @@ def fleet_params(tmp_path: Path, *engines: dict) -> dict:
     }
 
 
+@pytest.mark.sandbox
 @pytest.mark.slow
 def test_an_engine_killed_mid_run_loses_no_episode_and_duplicates_none(
     container_engine, own_store_engine, base_image, tmp_path
@@ -194,6 +195,8 @@ def test_an_engine_killed_mid_run_loses_no_episode_and_duplicates_none(
     assert ours(a) == [] and ours(b) == []
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_placement_prefers_the_engine_holding_the_image_then_free_slots_and_waits_for_room(
     container_engine, own_store_engine, base_image
 ) -> None:
@@ -229,6 +232,8 @@ def test_placement_prefers_the_engine_holding_the_image_then_free_slots_and_wait
     assert ours(container_engine.base_url) == [] and ours(own_store_engine.base_url) == []
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_no_engine_answering_is_a_clear_error_and_a_full_fleet_times_out_as_capacity(
     container_engine, base_image, tmp_path
 ) -> None:
@@ -253,6 +258,7 @@ def test_no_engine_answering_is_a_clear_error_and_a_full_fleet_times_out_as_capa
         fleet.close()
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("engines", "error"),
     [
@@ -268,6 +274,7 @@ def test_bad_engine_lists_are_refused_with_the_reason(engines, error) -> None:
         load_params(None, {"sandbox.backend": "docker", "sandbox.engines": engines})
 
 
+@pytest.mark.pure
 def test_engines_need_the_docker_backend_and_exclude_docker_host() -> None:
     with pytest.raises(ConfigError, match=r"needs sandbox\.backend: docker"):
         load_params(None, {"sandbox.engines": [{"url": "unix:///a.sock"}]})
@@ -344,6 +351,9 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
+@pytest.mark.slow
 def test_an_engine_over_tcp_with_mutual_tls_runs_sandboxes_and_refuses_a_stranger(tls_engine, tmp_path) -> None:
     url, server, client = tls_engine
     ours_tls = {"url": url, "name": "tls", "tls_ca": str(server["ca"]), "tls_cert": str(client["cert"])}
@@ -392,6 +402,9 @@ def sshd(tmp_path) -> Iterator[dict[str, str]]:
         proc.wait(timeout=30)
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
+@pytest.mark.slow
 def test_an_engine_over_ssh_runs_sandboxes_and_a_changed_host_key_is_refused(container_engine, sshd, tmp_path) -> None:
     socket_path = container_engine.base_url.removeprefix("unix://")
     url = f"ssh://{getpass.getuser()}@127.0.0.1:{sshd['port']}{socket_path}"
@@ -429,6 +442,8 @@ with open_runtime(load_params(Path(sys.argv[1]))) as rt:
 """
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_cli_surveys_the_fleet_and_reap_clears_every_engine_after_a_kill_9(
     container_engine, own_store_engine, base_image, tmp_path
 ) -> None:
@@ -498,6 +513,9 @@ def _tags(registry: str, repo: str) -> list[str]:
         return json.loads(answer.read())["tags"] or []
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
+@pytest.mark.slow
 def test_with_a_registry_one_engine_imports_and_pushes_the_others_pull_and_a_forgery_is_not_run(
     container_engine, own_store_engine, base_image, registry, tmp_path, caplog
 ) -> None:

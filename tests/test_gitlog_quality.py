@@ -34,6 +34,8 @@ from trialforge.tasks.ingest.gitlog import (
 from trialforge.tasks.ingest.objects import Commit
 from trialforge.tasks.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.pure
+
 CORE = """def parse_items(text):
     return [item.strip() for item in text.split(",")]
 """

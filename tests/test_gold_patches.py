@@ -152,6 +152,8 @@ def bundled(world) -> list[Graded]:
     return validate_and_grade(world, "bundled", tasks)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_every_bundled_gold_patch_scores_one(bundled) -> None:
     assert len(bundled) == 18  # 19 tickets, one closed without a fix
     assert_no_false_zeros(bundled)
@@ -188,6 +190,8 @@ def tampered_in_synthesis(dropped: list[dict]) -> list[dict]:
     return [d for d in dropped if d["reason"] == "tampered" or d["detail"].startswith("tampered:")]
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_seeded_sample_of_synthesized_tasks_scores_one_in_every_family(synthesized) -> None:
     graded, dropped = synthesized
     assert not tampered_in_synthesis(dropped), tampered_in_synthesis(dropped)
@@ -227,6 +231,8 @@ def ingested(world, widgets, evil) -> list[Graded]:  # noqa: F811 (the fixtures 
     return results
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_every_ingested_task_that_validates_scores_one(ingested) -> None:
     by_adapter = Counter(r.source.split("/", 1)[1] for r in ingested)
     assert by_adapter == {"swebench": 2, "github_rest": 2, "github_rest_jsonl": 1, "jira": 4, "gitlog": 3}
@@ -287,6 +293,8 @@ def fixture_tasks(world) -> dict[str, Graded]:
     return {r.task.task_id.split("__", 1)[1].rsplit("-", 1)[0]: r for r in graded}
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SERIALKIT_TASKS)
 def test_a_legitimate_fix_that_looks_like_tampering_validates_and_scores_one(fixture_tasks, name) -> None:
     result = fixture_tasks[name]
@@ -312,6 +320,7 @@ def _test_modules(tree: str) -> dict[str, str]:
     return {p.relative_to(d).as_posix(): p.read_text() for d in layers for p in sorted(d.rglob("test_*.py"))}
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("tree", [*BUNDLED_REPOS, *SERIALKIT_TASKS])
 def test_every_canary_planted_in_an_honest_test_module_is_collectable(tree, tmp_path) -> None:
     """A canary that lands inside another test is never collected and reads as ``canary_missing``: a false zero.
@@ -334,6 +343,8 @@ def test_every_canary_planted_in_an_honest_test_module_is_collectable(tree, tmp_
 # --- the count ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_zero_false_zeros_over_every_gold_patch(bundled, synthesized, ingested, fixture_tasks, world, capsys) -> None:
     graded_synth, dropped = synthesized
     results = [*bundled, *graded_synth, *ingested, *fixture_tasks.values()]

@@ -25,6 +25,8 @@ from trialforge.testrun.prepare import prepare
 from trialforge.testrun.run import report_limits, run_tests
 from trialforge.verify.grader import Grader
 
+pytestmark = pytest.mark.sandbox
+
 BUGGY = '''\
 from decimal import Decimal
 
@@ -141,7 +143,7 @@ def _write(tree: Path, files: dict[str, str]) -> None:
         (tree / rel).write_text(text)
 
 
-@pytest.fixture(scope="module", params=["bwrap", "docker"])
+@pytest.fixture(scope="module", params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def shop(request, tmp_path_factory):
     """The task, validated for real on the backend, with its grader."""
     backend = request.getfixturevalue(f"{request.param}_backend")

@@ -135,6 +135,7 @@ def close(a: list[float] | torch.Tensor, b: list[float] | torch.Tensor) -> bool:
     return torch.allclose(torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32), atol=1e-4)
 
 
+@pytest.mark.services
 def test_the_server_lists_its_model_and_answers_health(base, tiny_lm) -> None:
     assert httpx.get(base.url.removesuffix("/v1") + "/health").status_code == 200  # at the root, as vLLM's
     assert base.name == str(tiny_lm[0])
@@ -144,6 +145,7 @@ def test_the_server_lists_its_model_and_answers_health(base, tiny_lm) -> None:
     }
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
 def test_a_reply_carries_the_prompt_it_was_conditioned_on_and_the_logprobs_it_was_sampled_with(
     base, tiny_lm, temperature
@@ -168,12 +170,14 @@ def test_a_reply_carries_the_prompt_it_was_conditioned_on_and_the_logprobs_it_wa
         assert logits.argmax(-1).tolist() == ids
 
 
+@pytest.mark.services
 def test_token_ids_and_logprobs_come_only_when_asked(base) -> None:
     data = base.reply(seed=1, max_tokens=2)
     assert "prompt_token_ids" not in data and "token_ids" not in data["choices"][0]
     assert data["choices"][0]["logprobs"] is None
 
 
+@pytest.mark.services
 def test_a_seed_replays_a_reply_and_other_seeds_draw_others(base) -> None:
     first = base.sample(seed=11)
     assert base.sample(seed=11) == first
@@ -181,6 +185,7 @@ def test_a_seed_replays_a_reply_and_other_seeds_draw_others(base) -> None:
     assert base.sample()[1] != base.sample()[1]  # no seed: fresh randomness (257 tokens per draw: never alike)
 
 
+@pytest.mark.services
 def test_max_tokens_bounds_the_reply_and_the_server_caps_it(base) -> None:
     for field, limit in (("max_tokens", 3), ("max_completion_tokens", 2)):
         choice = base.reply(seed=5, temperature=0, return_token_ids=True, **{field: limit})["choices"][0]
@@ -189,6 +194,7 @@ def test_max_tokens_bounds_the_reply_and_the_server_caps_it(base) -> None:
     assert len(greedy["token_ids"]) == MAX_NEW
 
 
+@pytest.mark.services
 def test_concurrent_requests_with_different_settings_do_not_disturb_each_other(base) -> None:
     asks = [{"seed": s, "temperature": t, "max_tokens": m} for s, t, m in
             [(1, 1.0, 16), (2, 0.5, 4), (3, 0.0, 9), (4, 2.0, 16), (5, 0.8, 1), (6, 1.0, 7)]]  # fmt: skip
@@ -199,6 +205,7 @@ def test_concurrent_requests_with_different_settings_do_not_disturb_each_other(b
         assert one[:2] == other[:2] and close(one[2], other[2])
 
 
+@pytest.mark.services
 def test_a_template_without_tools_gets_them_in_the_system_message(base, tiny_lm) -> None:
     data = base.reply(messages=HISTORY, tools=TOOLS, max_tokens=1, return_token_ids=True)
     told = [
@@ -215,6 +222,7 @@ def test_a_template_without_tools_gets_them_in_the_system_message(base, tiny_lm)
     assert quiet["prompt_token_ids"] == policy(tiny_lm).encode(MESSAGES)  # tool_choice none: no tools shown
 
 
+@pytest.mark.services
 def test_a_template_that_renders_tools_gets_them_through_the_template(native_dir, tiny_lm, tmp_path) -> None:
     tools = TOOLS[:2]
     with started(native_dir, tmp_path / "stderr") as server:
@@ -229,6 +237,7 @@ def test_a_template_that_renders_tools_gets_them_through_the_template(native_dir
                  forward_logprobs(tiny_lm[1], prompt, ids, 1.0))  # fmt: skip
 
 
+@pytest.mark.services
 def test_requests_the_server_cannot_serve_as_asked_are_refused_with_the_reason(base, tiny_lm) -> None:
     full = [{"role": "user", "content": "x" * 2020}]  # leaves room for a reply shorter than MAX_NEW
     unknown = base.http.post("/chat/completions", json={"model": "gpt-9", "messages": MESSAGES})
@@ -258,6 +267,7 @@ def test_requests_the_server_cannot_serve_as_asked_are_refused_with_the_reason(b
     assert base.chat(temperature="hot").status_code == 422
 
 
+@pytest.mark.services
 def test_a_body_over_8_mib_is_refused_before_it_is_read(base) -> None:
     url = httpx.URL(base.url)
     with socket.create_connection((url.host, url.port)) as conn:  # declare a body and send none of it
@@ -295,6 +305,7 @@ def adapters(tiny_lm, tmp_path_factory) -> dict[str, Path]:
     return {name: root / name for name in bases}
 
 
+@pytest.mark.services
 def test_a_lora_adapter_loads_serves_as_peft_computes_it_and_unloads(base, tiny_lm, adapters) -> None:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -345,6 +356,7 @@ def trained_to_reply(model: Any, prompt: list[int], reply: list[int]) -> Any:
     return trained.eval()
 
 
+@pytest.mark.services
 def test_weights_pushed_from_disk_serve_the_next_request_and_bad_ones_change_nothing(base, tiny_lm, tmp_path) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -380,12 +392,14 @@ def test_weights_pushed_from_disk_serve_the_next_request_and_bad_ones_change_not
     assert restored.status_code == 200 and base.sample(**ask) == before
 
 
+@pytest.mark.services
 def test_a_model_directory_that_holds_no_model_fails_before_serving(tmp_path) -> None:
     done = subprocess.run(command(tmp_path), capture_output=True, text=True, timeout=180)
     assert done.returncode == 1 and done.stdout == ""
     assert f"error: {tmp_path} holds no model (no config.json)" in done.stderr
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("text", "content", "call"),
     [
@@ -403,6 +417,7 @@ def test_a_reply_holding_a_tool_call_becomes_openai_tool_calls(text, content, ca
     assert (tool_call["function"]["name"], json.loads(tool_call["function"]["arguments"])) == call
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("text", "parse_tools"),
     [('{"name": "submit", "arguments": {}}', False), ("no call here", True), ('{"name": 3}', True)],

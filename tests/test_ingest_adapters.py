@@ -38,6 +38,8 @@ from trialforge.tasks.ingest.trees import materialize
 from trialforge.tasks.patches import apply_patch, touched_paths, vet_patch
 from trialforge.tasks.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.pure
+
 FIXTURES = Path(__file__).parent / "fixtures" / "ingest"
 
 

@@ -133,6 +133,7 @@ def _cli(tmp_path: Path, params_file: Path, *args: str):
 # --- the CLI ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_cli_gitlog_writes_the_fix_commit_as_a_task_and_reports_the_other_commits(mylib, params_file, tmp_path):
     repo, shas = mylib
     result = _cli(tmp_path, params_file, "gitlog", "--repo", f"mylib={repo}")
@@ -150,6 +151,7 @@ def test_cli_gitlog_writes_the_fix_commit_as_a_task_and_reports_the_other_commit
     assert lines[-1].startswith(f"wrote 1 tasks to {written} (task set ")
 
 
+@pytest.mark.pure
 def test_cli_gitlog_takes_a_clone_url_and_names_the_repository_after_it(mylib, params_file, tmp_path):
     repo, shas = mylib
     out = tmp_path / "cloned.parquet"
@@ -159,6 +161,7 @@ def test_cli_gitlog_takes_a_clone_url_and_names_the_repository_after_it(mylib, p
     assert [t.task_id for t in read_tasks(out)] == [f"mylib-{shas['fix'][:12]}"]
 
 
+@pytest.mark.pure
 def test_cli_swebench_keeps_usable_instances_and_reports_the_rest(mylib, instances, params_file, tmp_path):
     repo, shas = mylib
     out = tmp_path / "swe.parquet"
@@ -173,6 +176,7 @@ def test_cli_swebench_keeps_usable_instances_and_reports_the_rest(mylib, instanc
     assert "instances.jsonl:3: unknown_repository: no mirror or clone URL for repository 'acme/other'" in result.stdout
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -192,6 +196,7 @@ def test_cli_exits_nonzero_naming_an_input_it_cannot_read(mylib, params_file, tm
     assert not out.exists()
 
 
+@pytest.mark.pure
 def test_cli_refuses_a_repository_map_without_names(instances, params_file, tmp_path):
     result = _cli(tmp_path, params_file, "swebench", str(instances), "--repo", "/srv/mirrors/mylib")
 
@@ -216,6 +221,7 @@ def test_every_field_of_a_source_is_on_its_command_with_the_fields_help():
 # --- params -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("entry", "named"),
     [
@@ -242,6 +248,7 @@ def test_a_bad_source_entry_is_a_config_error_naming_it(tmp_path, entry, named):
     assert str(path) in str(err.value) and named in str(err.value)
 
 
+@pytest.mark.pure
 def test_sources_default_to_the_demo_with_no_extra_sources():
     sources = load_params(None).sources
 
@@ -253,6 +260,7 @@ def test_sources_default_to_the_demo_with_no_extra_sources():
     assert sources.extra == [] and sources.caps.max_tests == 5000
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     "override",
     [
@@ -269,6 +277,7 @@ def test_an_override_adds_extra_sources_and_keeps_the_rest_of_params_yaml(tmp_pa
     assert [(e.kind, e.repo, e.rev) for e in sources.extra] == [("gitlog", "../mylib", "HEAD")]
 
 
+@pytest.mark.pure
 def test_a_missing_export_named_in_params_is_a_config_error(tmp_path):
     snapshots = SnapshotStore(open_store(f"file://{tmp_path / 'store'}"), tmp_path / "cache")
     entry = SwebenchFile(kind="swebench", path=str(tmp_path / "gone.jsonl"), repos={})
@@ -296,6 +305,7 @@ def _extra(repo: Path, instances: Path) -> list[dict]:
     ]
 
 
+@pytest.mark.sandbox
 def test_pipeline_ingest_adds_every_extra_source_and_drops_task_ids_already_given(
     mylib, instances, three_tickets, tmp_path
 ):
@@ -331,6 +341,8 @@ def test_pipeline_ingest_adds_every_extra_source_and_drops_task_ids_already_give
     assert dups[1]["detail"] == f"gitlog mylib@HEAD~1: task {gitlog_id} already came from gitlog mylib@HEAD"
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_ingest_flow_takes_extra_sources_from_its_overrides(prefect_api, mylib, instances, three_tickets, tmp_path):
     from prefect.flows import load_flow_from_entrypoint
@@ -356,6 +368,7 @@ def test_ingest_flow_takes_extra_sources_from_its_overrides(prefect_api, mylib, 
     assert f"mylib-{shas['fix'][:12]}" in {t.task_id for t in published}
 
 
+@pytest.mark.pure
 def test_a_swebench_instance_gets_the_environment_of_its_environment_setup_commit(tmp_path):
     repo = tmp_path / "envlib"
     repo.mkdir()

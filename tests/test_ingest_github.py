@@ -15,6 +15,8 @@ from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.patches import apply_patch, diff_trees
 from trialforge.tasks.snapshots import SnapshotStore
 
+pytestmark = pytest.mark.pure
+
 TICKETS = REPO_ROOT / "tasks_src" / "tickets" / "github_issues.jsonl"
 REPOS = REPO_ROOT / "tasks_src" / "repos"
 

@@ -32,12 +32,14 @@ with scratch_dir("final") as tmp:
 """
 
 
+@pytest.mark.pure
 def test_a_scratch_dir_names_its_owner_and_goes_on_a_normal_exit() -> None:
     with scratch_dir("diff") as tmp:
         assert owner_of(Path(tmp).name) == (os.getpid(), process_start(os.getpid()))
     assert not Path(tmp).exists()
 
 
+@pytest.mark.sandbox
 def test_reap_removes_a_killed_owners_scratch_dir_and_keeps_a_live_ones(state_dir: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
     left = Path(child.stdout.readline().strip())
@@ -54,6 +56,7 @@ def test_reap_removes_a_killed_owners_scratch_dir_and_keeps_a_live_ones(state_di
         assert Path(live).is_dir()
 
 
+@pytest.mark.pure
 def test_reap_leaves_alone_scratch_names_it_does_not_own(tmp_path: Path) -> None:
     """The temp dir is world-writable: a planted link or another user's directory is never followed or removed."""
     dead = f"{2**22 + 1}.1"  # above any pid_max: a dead owner
@@ -76,6 +79,7 @@ def test_reap_leaves_alone_scratch_names_it_does_not_own(tmp_path: Path) -> None
     assert (target / "keep").exists() and link.is_symlink() and foreign.is_dir()
 
 
+@pytest.mark.sandbox
 def test_reap_services_never_kills_a_process_a_record_merely_names(state_dir: Path, tmp_path: Path) -> None:
     """A record whose service pid is not a Podman service on that record's socket is dropped, its process spared."""
     victim = subprocess.Popen(["sleep", "300"])
@@ -98,6 +102,7 @@ def test_reap_services_never_kills_a_process_a_record_merely_names(state_dir: Pa
         victim.wait()
 
 
+@pytest.mark.sandbox
 def test_the_leak_check_sees_a_temp_dir_and_an_empty_cgroup_and_forgives_what_goes(state_dir: Path) -> None:
     me = os.getpid()
     before = snapshot(state_dir, me=me)
@@ -121,6 +126,7 @@ def test_the_leak_check_sees_a_temp_dir_and_an_empty_cgroup_and_forgives_what_go
     assert not settled_leftovers(before, lambda: snapshot(state_dir, me=me), settle_s=3.0).kinds.get("temp dirs")
 
 
+@pytest.mark.pure
 def test_host_state_difference_keeps_only_new_entries() -> None:
     before = HostState({"containers": {"a"}, "temp dirs": {"x"}})
     after = HostState({"containers": {"a", "b"}, "temp dirs": {"x"}, "cgroups": set()})

@@ -39,6 +39,7 @@ def small(tmp_path: Path, **more: object) -> dict:
     }
 
 
+@pytest.mark.sandbox
 def test_a_transformers_lm_is_rolled_out_trained_and_checkpointed_through_the_loop(tiny_lm, tmp_path) -> None:
     path, _, _ = tiny_lm
     knobs = {"train.model": str(path), "rollout.policies": [LM], "rollout.max_new_tokens": 12, "train.lr": 1e-4}
@@ -70,6 +71,8 @@ def test_a_transformers_lm_is_rolled_out_trained_and_checkpointed_through_the_lo
         assert all(json.loads(s.info)["token_ids"] for s in steps)  # what the trainer rescoring needs
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_batch_with_nothing_to_learn_takes_no_step_no_version_and_no_checkpoint(tmp_path) -> None:
     """Two turns are too few for the repair policy to fix anything: every group is all 0, the gate refuses.
     A held-out task is scored every iteration and after the last one, with the same seeds, and never drawn."""
@@ -101,6 +104,7 @@ def test_a_batch_with_nothing_to_learn_takes_no_step_no_version_and_no_checkpoin
         assert health["groups"] == update["sampler"]["drawn"] == 2  # gold's groups never count
 
 
+@pytest.mark.pure
 def test_the_learner_must_be_among_the_policies_it_is_named_for(tmp_path) -> None:
     params = load_params(None, small(tmp_path, **{"rollout.policies": ["gold", LM]}))
     assert params.train.learner == RepairPolicy.name  # no train.model: the demo's policy learns
@@ -108,6 +112,7 @@ def test_the_learner_must_be_among_the_policies_it_is_named_for(tmp_path) -> Non
         pipeline.make_policies(params.rollout.policies, [], open_learner(params, None, None).policy(), params.rollout)  # type: ignore[arg-type]
 
 
+@pytest.mark.pure
 def test_the_repair_policys_learning_rate_is_refused_for_a_language_model(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"train.lr=20 is a rate for the demo's 21-weight repair policy"):
         load_params(REPO_ROOT / "params.yaml", {"train.model": str(tmp_path)})  # the demo's lr, an LM to train

@@ -12,6 +12,8 @@ from trialforge.errors import ConfigError
 from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.train.health import Check, LearningGate, learning_health
 
+pytestmark = pytest.mark.pure
+
 GATE = LearningGate()
 FIX = "diff --git a/pkg/mod.py b/pkg/mod.py\n--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1 +1 @@\n-a\n+b\n"
 GAMED = "diff --git a/tests/test_mod.py b/tests/test_mod.py\n--- a/tests/test_mod.py\n+++ b/tests/test_mod.py\n"

@@ -39,6 +39,8 @@ from trialforge.store.records import EPISODE_SCHEMA
 from trialforge.tasks.schema import Source, Task
 from trialforge.train.health import LearningHealth, Verdict
 
+pytestmark = pytest.mark.pure
+
 RUN = "learn-1"
 TEST_PATCH = (
     "diff --git a/tests/test_span.py b/tests/test_span.py\n--- a/tests/test_span.py\n+++ b/tests/test_span.py\n"

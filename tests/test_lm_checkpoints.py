@@ -26,6 +26,8 @@ from trialforge.train.lm import LMTrainer, OptimConfig
 from trialforge.train.loss import LossConfig
 from trialforge.train.settings import LoraParams
 
+pytestmark = pytest.mark.pure
+
 CPU = pick_device("cpu")
 KEY = "checkpoints/run-a/lm-v1.pt"
 LORA = LoraParams(r=4, alpha=8)

@@ -9,6 +9,8 @@ import torch
 
 from trialforge.train.loss import LossConfig, LossVariant, group_advantages, policy_loss
 
+pytestmark = pytest.mark.pure
+
 
 def t(*rows: object) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float64)

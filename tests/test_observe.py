@@ -39,6 +39,8 @@ from trialforge.train.health import (
     check_health,
 )
 
+pytestmark = pytest.mark.pure
+
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> ObjectStore:

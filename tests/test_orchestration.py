@@ -137,6 +137,8 @@ def episode_frame(store: ObjectStore, run_id: str):
 # --- on a real Prefect server ------------------------------------------------------------
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts(
     prefect_api, prefect_env, state_dir, params_path, tickets, tmp_path
@@ -169,6 +171,8 @@ def test_served_deployment_runs_on_trigger_with_its_schedule_limit_and_artifacts
     assert len(tasks) == 3 and len(version) == 16
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
     curated, prefect_env, state_dir, params_path, tickets, tmp_path
@@ -215,6 +219,8 @@ def test_killed_pipeline_resumes_without_rerunning_or_duplicating_shards(
     assert metrics["run_id"] == run_id and metrics["episodes"]["episodes"] == EPISODES
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_rollout_on_a_two_node_ray_cluster_matches_the_default_runner_with_sandboxes_on_each_shards_node(
     curated, params_path, state_dir, ray_cluster
@@ -304,6 +310,8 @@ def sandbox_owners(state_dir: Path, cluster: RayCluster) -> Iterator[dict[str, t
         watcher.join()
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_bounded_staleness_overlaps_the_next_rollout_with_the_update_and_never_lags_more(
     curated, params_path, tmp_path
@@ -333,6 +341,8 @@ def test_bounded_staleness_overlaps_the_next_rollout_with_the_update_and_never_l
     assert "max staleness 1: trainer idle" in training and training.count("<tr>") == 4  # header + 3 updates
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 @pytest.mark.slow
 def test_the_canary_runs_beside_the_rewards_an_iteration_uses_or_on_every_task(curated, params_path, tmp_path):
     pipeline = load_flow("pipeline")
@@ -362,6 +372,8 @@ def test_the_canary_runs_beside_the_rewards_an_iteration_uses_or_on_every_task(c
     assert len(ran["all"]["gold"]) == len(ran["all"]["noop"]) == 3  # every task, as a run without a learner
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_a_model_endpoint_named_in_params_rolls_out_beside_the_scripted_policies(
     curated, params_path, chat_server, tmp_path
 ):
@@ -412,6 +424,7 @@ def _task(task_id: str) -> Task:
     )
 
 
+@pytest.mark.pure
 def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
     tasks = [_task(f"t{i}") for i in range(5)]
     scripted = ["gold", "noop"]
@@ -425,6 +438,7 @@ def test_a_shard_plan_covers_every_job_once_with_stable_part_names():
     assert shards.plan_shards(tasks, scripted, 3, 7, 5, 0)[0].id != plan[0].id  # another plan, other names
 
 
+@pytest.mark.pure
 def test_a_shard_is_done_once_both_parts_are_published_and_a_foreign_plan_is_refused(tmp_path):
     store = open_store(f"file://{tmp_path}")
     tasks = [_task("t0"), _task("t1")]
@@ -443,6 +457,7 @@ def test_a_shard_is_done_once_both_parts_are_published_and_a_foreign_plan_is_ref
         shards.pending_shards(store, plan, lineage)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("error", "retried"),
     [
@@ -456,6 +471,7 @@ def test_only_infrastructure_faults_are_retried(error, retried):
     assert runners.infrastructure_fault(runners.rollout_shard, None, Failed(data=error)) is retried
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("bad", "named"),
     [({"run_id": "../escape"}, "run_id"), ({"runner": "spark"}, "runner"), ({"shard_size": 0}, "shard_size")],
@@ -465,6 +481,7 @@ def test_flow_parameters_are_validated_with_clear_errors(bad, named):
         load_flow("rollout").validate_parameters({"run_id": "ok-1", **bad})
 
 
+@pytest.mark.pure
 def test_ray_runner_needs_a_prefect_server_and_ray_address_needs_the_ray_runner():
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

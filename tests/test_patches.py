@@ -11,6 +11,8 @@ from trialforge.errors import PatchError
 from trialforge.rollout.policies import patch_to_actions
 from trialforge.tasks.patches import apply_patch, diff_trees, filter_patch, is_test_path, vet_patch
 
+pytestmark = pytest.mark.pure
+
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():

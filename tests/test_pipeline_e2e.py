@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import REPO_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sandbox, pytest.mark.services, pytest.mark.slow]  # a flow on Prefect's ephemeral server
 
 
 @pytest.fixture(scope="module")

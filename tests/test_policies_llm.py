@@ -78,6 +78,7 @@ def policy(server: ChatServer, **kwargs) -> OpenAIPolicy:
 # --- OpenAI-compatible endpoint ------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_a_scripted_model_fixes_a_task_through_view_replace_submit(world, chat_server):
     task, rollout = world
     chat_server.play(
@@ -112,6 +113,7 @@ def test_a_scripted_model_fixes_a_task_through_view_replace_submit(world, chat_s
     assert first["seed"] != second["seed"]
 
 
+@pytest.mark.pure
 def test_server_errors_are_retried_until_an_answer_comes(chat_server):
     chat_server.play(Fault(500), Fault(429, headers={"Retry-After": "0"}), tool_call("submit"))
     decision = policy(chat_server).begin(VIEW, seed=1).act("fix it")
@@ -121,6 +123,7 @@ def test_server_errors_are_retried_until_an_answer_comes(chat_server):
     assert chat_server.requests[0] == chat_server.requests[2]  # a retry resends the same request
 
 
+@pytest.mark.pure
 def test_a_retry_waits_the_servers_retry_after_up_to_the_longest_backoff(chat_server):
     chat_server.play(
         Fault(503, headers={"Retry-After": "0.04"}), Fault(429, headers={"Retry-After": "3600"}), tool_call("submit")
@@ -130,6 +133,7 @@ def test_a_retry_waits_the_servers_retry_after_up_to_the_longest_backoff(chat_se
     assert decision.info["retry_wait_s"] == 0.09  # the waits tenacity chose (0.04, then 3600 capped to 0.05)
 
 
+@pytest.mark.sandbox
 def test_a_hanging_endpoint_is_an_env_error_tried_again_never_the_policys_failure(world, chat_server, caplog):
     task, rollout = world
     # Hangs far past any run (the fixture's teardown ends them); a client that waited one out would
@@ -145,6 +149,7 @@ def test_a_hanging_endpoint_is_an_env_error_tried_again_never_the_policys_failur
     assert len(chat_server.requests) == 4
 
 
+@pytest.mark.pure
 def test_a_client_error_is_not_retried(chat_server):
     chat_server.play(Fault(400), tool_call("submit"))
     with pytest.raises(PolicyError, match=r"HTTP 400.*not retried"):
@@ -159,6 +164,7 @@ def with_token_ids(reply: dict, prompt: list[int], ids: list[int]) -> dict:
     return reply
 
 
+@pytest.mark.pure
 def test_a_server_sampled_learner_records_what_the_trainer_scores(chat_server):
     chat_server.play(with_token_ids(tool_call("submit", logprobs=[-0.5, -1.5]), [5, 6, 7], [8, 9]))
     decision = policy(chat_server, token_ids=True, temperature=0.7, version="v3").begin(VIEW, seed=1).act("fix it")
@@ -170,6 +176,7 @@ def test_a_server_sampled_learner_records_what_the_trainer_scores(chat_server):
     assert decision.logprob == -2.0
 
 
+@pytest.mark.pure
 def test_a_server_that_cannot_give_token_ids_stops_training_with_a_clear_error(chat_server):
     chat_server.play(tool_call("submit", logprobs=[-0.5]))
     with pytest.raises(ConfigError, match=r"returned no prompt_token_ids/token_ids: .*return_token_ids"):
@@ -181,6 +188,7 @@ def test_a_server_that_cannot_give_token_ids_stops_training_with_a_clear_error(c
         policy(chat_server, token_ids=True, logprobs=False)
 
 
+@pytest.mark.pure
 def test_a_model_the_server_lost_is_loaded_again_and_asked_again(chat_server):
     loads: list[int] = []
     chat_server.play(Fault(404), tool_call("submit"))
@@ -191,6 +199,7 @@ def test_a_model_the_server_lost_is_loaded_again_and_asked_again(chat_server):
         policy(chat_server).begin(VIEW, seed=1).act("fix it")
 
 
+@pytest.mark.sandbox
 def test_malformed_replies_are_invalid_actions_the_episode_survives(world, chat_server):
     task, rollout = world
     chat_server.play(
@@ -213,6 +222,7 @@ def test_malformed_replies_are_invalid_actions_the_episode_survives(world, chat_
     assert "the reply has no tool call" in third["messages"][-1]["content"]
 
 
+@pytest.mark.pure
 def test_a_long_conversation_drops_its_oldest_turns_whole(chat_server):
     chat_server.play(*(tool_call("run", {"command": f"echo {i}"}) for i in range(4)))
     episode = policy(chat_server, max_context_chars=2000).begin(VIEW, seed=1)
@@ -229,6 +239,7 @@ def test_a_long_conversation_drops_its_oldest_turns_whole(chat_server):
 # --- parsing and fitting -------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_tool_call_arguments_must_be_a_json_object():
     assert parse_tool_call("view", '{"path": "a.py"}') == Action(tool="view", args={"path": "a.py"})
     assert parse_tool_call("submit", "") == Action(tool="submit")
@@ -236,6 +247,7 @@ def test_tool_call_arguments_must_be_a_json_object():
     assert "must be a JSON object, not list" in parse_tool_call("view", "[1]").args["error"]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("text", "prose", "expected"),
     [
@@ -257,6 +269,7 @@ def test_a_text_reply_yields_its_first_tool_object_and_the_prose_before_it(text,
     assert text_call(text) == (prose, expected)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("text", "error"),
     [("no json here", "holds no JSON object"), ('{"tool": 3, "args": {}}', 'string "tool"'), ("{tool: x}", "holds no")],
@@ -266,6 +279,7 @@ def test_a_text_reply_without_a_tool_object_is_invalid(text, error):
     assert prose == text and action.tool == INVALID_TOOL and error in action.args["error"]
 
 
+@pytest.mark.pure
 def test_fit_keeps_the_task_and_the_latest_turn_when_nothing_smaller_fits():
     conversation = Conversation("sys", native_tools=False)
     for i in range(3):
@@ -299,6 +313,7 @@ def recompute(model, prompt_ids: list[int], token_ids: list[int], temperature: f
     return logp.gather(1, torch.tensor(token_ids).unsqueeze(1)).squeeze(1).tolist()
 
 
+@pytest.mark.pure
 def test_local_lm_logprobs_match_a_forward_pass(tiny_lm):
     from trialforge.rollout.hf_policy import HFPolicy
 
@@ -322,6 +337,7 @@ def test_local_lm_logprobs_match_a_forward_pass(tiny_lm):
     assert info["entropy"] == pytest.approx(float(expected), abs=1e-4)
 
 
+@pytest.mark.pure
 def test_local_lm_replays_exactly_under_a_seed(tiny_lm):
     policy = hf_policy(tiny_lm)
 
@@ -333,6 +349,7 @@ def test_local_lm_replays_exactly_under_a_seed(tiny_lm):
     assert tokens(11) != tokens(12)
 
 
+@pytest.mark.pure
 def test_local_lm_babble_is_an_invalid_action_shown_back_to_it(tiny_lm):
     episode = hf_policy(tiny_lm).begin(VIEW, seed=5)
     first = episode.act("fix add()")
@@ -343,6 +360,7 @@ def test_local_lm_babble_is_an_invalid_action_shown_back_to_it(tiny_lm):
     assert first.info["text"] + "<|endoftext|>\n<|user|>\nYour reply was not a valid tool call" in prompt
 
 
+@pytest.mark.pure
 def test_local_lm_uses_the_tokenizers_chat_template_when_it_has_one(tiny_lm):
     policy = hf_policy(tiny_lm)
     policy.tokenizer = copy.deepcopy(policy.tokenizer)
@@ -351,6 +369,7 @@ def test_local_lm_uses_the_tokenizers_chat_template_when_it_has_one(tiny_lm):
     assert prompt.startswith("[system]You are") and prompt.endswith("[user]fix add()[assistant]")
 
 
+@pytest.mark.pure
 def test_local_lm_drops_old_turns_to_fit_and_fails_clearly_when_the_task_cannot(tiny_lm):
     from trialforge.rollout.hf_policy import HFPolicy
 
@@ -372,6 +391,7 @@ def test_local_lm_drops_old_turns_to_fit_and_fails_clearly_when_the_task_cannot(
         tight.begin(VIEW, seed=1).act("fix add()")
 
 
+@pytest.mark.pure
 def test_a_local_lm_trained_to_submit_submits(tiny_lm):
     """Teacher-force the tiny model on one reply; greedy decoding must then produce that tool call."""
     _, model, tokenizer = tiny_lm
@@ -400,6 +420,7 @@ def test_a_local_lm_trained_to_submit_submits(tiny_lm):
 # --- language models named in params (rollout.models) ---------------------------------------
 
 
+@pytest.mark.sandbox
 def test_a_local_model_named_in_params_is_built_once_and_rolls_out(world, tiny_lm, tmp_path):
     task, rollout = world
     path = str(tiny_lm[0])
@@ -420,6 +441,7 @@ def test_a_local_model_named_in_params_is_built_once_and_rolls_out(world, tiny_l
     assert record.step_rows and all(s.tool == INVALID_TOOL and s.tokens_out <= 8 for s in record.step_rows)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("models", "policies", "error"),
     [
@@ -436,6 +458,7 @@ def test_model_policies_in_params_are_checked_when_params_load(models, policies,
         load_params(None, {"rollout.models": models, "rollout.policies": policies})
 
 
+@pytest.mark.pure
 def test_a_local_model_that_is_not_there_is_a_clear_error_when_the_rollout_builds_it(tmp_path):
     params = load_params(None, {"rollout.models": {"m": {"kind": "transformers", "model": str(tmp_path / "no")}},
                                 "rollout.policies": ["m"]})  # fmt: skip
@@ -443,6 +466,7 @@ def test_a_local_model_that_is_not_there_is_a_clear_error_when_the_rollout_build
         make_policies(["m"], [], None, params.rollout)
 
 
+@pytest.mark.pure
 def test_an_endpoint_named_in_params_takes_its_key_from_the_variable_it_names(chat_server, monkeypatch):
     monkeypatch.setenv("TF_TEST_MODEL_KEY", "sk-from-the-environment")
     spec = {"kind": "openai", "base_url": chat_server.url, "model": "m", "api_key_env": "TF_TEST_MODEL_KEY"}
@@ -454,6 +478,7 @@ def test_an_endpoint_named_in_params_takes_its_key_from_the_variable_it_names(ch
     assert "sk-from-the-environment" not in params.model_dump_json()  # params name the variable, never the key
 
 
+@pytest.mark.pure
 def test_a_local_model_asked_for_a_gpu_gets_one_or_a_clear_error_where_there_is_none(tiny_lm):
     spec = {"kind": "transformers", "model": str(tiny_lm[0]), "device": "cuda"}
     params = load_params(None, {"rollout.models": {"m": spec}, "rollout.policies": ["m"]})
@@ -479,6 +504,7 @@ TOOL_TEMPLATE = (
 )
 
 
+@pytest.mark.pure
 def test_a_local_lm_whose_template_renders_tools_is_prompted_and_answered_in_its_own_format(tiny_lm):
     from trialforge.rollout.hf_policy import HFPolicy
 

@@ -8,7 +8,11 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from trialforge import pyast
+
+pytestmark = pytest.mark.pure
 
 SOURCE = Path(pyast.__file__).parent.joinpath("rollout", "repair.py").read_text()
 

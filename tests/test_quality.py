@@ -96,6 +96,7 @@ def gate(world, tasks: list[Task], concurrency: int = 1, **cfg):
     return run_quality_gate(tasks, grader, snapshots, QualityConfig(**every_leak | cfg), concurrency=concurrency)
 
 
+@pytest.mark.pure
 def test_partial_hunks_apply_only_the_chosen_changes(tmp_path):
     """The building block of partial reverts: a two-hunk fix applied one hunk at a time."""
     base, fixed = tmp_path / "base", tmp_path / "fixed"
@@ -112,6 +113,7 @@ def test_partial_hunks_apply_only_the_chosen_changes(tmp_path):
     assert changed.added_lines() == {5, 14}
 
 
+@pytest.mark.sandbox
 def test_a_wrong_fix_that_passes_weak_tests_is_caught(world):
     """The fix repairs total() and clamp(); the tests cover clamp() only, so leaving total() broken passes."""
     base = PRICING.replace("sum(prices)", "sum(prices[1:])").replace("min(value, high)", "min(value, low)")
@@ -143,6 +145,7 @@ def test_a_wrong_fix_that_passes_weak_tests_is_caught(world):
     assert record.verifier_runs == 1 + 4 + len(PANEL)
 
 
+@pytest.mark.sandbox
 def test_a_statement_that_quotes_the_fix_is_caught_with_spans(world):
     statement = (
         "discount() subtracts the percentage itself: discount(10, 15) gives -5, not 8.5.\n"
@@ -173,6 +176,7 @@ def test_a_statement_that_quotes_the_fix_is_caught_with_spans(world):
     )
 
 
+@pytest.mark.sandbox
 def test_an_expected_value_the_test_also_feeds_in_is_not_a_leak(world):
     """Showing the input "Café Olé" gives nothing away; the output "cafe-ole-2" does."""
     tests = (
@@ -192,6 +196,7 @@ def test_an_expected_value_the_test_also_feeds_in_is_not_a_leak(world):
     assert [(s.kind, s.text) for s in records["inputs"].leaks] == [("expected_value", "cafe-ole-2")]
 
 
+@pytest.mark.sandbox
 def test_a_task_a_constant_solves_is_caught_and_a_sound_task_passes_every_gate(world):
     shortcut = make_task(
         world, "shortcut",
@@ -222,6 +227,7 @@ def test_a_task_a_constant_solves_is_caught_and_a_sound_task_passes_every_gate(w
     assert good.verifier_runs == 1 + 2 + len(PANEL)
 
 
+@pytest.mark.sandbox
 def test_a_wrong_fix_that_loops_forever_is_graded_0_by_its_cpu_budget_not_the_wall_timeout(world):
     """The verifier gives a validated task's test process ``timeout_factor`` x its slowest validated run in
     CPU-seconds (at least ``min_cpu_s``): a loop ends there, however loaded the machine, and the gold patch,
@@ -243,6 +249,7 @@ def test_a_wrong_fix_that_loops_forever_is_graded_0_by_its_cpu_budget_not_the_wa
     assert probe.grade("gold", "the gold patch", {"shop/pricing.py": PRICING}).reward == 1.0
 
 
+@pytest.mark.sandbox
 def test_a_gold_patch_that_does_not_apply_is_an_audit_error(world):
     task = make_task(
         world,
@@ -258,6 +265,7 @@ def test_a_gold_patch_that_does_not_apply_is_an_audit_error(world):
     assert kept == [] and funnel.dropped == {"audit_error": 1} and records["broken"].verdict == "fail"
 
 
+@pytest.mark.pure
 def test_rewrites_by_the_shortcut_panel_keep_the_file_valid(tmp_path):
     """Every strategy turns a multi-line function (docstring, multi-line string) into code that compiles."""
     from trialforge.quality.shortcuts import rewrite_functions
@@ -274,6 +282,7 @@ def test_rewrites_by_the_shortcut_panel_keep_the_file_valid(tmp_path):
     assert '        text = """a\nb"""\n' in swallowed and "    except Exception:\n        pass\n" in swallowed
 
 
+@pytest.mark.sandbox
 def test_a_task_whose_verdict_the_test_process_decides_too_much_of_is_dropped_before_any_verifier_run(world):
     """``quality.min_host_judged``: the share of fail-to-pass tests judged entirely on the host (validation's record);
     below it the task goes, with why, and no wrong fix or shortcut is graded for it."""

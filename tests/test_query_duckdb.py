@@ -102,6 +102,7 @@ def local_root(store: ObjectStore) -> str:
     return urlsplit(store.url).path
 
 
+@pytest.mark.pure
 def test_the_glob_queries_read_every_part_published_or_not(local):
     code = doc_block("python", "part-*.parquet', hive_partitioning = true)").replace(DOC_ROOT, local_root(local))
     per_policy, step_calls = run_python(code)
@@ -110,17 +111,21 @@ def test_the_glob_queries_read_every_part_published_or_not(local):
     assert step_calls == STEP_CALLS
 
 
+@pytest.mark.pure
 def test_the_manifest_query_in_sql_reads_only_published_parts(local):
     rows = run_sql(doc_block("sql", "getvariable('published')").replace(DOC_ROOT, local_root(local)))
     assert means(rows) == expected_means(PUBLISHED)
 
 
+@pytest.mark.pure
 def test_published_uris_read_by_duckdb_are_the_published_parts(local):
     (rows,) = run_python(doc_block("python", "query.published_uris(store"), store=local, query=query, duckdb=duckdb)
     assert means(rows) == expected_means(PUBLISHED)
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize(
+    "where", [pytest.param("local", marks=pytest.mark.pure), pytest.param("s3", marks=pytest.mark.services)]
+)
 def test_published_datasets_are_queried_by_name_on_a_local_store_and_on_s3(where, request):
     store = request.getfixturevalue(where)
     code = doc_block("python", "query.published_dataset(store").replace('"s3://bucket/prefix"', repr(store.url))

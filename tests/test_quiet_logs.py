@@ -41,6 +41,8 @@ def ingest_args(tmp_path, prefect_api, monkeypatch) -> Iterator[list[str]]:
     APILogWorker.drain_all(timeout=30)
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_by_default_a_flow_shows_its_stage_lines_and_no_prefect_state_lines(ingest_args):
     result = invoke(*ingest_args)
     assert result.exit_code == 0, result.output
@@ -50,6 +52,8 @@ def test_by_default_a_flow_shows_its_stage_lines_and_no_prefect_state_lines(inge
     assert json.loads(result.stdout)["tasks"] == 3
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_verbose_shows_prefects_task_and_flow_state_lines_and_library_info(ingest_args):
     result = invoke("-v", *ingest_args)
     assert result.exit_code == 0, result.output
@@ -60,6 +64,8 @@ def test_verbose_shows_prefects_task_and_flow_state_lines_and_library_info(inges
     assert any(line.startswith("ingest: kept 3 of 3 tasks") for line in lines)
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_json_logs_are_one_object_per_line(ingest_args):
     result = invoke("--log-format", "json", "-v", *ingest_args)
     assert result.exit_code == 0, result.output
@@ -77,6 +83,7 @@ def test_json_logs_are_one_object_per_line(ingest_args):
     assert [json.loads(line)["logger"] for line in quiet.stderr.splitlines()] == [STAGE_LOGGER]
 
 
+@pytest.mark.pure
 def test_warnings_show_however_quiet_and_info_only_when_verbose(capsys, monkeypatch):
     monkeypatch.setenv("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "")  # so that monkeypatch removes what configure sets
     monkeypatch.delenv("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL")

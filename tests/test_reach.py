@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from trialforge.rollout.reach import Reach, family_reach, fix_in_reach
 from trialforge.tasks.mutations import mutants_of_source
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Source, Task
+
+pytestmark = pytest.mark.pure
 
 NOT_AN_EDIT = "the one-line fix is neither a one-token edit nor an unread name put back"
 

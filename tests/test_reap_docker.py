@@ -19,6 +19,8 @@ from trialforge.sandbox.docker import LABEL_SANDBOX
 from trialforge.sandbox.engine import API_VERSION, temp_dir
 from trialforge.sandbox.leftovers import cmdline
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
 OWNER = """
 import sys
 from trialforge.sandbox.base import SandboxSpec

@@ -247,6 +247,7 @@ def trajectory(record: EpisodeRecord) -> list[tuple[str, str, str]]:
 
 
 # --- pure pieces -----------------------------------------------------------------------------------------------
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("command", "risky"),
     [
@@ -266,6 +267,7 @@ def test_risky_commands_are_recognised_by_their_command_words(command: str, risk
     assert not is_risky(Action(tool="create", args={"path": "rm", "content": command}))
 
 
+@pytest.mark.sandbox
 def test_episode_ids_are_deterministic_per_run_iteration_task_policy_sample_and_seed(world) -> None:
     task = world.tasks[0]
     job = EpisodeJob(task, NoopPolicy(), 0, 11)
@@ -282,7 +284,8 @@ def test_episode_ids_are_deterministic_per_run_iteration_task_policy_sample_and_
 
 
 # --- recovery --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend_name", ["bwrap", "docker"])
+@pytest.mark.sandbox
+@pytest.mark.parametrize("backend_name", ["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def test_an_episode_whose_sandbox_is_killed_at_a_random_step_ends_as_if_nothing_happened(
     world, request, backend_name: str
 ) -> None:
@@ -320,6 +323,7 @@ def test_an_episode_whose_sandbox_is_killed_at_a_random_step_ends_as_if_nothing_
     assert world.store.list(f"checkpoints/episodes/{LINEAGE.run_id}/{eid}/") == []  # dropped with the episode
 
 
+@pytest.mark.sandbox
 def test_an_action_that_breaks_its_sandbox_again_after_a_restore_is_the_policy_s_error(world, bwrap_backend) -> None:
     task = world.tasks[0]
     first, second = patch_to_actions(task.gold_patch)
@@ -343,12 +347,14 @@ def test_an_action_that_breaks_its_sandbox_again_after_a_restore_is_the_policy_s
     assert [e["kind"] for e in json.loads(record.recoveries)] == ["sandbox"]
 
 
+@pytest.mark.sandbox
 def test_a_policy_exception_stays_a_policy_error(world, bwrap_backend) -> None:
     record = make_rollout(world, bwrap_backend).episode(world.tasks[0], Failing(), 0, 1)
     assert (record.status, record.steps, record.recoveries) == ("policy_error", 2, "[]")
 
 
 # --- rollback --------------------------------------------------------------------------------------------------
+@pytest.mark.sandbox
 def test_restore_rolls_the_workspace_back_to_a_named_checkpoint_only_when_enabled(world, bwrap_backend) -> None:
     task = world.tasks[0]
     first, second = patch_to_actions(task.gold_patch)
@@ -384,6 +390,7 @@ def test_restore_rolls_the_workspace_back_to_a_named_checkpoint_only_when_enable
 
 
 # --- pause and resume ------------------------------------------------------------------------------------------
+@pytest.mark.sandbox
 def test_a_paused_batch_resumes_in_another_process_with_every_episode_once_and_unchanged(world, bwrap_backend) -> None:
     rollout, wander = make_rollout(world, bwrap_backend), Wander(world.tasks)
     jobs = batch_jobs(world.tasks, wander)
@@ -436,6 +443,7 @@ def test_a_paused_batch_resumes_in_another_process_with_every_episode_once_and_u
     assert (event["step"], event["checkpoint"], event["replayed"]) == (7, 6, 1)
 
 
+@pytest.mark.sandbox
 def test_an_episode_whose_policy_cannot_be_fast_forwarded_restarts_and_says_so(world, bwrap_backend) -> None:
     rollout = make_rollout(world, bwrap_backend)
     task = world.tasks[0]
@@ -451,6 +459,7 @@ def test_an_episode_whose_policy_cannot_be_fast_forwarded_restarts_and_says_so(w
     assert (event["kind"], event["step"]) == ("restart", 4) and "is not deterministic" in event["message"]
 
 
+@pytest.mark.sandbox
 def test_a_signal_pauses_a_batch_mid_episode_while_its_handler_is_installed(world, bwrap_backend) -> None:
     wander = Wander(world.tasks)
     signal_self = lambda: os.kill(os.getpid(), signal.SIGUSR1)  # noqa: E731
@@ -470,6 +479,7 @@ class RunnerDied(Exception):
     """What a dead runner leaves in the store (checkpoints, no done or paused record), without killing pytest."""
 
 
+@pytest.mark.sandbox
 def test_an_episode_whose_runner_died_continues_from_its_newest_durable_checkpoint(world, bwrap_backend) -> None:
     rollout, task, wander = make_rollout(world, bwrap_backend), world.tasks[0], Wander(world.tasks)
     job = EpisodeJob(task, wander, 0, 31)

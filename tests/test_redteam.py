@@ -41,7 +41,7 @@ from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader, Verdict
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 BACKENDS = ("bwrap", "docker")
 HONEST = {

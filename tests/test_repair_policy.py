@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from trialforge.rollout.env import CodingEnv, EnvLimits
 from trialforge.rollout.policies import TaskView
 from trialforge.rollout.reach import gold_edit
@@ -46,6 +48,7 @@ def feature(name: str) -> int:
     return FEATURES.index(name)
 
 
+@pytest.mark.pure
 def test_line_edits_include_the_inverse_of_single_token_bugs() -> None:
     bug_and_fix = [
         ("    if a <= b:", "    if a < b:"),
@@ -68,6 +71,7 @@ def test_line_edits_include_the_inverse_of_single_token_bugs() -> None:
         assert fix in [new for _, new in line_edits(bug)], bug
 
 
+@pytest.mark.pure
 def test_a_name_the_function_binds_and_never_reads_is_put_back_where_a_value_was_dropped() -> None:
     listing = "\n".join(f"{n:6d}  {text}" for n, text in enumerate([
         "def fill(words, width, break_long):",
@@ -89,6 +93,7 @@ def test_a_name_the_function_binds_and_never_reads_is_put_back_where_a_value_was
     assert line_edits("    return None") == [("negation", "    return not (None)")]  # nothing unread: nothing put back
 
 
+@pytest.mark.pure
 def test_removing_a_not_and_adding_one_are_told_apart_and_commuting_arguments_are_not_swapped() -> None:
     assert dict((new, family) for family, new in line_edits("    while key not in seen:")) == {
         "    while key in seen:": "unnegate",
@@ -97,6 +102,7 @@ def test_removing_a_not_and_adding_one_are_told_apart_and_commuting_arguments_ar
     assert [new for _, new in line_edits("    low = min(a, b)")] == ["    low = max(a, b)"]  # no min(b, a)
 
 
+@pytest.mark.pure
 def test_line_edits_leave_out_edits_that_break_the_syntax() -> None:
     edits = [new for _, new in line_edits("    for item in items[1:]:")]
     assert "    for item not in items[1:]:" not in edits  # a loop's `in` is not a membership test
@@ -110,6 +116,7 @@ def run_episode(policy: RepairPolicy, observations: list[str]):
     return episode, [episode.act(obs) for obs in observations]
 
 
+@pytest.mark.pure
 def test_the_policy_localises_by_the_tests_spectrum_and_edits_only_lines_a_failing_test_ran() -> None:
     episode, (test, spectrum, view, edit) = run_episode(RepairPolicy(), ["", TEST_OUTPUT, SPECTRUM, LISTING])
 
@@ -133,6 +140,7 @@ def test_the_policy_localises_by_the_tests_spectrum_and_edits_only_lines_a_faili
     assert math.isclose(edit.logprob, -math.log(len(features)))
 
 
+@pytest.mark.pure
 def test_a_recorded_episode_replays_into_the_candidates_it_ranked_and_the_gold_fix_is_found_among_them() -> None:
     """What the learning benchmark's ceiling is fitted on: candidates rebuilt from a recorded episode's answers."""
     view = TaskView("t", "between() excludes its upper bound")
@@ -156,6 +164,7 @@ def test_a_recorded_episode_replays_into_the_candidates_it_ranked_and_the_gold_f
     assert attempts == 1 and {c.line_no for c in described} == {6} and fix in {c.new_line for c in described}
 
 
+@pytest.mark.pure
 def test_the_random_edit_baseline_edits_any_library_line_uniformly_without_localising() -> None:
     episode = RandomEditPolicy().begin(TaskView("t", "between() excludes its upper bound"), seed=0)
     test, listing, view, edit = (
@@ -173,6 +182,7 @@ def test_the_random_edit_baseline_edits_any_library_line_uniformly_without_local
     assert episode.phase == "check"  # checked against the failing test like the learner's edits
 
 
+@pytest.mark.pure
 def test_a_refuted_edit_is_undone_with_the_next_one_and_a_confirmed_edit_is_submitted() -> None:
     episode, decisions = run_episode(RepairPolicy(attempts=2), ["", TEST_OUTPUT, SPECTRUM, LISTING, ""])
     first, check = episode.applied, decisions[-1].action.args["command"]
@@ -189,6 +199,7 @@ def test_a_refuted_edit_is_undone_with_the_next_one_and_a_confirmed_edit_is_subm
     assert episode.act("rc=0").action.tool == "submit"
 
 
+@pytest.mark.pure
 def test_learned_weights_rank_the_most_suspicious_lines_first() -> None:
     weights = [0.0] * N_FEATURES
     weights[feature("most_suspicious")] = 4.0
@@ -199,6 +210,7 @@ def test_learned_weights_rank_the_most_suspicious_lines_first() -> None:
     assert on_failing_line > 0.9
 
 
+@pytest.mark.pure
 def test_each_edit_records_the_entropy_of_the_softmax_it_was_sampled_from() -> None:
     _, decisions = run_episode(RepairPolicy(), ["", TEST_OUTPUT, SPECTRUM, LISTING])
     uniform = decisions[-1].info
@@ -236,6 +248,7 @@ def prob_of_a(trainer: RepairTrainer) -> float:
     return softmax([score(weights, tuple(A)), score(weights, tuple(B))])[0]
 
 
+@pytest.mark.pure
 def test_an_update_moves_probability_toward_the_rewarded_edit_and_ignores_broken_episodes() -> None:
     trainer = RepairTrainer(TrainParams(lr=0.3, epochs=4))
     batch = [episode_record("t1", 0, 1.0), episode_record("t1", 1, 0.0), episode_record("t1", 1, 0.0),
@@ -248,6 +261,7 @@ def test_an_update_moves_probability_toward_the_rewarded_edit_and_ignores_broken
     assert stats.policy_version == "v1" and trainer.policy().version == "v1"
 
 
+@pytest.mark.pure
 def test_an_sgd_step_follows_the_gradient_where_adams_first_step_moves_every_weight_alike() -> None:
     """Two groups: one says A beats B strongly (4 episodes), the other weakly (2): A's and B's gradients differ in
     size. Adam's first step moves both weights by exactly lr (sign descent); SGD's by lr times the gradient."""
@@ -266,6 +280,7 @@ def test_an_sgd_step_follows_the_gradient_where_adams_first_step_moves_every_wei
     assert prob_of_a(sgd) > 0.5
 
 
+@pytest.mark.pure
 def test_a_batch_of_broken_episodes_changes_nothing() -> None:
     trainer = RepairTrainer(TrainParams(lr=0.3, epochs=4))
     stats = trainer.update([episode_record("t1", 0, None, "env_error"), episode_record("t1", 1, None, "timeout")])
@@ -275,6 +290,7 @@ def test_a_batch_of_broken_episodes_changes_nothing() -> None:
 # --- in a sandbox --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_the_policy_finds_and_fixes_a_bug_in_a_real_sandbox(bwrap_backend, base_image, tmp_path) -> None:
     """The tracer, the line edits and the checks run as they are in the image's Python and pytest."""
     repo = tmp_path / "repo"

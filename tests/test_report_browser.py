@@ -18,9 +18,12 @@ from trialforge.observe.report import render_report
 from trialforge.store.objstore import open_store
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; scripts/setup-system.sh does it)"
-)
+pytestmark = [
+    pytest.mark.pure,
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; scripts/setup-system.sh does it)"
+    ),
+]
 WINDOW = (1200, 3200)
 
 # First thing in <head>, before plotly.js: uncaught exceptions (a syntax error included), failed loads, rejected

@@ -62,6 +62,7 @@ def _tasks(snapshots, root: Path) -> list[Task]:
     ]
 
 
+@pytest.mark.sandbox
 def test_an_excluded_tasks_record_reaches_the_stored_records_the_metrics_and_the_report(tmp_path, state_dir):
     """``state_dir`` keeps the runtime's sandbox reaper to this session's sandboxes."""
     params = load_params(
@@ -149,6 +150,7 @@ RECORDS = [
 ]  # fmt: skip
 
 
+@pytest.mark.pure
 def test_quality_metrics_give_the_share_failing_each_gate():
     figures = quality_metrics(RECORDS)
     assert figures["tasks"] == 5 and figures["excluded"] == 3
@@ -170,6 +172,7 @@ def r1(tmp_path_factory):
     return load_run(store, "r1")
 
 
+@pytest.mark.pure
 def test_the_report_shows_each_tasks_finding_and_the_evidence_escaped(r1):
     section = _section(report_html(r1, HealthThresholds(), quality=RECORDS))
     cells = {name: section.split(f"<td>{name}</td>", 1)[1].split("</tr>", 1)[0] for name in ("weak", "sound")}
@@ -188,6 +191,7 @@ def test_the_report_shows_each_tasks_finding_and_the_evidence_escaped(r1):
     assert "+    return True" in evidence  # the shortcut that solved
 
 
+@pytest.mark.pure
 def test_how_much_the_host_judges_is_summed_over_the_calibrated_tasks_in_the_metrics_and_the_report(r1):
     judged = [
         record.model_copy(update={"host_judged": HostJudged(fail_to_pass=f2p, fail_to_pass_host_judged=host,
@@ -204,10 +208,12 @@ def test_how_much_the_host_judges_is_summed_over_the_calibrated_tasks_in_the_met
     assert "Over 2 tasks calibrated by validation (3 not calibrated)" in table
 
 
+@pytest.mark.pure
 def test_a_run_without_stored_records_says_so(r1):
     assert "No quality records are stored" in _section(report_html(r1, HealthThresholds()))
 
 
+@pytest.mark.pure
 def test_the_report_shows_why_tasks_were_dropped_with_their_first_error_lines_escaped(r1):
     funnel = {
         "images": {"seen": 3, "kept": 3, "dropped": {}, "examples": {}},

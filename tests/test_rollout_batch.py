@@ -23,6 +23,8 @@ from trialforge.rollout.starts import Setup
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 
+pytestmark = pytest.mark.sandbox
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASK_IDS = ("ledgerlite-3", "textkit-21", "schedwise-52", "ledgerlite-6")
 HOLD = Action(tool="run", args={"command": "python3 -c 'import time; time.sleep(0.8)'"})  # keeps sandboxes busy
@@ -93,6 +95,7 @@ def fixer_and_idler(tasks: list) -> tuple[ReplayPolicy, ReplayPolicy]:
     return ReplayPolicy(fixes, name="fixer"), ReplayPolicy({t.task_id: [HOLD] for t in tasks}, name="idler")
 
 
+@pytest.mark.slow
 def test_64_episodes_over_8_concurrent_sandboxes_account_for_every_status_and_a_crash_is_retried(
     world, bwrap_backend
 ) -> None:

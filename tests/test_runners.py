@@ -115,6 +115,7 @@ UT_BASE = {"calc.py": BUGGY, "tests/__init__.py": ""}
 UT_FIXED = {"calc.py": FIXED, "tests/__init__.py": "", "tests/test_calc.py": UT_TESTS}
 
 
+@pytest.mark.sandbox
 def test_a_unittest_only_repository_validates_with_pytest_style_ids(tmp_path, snapshots, bwrap_backend, base_image):
     task = _task(tmp_path, snapshots, UT_BASE, UT_FIXED, env=UNITTEST)
     checked = _validate(task, bwrap_backend, base_image, snapshots, runs=2)
@@ -128,6 +129,7 @@ def test_a_unittest_only_repository_validates_with_pytest_style_ids(tmp_path, sn
     assert checked.validation.runs == 4
 
 
+@pytest.mark.sandbox
 def test_a_test_command_that_finds_no_test_is_rejected_saying_so(tmp_path, snapshots, bwrap_backend, base_image):
     bare = EnvSpec(test_cmd=("python3", "-m", "unittest", "discover", "-s", "tests", "-p", "check_*.py"))
     checked = _validate(_task(tmp_path, snapshots, UT_BASE, UT_FIXED, env=bare), bwrap_backend, base_image, snapshots)
@@ -219,6 +221,7 @@ class TestAsync(unittest.IsolatedAsyncioTestCase):
 """
 
 
+@pytest.mark.sandbox
 def test_unittest_outcomes_are_the_ones_pytest_reports(tmp_path, bwrap_backend, base_image):
     tree = _write(tmp_path / "kinds", {"tests/__init__.py": "", "tests/test_kinds.py": KINDS})
     by_unittest, _ = _run(bwrap_backend, base_image, tree, EnvSpec(test_cmd=("python3", "-m", "unittest")))
@@ -247,6 +250,7 @@ def test_unittest_outcomes_are_the_ones_pytest_reports(tmp_path, bwrap_backend, 
     }
 
 
+@pytest.mark.sandbox
 def test_unittest_selection_by_id_runs_only_those_tests(tmp_path, bwrap_backend, base_image):
     tree = _write(tmp_path / "select", UT_FIXED)
     ids = ["tests/test_calc.py::TestDouble::test_two", "tests/test_calc.py::TestHalf"]
@@ -260,6 +264,7 @@ def test_unittest_selection_by_id_runs_only_those_tests(tmp_path, bwrap_backend,
     assert set(report.canaries) == {c.node_id for c in guard.canaries}  # the canaries ran with them
 
 
+@pytest.mark.sandbox
 def test_a_unittest_name_pattern_selects_and_the_canaries_it_leaves_out_are_no_evidence(
     tmp_path, bwrap_backend, base_image
 ):
@@ -332,6 +337,7 @@ def _fix(grading, name: str, calc: str) -> str:
     return diff_trees(base, tree)
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("name", sorted(UT_EXPLOITS))
 def test_a_unittest_run_that_is_tampered_with_scores_zero_with_evidence(unittest_grading, name):
     grader, task, *_ = unittest_grading
@@ -341,6 +347,7 @@ def test_a_unittest_run_that_is_tampered_with_scores_zero_with_evidence(unittest
     assert [f for f in verdict.flags if f.startswith("tampered:")], verdict.flags
 
 
+@pytest.mark.sandbox
 def test_an_honest_unittest_fix_scores_one_without_flags(unittest_grading):
     grader, task, *_ = unittest_grading
     verdict = grader.grade(task, _fix(unittest_grading, "honest", FIXED))
@@ -348,6 +355,7 @@ def test_an_honest_unittest_fix_scores_one_without_flags(unittest_grading):
     assert verdict.outcomes == dict.fromkeys(task.fail_to_pass + task.pass_to_pass, "passed")
 
 
+@pytest.mark.sandbox
 def test_a_grading_reports_the_cpu_its_sandbox_used_and_a_cached_verdict_costs_nothing(unittest_grading):
     grader, task, *_ = unittest_grading
     diff = _fix(unittest_grading, "measured", FIXED + "\n# graded once, measured once\n")
@@ -393,6 +401,7 @@ print(json.dumps({i: "failed" if i in bad else "passed" for i in ids}))
 """
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("seed", range(4))
 def test_planted_unittest_canaries_behave_as_declared_under_plain_unittest(tmp_path, seed):
     tree = _write(tmp_path / "tree", CANARY_FILES)
@@ -411,6 +420,7 @@ def test_planted_unittest_canaries_behave_as_declared_under_plain_unittest(tmp_p
     assert "import unittest\n" in (tree / "tests/test_based.py").read_text()
 
 
+@pytest.mark.pure
 def test_a_unittest_module_that_picks_its_own_tests_gets_no_canaries(tmp_path):
     tree = _write(
         tmp_path / "tree",
@@ -449,6 +459,7 @@ def test_slow_path():
 PLUGIN = "import pytest\n\n\n@pytest.fixture\ndef answer():\n    return 42\n"
 
 
+@pytest.mark.sandbox
 def test_pytest_options_from_the_test_command_reach_pytest_and_defeating_ones_are_dropped(
     tmp_path, bwrap_backend, base_image
 ):
@@ -464,6 +475,7 @@ def test_pytest_options_from_the_test_command_reach_pytest_and_defeating_ones_ar
     assert report.outcome(opts + "test_fails_first") == "failed" and report.outcome(opts + "test_fast") == "passed"
 
 
+@pytest.mark.sandbox
 def test_a_marker_selection_that_leaves_the_canaries_out_is_no_evidence(tmp_path, bwrap_backend, base_image):
     tree = _write(tmp_path / "marks", {"myplugin.py": PLUGIN, "tests/test_opts.py": OPTIONS_TESTS})
     env = EnvSpec(test_cmd=("python3", "-m", "pytest", "-m", "fast"))
@@ -473,6 +485,7 @@ def test_a_marker_selection_that_leaves_the_canaries_out_is_no_evidence(tmp_path
     assert report.evidence == ()  # deselected by the task's -m, not missing
 
 
+@pytest.mark.pure
 def test_which_pytest_options_are_dropped_and_why():
     kept = ["-v", "-p", "xdist", "-p", "no:randomly", "-W", "error", "--import-mode=importlib", "-o", "x=1"]
     refused = ["-x", "--maxfail=2", "--co", "-c", "other.ini", "--rootdir", "/tmp", "-n", "4", "--pdb", "--lf",
@@ -496,6 +509,7 @@ def test_which_pytest_options_are_dropped_and_why():
     assert (cov.args, [d.option for d in cov.dropped]) == (["tests"], ["--cov pkg", "--cov-report=term"])
 
 
+@pytest.mark.pure
 def test_unittest_options_become_a_plan():
     plan = unittest_plan(["discover", "-s", "tests", "-p", "check_*.py", "-t", ".", "-v", "-f", "-k", "fast"],
                          named_tests=False)  # fmt: skip
@@ -517,6 +531,7 @@ def test_unittest_options_become_a_plan():
 SRC_TESTS = "from pkg import double\n\n\ndef test_double():\n    assert double(2) == 4\n"
 
 
+@pytest.mark.sandbox
 def test_a_src_layout_validates_with_its_pythonpath_and_is_rejected_saying_why_without(
     tmp_path, snapshots, bwrap_backend, base_image
 ):
@@ -539,6 +554,7 @@ def test_a_src_layout_validates_with_its_pythonpath_and_is_rejected_saying_why_w
     assert "No module named 'pkg'" in out.getvalue()  # the summary shows why, not only how many
 
 
+@pytest.mark.sandbox
 def test_a_spec_cannot_swap_the_interpreter_through_path(tmp_path, bwrap_backend, base_image):
     """A python3 of the tree's, first on a spec's PATH, would run instead of the recorder (and exit 0)."""
     checks = "import os\n\n\ndef test_mode():\n    assert os.environ['CALC_MODE'] == 'strict'\n"
@@ -562,6 +578,7 @@ def test_a_spec_cannot_swap_the_interpreter_through_path(tmp_path, bwrap_backend
     }
 
 
+@pytest.mark.pure
 def test_canaries_written_for_one_runner_are_refused_by_the_other(tmp_path):
     tree = _write(tmp_path / "t", UT_FIXED)
     guard = prepare(tree, [], files_of_tests(tree), plant_in=["tests/test_calc.py"], runner="pytest")
@@ -569,6 +586,7 @@ def test_canaries_written_for_one_runner_are_refused_by_the_other(tmp_path):
         run_tests(None, None, timeout=1, guard=guard, env=UNITTEST)  # type: ignore[arg-type]  # refused first
 
 
+@pytest.mark.pure
 def test_a_graded_run_dropping_the_tasks_selection_is_no_warning_but_a_refused_option_is(caplog):
     """Every graded run names its tests and drops -k/-m/paths by design: an info line, where -x is a warning."""
     caplog.set_level(logging.INFO, logger="trialforge.testrun.command")

@@ -19,6 +19,8 @@ from trialforge.sandbox import cgroups
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.sandbox.reaper import reap
 
+pytestmark = pytest.mark.sandbox
+
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=4096)
 
 

@@ -83,6 +83,8 @@ def seed(tmp_path: Path) -> Path:
 
 
 # --- commands ------------------------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_exec_reports_exit_code_demuxed_output_cwd_and_env(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         result = box.exec(
@@ -98,6 +100,8 @@ def test_exec_reports_exit_code_demuxed_output_cwd_and_env(docker_backend: Docke
         assert box.image_digest.startswith("sha256:")
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_output_that_arrives_with_the_engines_response_headers_is_kept(
     docker_backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,6 +128,8 @@ def test_output_that_arrives_with_the_engines_response_headers_is_kept(
     assert [(r.exit_code, r.stdout) for r in results] == [(0, f"ran {n}\n") for n in range(3)]
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_output_is_capped_with_a_visible_mark(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend, output_cap_bytes=1000) as box:
         result = box.exec(["python3", "-c", "import sys; print('x' * 10000); print('tail'); sys.stderr.write('err')"])
@@ -133,6 +139,8 @@ def test_output_is_capped_with_a_visible_mark(docker_backend: DockerBackend) -> 
     assert result.stderr == "err"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_command_that_never_ends_is_killed_with_its_children(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
         script = "(sleep 1000; echo ended) & (setsid sleep 1001; echo ended) & sleep 1002; echo ended"
@@ -143,6 +151,8 @@ def test_command_that_never_ends_is_killed_with_its_children(docker_backend: Doc
         assert "sleep 100" not in survivors  # the background child and the setsid escapee are gone too
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_nothing_a_command_starts_outlives_it(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
         result = box.exec(["sh", "-c", "sleep 1000 & setsid sleep 1001 >/dev/null 2>&1 & sleep 0.3; echo started"])
@@ -151,6 +161,8 @@ def test_nothing_a_command_starts_outlives_it(docker_backend: DockerBackend) -> 
         assert "sleep 100" not in survivors  # neither the background job nor the daemon that called setsid
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_shared_memory_is_a_private_tmpfs_that_python_can_use(docker_backend: DockerBackend) -> None:
     """multiprocessing needs /dev/shm: the container's own tmpfs (not the engine's host-side mount), nosuid."""
     with sandbox(docker_backend) as box:
@@ -161,6 +173,8 @@ def test_shared_memory_is_a_private_tmpfs_that_python_can_use(docker_backend: Do
 
 
 # --- isolation -------------------------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_reach_a_server_on_host_loopback(docker_backend: DockerBackend) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -184,6 +198,8 @@ def test_cannot_reach_a_server_on_host_loopback(docker_backend: DockerBackend) -
     assert interfaces == ["lo"]  # no route out at all
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_read_host_home_or_host_environment(
     docker_backend: DockerBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -205,6 +221,8 @@ def test_cannot_read_host_home_or_host_environment(
     assert keys <= {*SANDBOX_ENV, "HOSTNAME", "PWD", "container", "TERM", "SHLVL"}
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_see_or_signal_host_processes(docker_backend: DockerBackend) -> None:
     host = subprocess.Popen(["sleep", "60"])
     try:
@@ -220,6 +238,8 @@ def test_cannot_see_or_signal_host_processes(docker_backend: DockerBackend) -> N
         host.wait()
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_cannot_reach_the_engine_socket(docker_backend: DockerBackend, container_engine: PodmanService) -> None:
     paths = ["/run/podman/podman.sock", "/var/run/docker.sock", "/run/docker.sock"]
     if container_engine.base_url and container_engine.base_url.startswith("unix://"):
@@ -245,6 +265,8 @@ def test_cannot_reach_the_engine_socket(docker_backend: DockerBackend, container
 
 
 # --- quotas ----------------------------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_fork_bomb_is_bounded_by_the_pids_limit(docker_backend: DockerBackend) -> None:
     bomb = (
         "import os\n"
@@ -266,6 +288,8 @@ def test_fork_bomb_is_bounded_by_the_pids_limit(docker_backend: DockerBackend) -
         assert box.exec(["echo", "alive"]).stdout == "alive\n"  # the bomb is gone and the sandbox usable
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_allocating_past_the_memory_limit_is_reported_as_oom(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend, memory_mb=128) as box:
         result = box.exec(["python3", "-c", "data = b'x' * (512 * 2**20)"])
@@ -273,6 +297,8 @@ def test_allocating_past_the_memory_limit_is_reported_as_oom(docker_backend: Doc
         assert not box.exec(["true"]).oom  # reported once, for the command that hit it
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_filling_the_disk_past_its_quota_fails(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend, disk_mb=16) as box:
         fill = box.exec(["sh", "-c", "head -c 64M /dev/zero > /work/big"])
@@ -286,6 +312,8 @@ def test_filling_the_disk_past_its_quota_fails(docker_backend: DockerBackend) ->
 
 
 # --- files ------------------------------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_files_are_confined_to_the_workspace(docker_backend: DockerBackend, seed: Path, tmp_path: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         assert box.read_file("a.txt") == b"original a\n"
@@ -308,6 +336,8 @@ def test_files_are_confined_to_the_workspace(docker_backend: DockerBackend, seed
     assert os.access(tmp_path / "out" / "pkg" / "run.sh", os.X_OK)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_no_git_history_in_image_workspace_or_snapshots(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         assert box.exec(["find", "/", "-xdev", "-name", ".git"]).stdout == ""  # the image's root filesystem
@@ -321,6 +351,8 @@ def test_no_git_history_in_image_workspace_or_snapshots(docker_backend: DockerBa
 
 
 # --- snapshots -----------------------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_an_archive_the_engine_lost_on_the_way_is_asked_for_again(docker_backend: DockerBackend, seed: Path) -> None:
     """An engine that truncates an exec's output (containers/podman#9096) can report tar's exit 0 and deliver no
     byte: the first archive's output is dropped here (this Podman does not truncate on demand), and the snapshot
@@ -342,6 +374,8 @@ def test_an_archive_the_engine_lost_on_the_way_is_asked_for_again(docker_backend
         assert box.read_file("a.txt") == b"original a\n"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_file_the_engine_lost_on_the_way_is_read_again(docker_backend: DockerBackend, seed: Path) -> None:
     """The same loss for a file read (seen after a restore under load): the size the script states first tells a
     lost output from an empty file, which reads as empty on the first try."""
@@ -365,6 +399,8 @@ def test_a_file_the_engine_lost_on_the_way_is_read_again(docker_backend: DockerB
         assert box.read_file("empty.txt") == b"" and len(calls) == 1
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_restore_returns_the_snapshot_state(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         snap = box.snapshot()
@@ -382,6 +418,8 @@ def test_restore_returns_the_snapshot_state(docker_backend: DockerBackend, seed:
         assert not snap.path.exists()
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_from_snapshot_forks_independent_sandboxes(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as parent:
         parent.write_file("a.txt", b"parent state")
@@ -404,6 +442,8 @@ def test_from_snapshot_forks_independent_sandboxes(docker_backend: DockerBackend
             docker_backend.release(snap)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_reset_gives_a_clean_reseeded_workspace_and_alive_tracks_the_container(
     docker_backend: DockerBackend, docker_client: docker.DockerClient, seed: Path, tmp_path: Path
 ) -> None:
@@ -424,6 +464,8 @@ def test_reset_gives_a_clean_reseeded_workspace_and_alive_tracks_the_container(
         assert err.value.cause == "died"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_deadline_label_follows_the_requested_lifetime(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -441,6 +483,8 @@ def test_deadline_label_follows_the_requested_lifetime(
 
 
 # --- failures and cleanup ------------------------------------------------------------------
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_vanished_sandbox_raises_died_and_close_is_idempotent(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -467,6 +511,8 @@ def _tiny_image(folder: Path, content: bytes) -> Image:
     return Image(f"localhost/trialforge-tiny:{digest[7:19]}", folder, tarball, digest)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_an_image_import_leaves_nothing_in_the_engines_temp_dir(tmp_path: Path) -> None:
     """Podman keeps the upload of every import through the API in its temp dir (~200 MB per image): trialforge's
     service has a temp dir of its own, emptied after each import and removed when the service stops."""
@@ -485,6 +531,7 @@ def test_an_image_import_leaves_nothing_in_the_engines_temp_dir(tmp_path: Path) 
         remove_home(home)  # and its own store, with the images imported here
 
 
+@pytest.mark.pure
 def test_unreachable_engine_is_a_clear_engine_error(tmp_path: Path) -> None:
     with pytest.raises(SandboxError) as err:
         engine_client(f"unix://{tmp_path}/no-engine.sock")
@@ -512,6 +559,7 @@ class _Asked:
         return getattr(self.api, name)
 
 
+@pytest.mark.sandbox
 def test_a_container_the_engine_refuses_to_remove_is_asked_again_and_then_its_error_is_raised(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -544,6 +592,8 @@ def test_a_container_the_engine_refuses_to_remove_is_asked_again_and_then_its_er
                 api.remove_container(cid, force=True)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_reaper_removes_containers_of_dead_owners_and_past_deadlines(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -571,6 +621,8 @@ def test_reaper_removes_containers_of_dead_owners_and_past_deadlines(
                 api.remove_container(cid, force=True)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_seed_archive_members_belong_to_the_sandbox_user(docker_backend: DockerBackend, seed: Path) -> None:
     with sandbox(docker_backend, seed) as box:
         owners = box.exec(["find", "/work", "-printf", "%U\\n"]).stdout.split()
@@ -592,6 +644,8 @@ def _host_uid_of_sandbox_user(box: DockerSandbox) -> int:
     raise AssertionError("uid 1000 is not mapped")
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
@@ -613,6 +667,8 @@ def test_the_sandbox_user_is_a_host_uid_of_its_own_that_owns_nothing(
             assert os.stat(f"/proc/{pid}/root/work/mine").st_uid == host_uid
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_every_writable_place_is_a_nosuid_nodev_tmpfs_of_its_share_of_the_disk_quota(
     docker_backend: DockerBackend,
 ) -> None:
@@ -629,6 +685,8 @@ def test_every_writable_place_is_a_nosuid_nodev_tmpfs_of_its_share_of_the_disk_q
         assert {"rw", "nosuid", "nodev"} <= set(options.split(",")), mounts[place.path]
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: DockerBackend) -> None:
     """Every path of container_confinement.MASKED_PATHS the host has reads as empty inside."""
     present = [p for p in MASKED_PATHS if Path(p).exists()]
@@ -639,6 +697,8 @@ def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: Dock
     assert result.stdout.split() == ["0"] * len(present)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_network_when_asked_is_a_private_stack_without_the_host_loopback(docker_backend: DockerBackend) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -667,6 +727,8 @@ def test_network_when_asked_is_a_private_stack_without_the_host_loopback(docker_
     assert lines[-1] != "interfaces ['lo']", "network was asked for: a route out exists"
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_host_side_writes_replace_a_planted_fifo_and_keep_a_files_mode(docker_backend: DockerBackend) -> None:
     with sandbox(docker_backend) as box:
         box.exec(["sh", "-c", "mkfifo /work/pipe && echo x > /work/ro && chmod 444 /work/ro"])
@@ -678,6 +740,7 @@ def test_host_side_writes_replace_a_planted_fifo_and_keep_a_files_mode(docker_ba
         )
 
 
+@pytest.mark.pure
 def test_a_docker_daemon_without_userns_remap_is_refused_unless_accepted() -> None:
     docker_plain = confine.Engine(podman=False)
     with pytest.raises(SandboxError) as err:
@@ -688,6 +751,7 @@ def test_a_docker_daemon_without_userns_remap_is_refused_unless_accepted() -> No
     assert confine.identity(confine.Engine(podman=True)) == {"UsernsMode": "auto"}
 
 
+@pytest.mark.pure
 def test_the_host_config_lists_every_protection() -> None:
     limits = SMALL.model_copy(update={"network": False})
     podman = confine.host_config(confine.Engine(podman=True), limits, seccomp_profile="/p.json")

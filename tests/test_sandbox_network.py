@@ -23,6 +23,8 @@ from normal_user import running
 from trialforge.sandbox import usernet
 from trialforge.sandbox.base import Limits, SandboxSpec
 
+pytestmark = pytest.mark.sandbox
+
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=16384)
 NETWORKED = Limits(**{**vars(LIMITS), "network": True})
 
@@ -144,7 +146,7 @@ def test_network_is_refused_with_the_reason_when_not_root(normal_user, delegated
     assert done.stdout.split() == ["network", "True"], done.stderr[-3000:]
 
 
-@pytest.fixture(params=["bwrap", "docker"])
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.slow)])
 def backend(request, bwrap_backend):
     if request.param == "bwrap" and (os.geteuid() != 0 or shutil.which("slirp4netns") is None):
         pytest.skip("sandbox network on bwrap needs root and slirp4netns (scripts/setup-system.sh)")

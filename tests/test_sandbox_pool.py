@@ -12,6 +12,8 @@ from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 
+pytestmark = pytest.mark.sandbox
+
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20)
 
 

@@ -99,6 +99,8 @@ def run_served(params, on_iteration=None) -> tuple[dict[int, list[EpisodeRecord]
     return episodes, loop.updates, [None, *models]
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_lora_versions_reach_a_server_the_run_starts_and_restarts_after_a_kill(tiny_lm, tmp_path, state_dir):
     path, base, _ = tiny_lm
     port = free_port()
@@ -128,6 +130,8 @@ def test_lora_versions_reach_a_server_the_run_starts_and_restarts_after_a_kill(t
         httpx.get(f"{params.train.inference.url}/models", timeout=2)
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_rollouts_a_version_behind_the_trainer_each_sample_their_own_version(tiny_lm, tmp_path, state_dir):
     """train.max_staleness 1: a rollout may run while the trainer takes the next step and the server gets the
     next adapter; each episode's tokens were still sampled by the version it is tagged with."""
@@ -145,6 +149,8 @@ def test_rollouts_a_version_behind_the_trainer_each_sample_their_own_version(tin
         torch.testing.assert_close(recorded, scored, atol=1e-4, rtol=0)
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_full_weights_replace_the_servers_in_place(tiny_lm, tmp_path, state_dir):
     path, base, _ = tiny_lm
     port = free_port()
@@ -172,6 +178,7 @@ def as_episode(decision: Decision, index: int, reward: float) -> EpisodeRecord:
     )  # fmt: skip
 
 
+@pytest.mark.services
 @pytest.mark.parametrize("api", ["vllm", "sglang"])
 def test_a_step_on_the_servers_samples_reaches_it_and_changes_what_it_samples(tiny_lm, tmp_path, state_dir, api):
     """Rollout through the server, reward, step, weights to the server, a sample that differs. The rewards are set
@@ -203,6 +210,7 @@ def test_a_step_on_the_servers_samples_reaches_it_and_changes_what_it_samples(ti
     ]  # the same requests with the same seeds, answered from another distribution
 
 
+@pytest.mark.services
 def test_an_episode_outlives_a_server_killed_under_it(tiny_lm, tmp_path, state_dir):
     """Mid-episode: the next request fails while the server is down, is retried until it is back, gets 404 for
     the adapter the new server never loaded, loads it and is answered by that version."""
@@ -228,6 +236,8 @@ def test_an_episode_outlives_a_server_killed_under_it(tiny_lm, tmp_path, state_d
     torch.testing.assert_close(recorded, under_trained, atol=1e-4, rtol=0)  # both turns sampled by version 1
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_a_run_killed_with_sigkill_leaves_a_server_reap_stops(tiny_lm, tmp_path, state_dir):
     """The server gets SIGKILL with its run (the kernel's parent-death signal); what it spawned is in its process
     group, recorded in the state dir, and ``reap`` stops that group."""
@@ -275,6 +285,7 @@ def _pgid(proc: Path) -> int | None:
         return None
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("more", "error"),
     [
@@ -292,6 +303,7 @@ def test_inference_settings_that_cannot_work_are_refused_when_params_load(tiny_l
         load_params(None, overrides)
 
 
+@pytest.mark.services
 def test_a_server_that_never_comes_up_is_a_clear_error_with_its_log(tmp_path, tiny_lm):
     overrides = served(tmp_path, tiny_lm[0], free_port(), **{"train.lora.r": 4})
     overrides["train.inference.command"] = f"{sys.executable} -c 'import sys; print(\"no such model\"); sys.exit(3)'"
@@ -302,6 +314,7 @@ def test_a_server_that_never_comes_up_is_a_clear_error_with_its_log(tmp_path, ti
         pass
 
 
+@pytest.mark.pure
 def test_the_servers_key_is_read_from_the_variable_params_name(tiny_lm, tmp_path, chat_server, monkeypatch):
     monkeypatch.setenv("TF_TEST_INFERENCE_KEY", "sk-inference")
     overrides = served(tmp_path, tiny_lm[0], 1, **{"train.lora.r": 4, "train.inference.command": ""})

@@ -29,7 +29,7 @@ def file_store(tmp_path: Path) -> ObjectStore:
     return open_store(f"file://{tmp_path / 'store'}")
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=[pytest.param("file", marks=pytest.mark.pure), pytest.param("s3", marks=pytest.mark.services)])
 def store(request: pytest.FixtureRequest) -> ObjectStore:
     """The same behaviour is owed by both backends."""
     return request.getfixturevalue(f"{request.param}_store")
@@ -66,6 +66,7 @@ def test_a_missing_object_is_an_error_naming_it(store: ObjectStore, tmp_path: Pa
     assert list(tmp_path.glob("download/*")) == []
 
 
+@pytest.mark.services
 def test_a_missing_bucket_is_named_with_the_endpoint(s3_server: str) -> None:
     store = open_store("s3://no-such-bucket/x", endpoint_url=s3_server)
     with pytest.raises(StoreError, match=rf"LIST s3://no-such-bucket/x/datasets/.* at {s3_server} .*NoSuchBucket"):
@@ -82,6 +83,7 @@ def test_files_stream_in_and_out(store: ObjectStore, tmp_path: Path) -> None:
     assert [p.name for p in dest.parent.iterdir()] == ["big.bin"]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("key", ["../x", "/etc/passwd", "a/../../b", "a//b", "", "./a", f"a/{TMP_PREFIX}x"])
 def test_keys_that_could_escape_the_root_are_rejected(tmp_path: Path, key: str) -> None:
     store = open_store(f"file://{tmp_path / 'store'}")
@@ -90,6 +92,7 @@ def test_keys_that_could_escape_the_root_are_rejected(tmp_path: Path, key: str) 
     assert list(tmp_path.rglob("*")) == []
 
 
+@pytest.mark.pure
 def test_a_failed_file_write_leaves_no_temp_file_and_keeps_the_old_object(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path / 'store'}")
     store.put_bytes("d/keep", b"ok")
@@ -102,6 +105,7 @@ def test_a_failed_file_write_leaves_no_temp_file_and_keeps_the_old_object(tmp_pa
     assert store.get_bytes("d/keep") == b"ok"
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("url", ["gs://bucket/x", "s3://", "file://", "/plain/path"])
 def test_unsupported_store_urls_are_rejected(url: str) -> None:
     with pytest.raises(StoreError, match="unsupported store URL"):
@@ -142,6 +146,7 @@ def test_a_part_written_without_its_manifest_is_invisible(store: ObjectStore) ->
     assert datasets.read_table(store, "episodes").num_rows == 3
 
 
+@pytest.mark.pure
 def test_a_failed_publish_shows_nothing_and_its_retry_publishes_once(file_store: ObjectStore, tmp_path: Path) -> None:
     blocker = tmp_path / "store" / "datasets" / "episodes" / "_manifest" / "run=r1"
     blocker.parent.mkdir(parents=True)
@@ -173,6 +178,7 @@ def test_the_schema_version_is_kept_in_parquet_and_in_the_manifest(store: Object
     assert pq.read_schema(io.BytesIO(data)).metadata[datasets.SCHEMA_VERSION_KEY] == b"3"
 
 
+@pytest.mark.pure
 def test_rows_that_do_not_fit_the_schema_name_the_column(file_store: ObjectStore) -> None:
     schema = pa.schema([("episode_id", pa.string()), ("reward", pa.float64()), ("steps", pa.int32())])
     good = {"episode_id": "e", "reward": 1.0, "steps": 3}
@@ -186,6 +192,7 @@ def test_rows_that_do_not_fit_the_schema_name_the_column(file_store: ObjectStore
     assert rows(file_store, columns=["steps"]) == [{"steps": 3}]
 
 
+@pytest.mark.pure
 def test_parts_whose_column_types_conflict_name_the_column_and_parts(file_store: ObjectStore) -> None:
     datasets.write_part(file_store, "episodes", TABLE, partition={"run": "r1"}, part="b0")
     clash = TABLE.set_column(2, "reward", pa.array(["high", "low", "high"]))
@@ -194,6 +201,7 @@ def test_parts_whose_column_types_conflict_name_the_column_and_parts(file_store:
         datasets.read_table(file_store, "episodes")
 
 
+@pytest.mark.pure
 def test_parts_with_an_added_column_unify_with_nulls(file_store: ObjectStore) -> None:
     datasets.write_part(file_store, "episodes", TABLE.slice(0, 1), partition={"run": "r1"}, part="b0")
     grown = TABLE.slice(1, 1).append_column("tokens", pa.array([7], pa.int64()))
@@ -204,6 +212,7 @@ def test_parts_with_an_added_column_unify_with_nulls(file_store: ObjectStore) ->
     ]
 
 
+@pytest.mark.pure
 def test_a_column_named_like_a_partition_key_must_agree_and_keeps_its_type(file_store: ObjectStore) -> None:
     typed = TABLE.append_column("iteration", pa.array([0, 0, 0], pa.int32()))
     datasets.write_part(file_store, "episodes", typed, partition=RUN, part="b0")
@@ -214,6 +223,7 @@ def test_a_column_named_like_a_partition_key_must_agree_and_keeps_its_type(file_
         datasets.write_part(file_store, "episodes", typed, partition={"run": "r1", "iteration": "1"}, part="b1")
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -227,6 +237,7 @@ def test_unknown_filter_keys_and_columns_are_errors(file_store: ObjectStore, kwa
         datasets.read_table(file_store, "episodes", **kwargs)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(
     ("partition", "part"), [({"run": "a/b"}, "p"), ({"ru=n": "a"}, "p"), ({"run": "a"}, "../p"), ({"run": 1}, "p")]
 )
@@ -240,6 +251,7 @@ def test_partition_values_and_part_names_cannot_reshape_the_layout(
 # --- outages -----------------------------------------------------------------------------
 
 
+@pytest.mark.services
 def test_a_write_while_s3_is_down_fails_after_retries_and_publishes_nothing(s3_server: str) -> None:
     """A dedicated server (s3_server only for its credentials) goes down between two writes and comes back."""
     server = MotoServer()

@@ -40,22 +40,26 @@ def body(source: str) -> str:
 # --- one snippet per family ---------------------------------------------------------------------
 
 
+@pytest.mark.pure
 def test_flip_compare_moves_a_boundary_or_reverses_the_order() -> None:
     src = "def f(a, b):\n    return a < b\n"
     assert mutate("flip_compare", src) == ["def f(a, b):\n    return a <= b\n", "def f(a, b):\n    return a > b\n"]
     assert mutate("flip_compare", "def f(x, xs):\n    return x not in xs\n") == ["def f(x, xs):\n    return x in xs\n"]
 
 
+@pytest.mark.pure
 def test_flip_boolean_swaps_and_with_or() -> None:
     assert mutate("flip_boolean", "def f(a, b):\n    return a and (b)\n") == ["def f(a, b):\n    return a or (b)\n"]
 
 
+@pytest.mark.pure
 def test_flip_arith_flips_operators_but_leaves_string_concatenation_alone() -> None:
     assert mutate("flip_arith", "def f(a, b):\n    return a - b\n") == ["def f(a, b):\n    return a + b\n"]
     assert mutate("flip_arith", "def f(n):\n    n += 1\n    return n\n") == ["def f(n):\n    n -= 1\n    return n\n"]
     assert mutate("flip_arith", "def f(a):\n    return 'x' + a\n") == []
 
 
+@pytest.mark.pure
 def test_off_by_one_shifts_bounds_indices_and_range_arguments() -> None:
     assert mutate("off_by_one", "def f(xs, n):\n    return xs[:n]\n") == [
         "def f(xs, n):\n    return xs[:n + 1]\n",
@@ -73,6 +77,7 @@ def test_off_by_one_shifts_bounds_indices_and_range_arguments() -> None:
     ]
 
 
+@pytest.mark.pure
 def test_change_constant_moves_numbers_and_flips_booleans() -> None:
     assert mutate("change_constant", "def f():\n    return 10\n") == [
         "def f():\n    return 11\n",
@@ -82,11 +87,13 @@ def test_change_constant_moves_numbers_and_flips_booleans() -> None:
     assert mutate("change_constant", "def f():\n    return 'text'\n") == []
 
 
+@pytest.mark.pure
 def test_swap_args_exchanges_neighbours_except_for_commutative_calls() -> None:
     assert mutate("swap_args", "def f(a, b):\n    return g(a, b)\n") == ["def f(a, b):\n    return g(b, a)\n"]
     assert mutate("swap_args", "def f(a, b):\n    return min(a, b)\n") == []
 
 
+@pytest.mark.pure
 def test_drop_statement_deletes_whole_lines_and_keeps_blocks_valid() -> None:
     src = body("""\
         def f(xs):
@@ -101,6 +108,7 @@ def test_drop_statement_deletes_whole_lines_and_keeps_blocks_valid() -> None:
     ]
 
 
+@pytest.mark.pure
 def test_drop_branch_removes_else_elif_and_guard_blocks() -> None:
     src = body("""\
         def f(x):
@@ -124,6 +132,7 @@ def test_drop_branch_removes_else_elif_and_guard_blocks() -> None:
     ]
 
 
+@pytest.mark.pure
 def test_invert_condition_adds_or_removes_not() -> None:
     assert mutate("invert_condition", "def f(x):\n    if x:\n        return 1\n") == [
         "def f(x):\n    if not x:\n        return 1\n"
@@ -136,6 +145,7 @@ def test_invert_condition_adds_or_removes_not() -> None:
     ]
 
 
+@pytest.mark.pure
 def test_wrong_return_returns_another_local_or_none() -> None:
     src = "def f(x):\n    y = x * 2\n    return y\n"
     assert mutate("wrong_return", src) == [
@@ -144,6 +154,7 @@ def test_wrong_return_returns_another_local_or_none() -> None:
     ]
 
 
+@pytest.mark.pure
 def test_wrong_callee_calls_a_twin_or_a_sibling_function() -> None:
     assert mutate("wrong_callee", "def f(a, b):\n    return max(a, b)\n") == ["def f(a, b):\n    return min(a, b)\n"]
     assert mutate("wrong_callee", "def f(s):\n    return s.lower()\n") == ["def f(s):\n    return s.upper()\n"]
@@ -158,6 +169,7 @@ def test_wrong_callee_calls_a_twin_or_a_sibling_function() -> None:
     assert mutate("wrong_callee", src) == [src.replace("return snake(t)", "return kebab(t)")]
 
 
+@pytest.mark.pure
 def test_drop_argument_drops_the_last_optional_looking_argument() -> None:
     assert mutate("drop_argument", "def f(xs):\n    return sorted(xs, key=len)\n") == [
         "def f(xs):\n    return sorted(xs)\n"
@@ -166,11 +178,13 @@ def test_drop_argument_drops_the_last_optional_looking_argument() -> None:
     assert mutate("drop_argument", "def f(x):\n    return abs(x)\n") == []
 
 
+@pytest.mark.pure
 def test_every_family_has_a_snippet_test() -> None:
     tested = {name.split("_", 1)[1] for name in globals() if name.startswith("test_")}
     assert all(any(t.startswith(family) for t in tested) for family in FAMILIES)
 
 
+@pytest.mark.pure
 def test_docstrings_annotations_and_module_level_code_are_never_mutated() -> None:
     src = body('''\
         LIMIT = 3
@@ -195,12 +209,14 @@ def _bundled_mutants() -> list[tuple[Mutant, str]]:
     return out
 
 
+@pytest.mark.pure
 def test_library_files_exclude_tests_and_config() -> None:
     files = library_files(REPOS / "textkit")
     assert "textkit/slug.py" in files
     assert not [f for f in files if f.startswith("tests/") or f.endswith("conftest.py")]
 
 
+@pytest.mark.pure
 def test_bundled_mutants_compile_and_touch_only_their_span() -> None:
     mutants = _bundled_mutants()
     assert len({m.family for m, _ in mutants}) == len(FAMILIES) >= 8
@@ -212,6 +228,7 @@ def test_bundled_mutants_compile_and_touch_only_their_span() -> None:
         assert old[mutant.end_line :] == new[mutant.end_line - removed :]  # nor anything below it
 
 
+@pytest.mark.pure
 def test_compile_error_reports_broken_and_equivalent_mutants() -> None:
     text = "def f(a):\n    return a\n"
     broken = Mutant("flip_compare", "m.py", 2, 2, (), "")
@@ -220,6 +237,7 @@ def test_compile_error_reports_broken_and_equivalent_mutants() -> None:
     assert compile_error(bad, text).startswith("SyntaxError")
 
 
+@pytest.mark.pure
 def test_gold_patch_reverts_the_mutant_exactly(tmp_path: Path) -> None:
     original = tmp_path / "orig"
     shutil.copytree(REPOS / "schedwise", original, ignore=shutil.ignore_patterns("__pycache__"))
@@ -236,6 +254,7 @@ def test_gold_patch_reverts_the_mutant_exactly(tmp_path: Path) -> None:
         assert diff_trees(tree, original) == ""
 
 
+@pytest.mark.pure
 def test_sampling_is_seeded_capped_and_family_balanced() -> None:
     mutants = [m for m, _ in _bundled_mutants()]
     first = sample_mutants(mutants, max_per_file=30, max_total=60, seed=7)
@@ -278,6 +297,7 @@ def _public() -> dict[str, str]:
     return public_names(sources)
 
 
+@pytest.mark.pure
 def test_statement_reports_behaviour_without_the_changed_code_or_its_position() -> None:
     statement = write_statement("textkit", _screened(), _public(), [SECRET_NEW, SECRET_OLD])
     assert statement is not None
@@ -288,6 +308,7 @@ def test_statement_reports_behaviour_without_the_changed_code_or_its_position() 
     assert "slug.py:23" not in statement and "flip_compare" not in statement
 
 
+@pytest.mark.pure
 def test_statement_for_a_missing_exception_names_the_function_from_the_test_name() -> None:
     log = PYTEST_LOG.replace("test_slugify_basics", "test_slugify_rejects_empty_separator").replace(
         '    assert slugify("Hello, World!") == "hello-world"', "    with pytest.raises(ValueError):"
@@ -301,6 +322,7 @@ def test_statement_for_a_missing_exception_names_the_function_from_the_test_name
     assert "one test" in statement and "with pytest.raises(ValueError):" in statement
 
 
+@pytest.mark.pure
 def test_statement_is_refused_when_the_evidence_itself_shows_the_change() -> None:
     leaky = PYTEST_LOG.replace("E   AssertionError: assert 'report-1' == 'report-3'", f"E   {SECRET_NEW}")
     statement = write_statement("textkit", _screened(leaky), _public(), [SECRET_NEW])
@@ -321,6 +343,7 @@ def snapshots(tmp_path_factory):
     return SnapshotStore(open_store(f"file://{root}/store"), root / "cache")
 
 
+@pytest.mark.sandbox
 def test_a_candidate_that_breaks_no_test_is_dropped(tmp_path, bwrap_backend, base_image, snapshots) -> None:
     repo = tmp_path / "tiny"
     (repo / "tiny").mkdir(parents=True)
@@ -343,6 +366,7 @@ def synthesized(bwrap_backend, base_image, snapshots):
     return synthesize(REPOS / "textkit", "textkit", bwrap_backend, base_image.name, snapshots, cfg)
 
 
+@pytest.mark.sandbox
 def test_end_to_end_tasks_are_validated_and_reproducible(synthesized, snapshots, tmp_path) -> None:
     tasks, funnel = synthesized
     assert tasks, funnel.as_dict()
@@ -363,6 +387,7 @@ def test_end_to_end_tasks_are_validated_and_reproducible(synthesized, snapshots,
         assert diff_trees(tree, REPOS / "textkit") == ""  # the gold patch restores the working repository
 
 
+@pytest.mark.sandbox
 def test_statements_never_show_the_changed_lines(synthesized) -> None:
     tasks, _ = synthesized
     for task in tasks:

@@ -69,6 +69,7 @@ def _pytest(tree: Path) -> dict[str, str]:
     return outcomes
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("seed", range(6))
 def test_planted_canaries_behave_as_declared_under_plain_pytest(tmp_path, seed):
     tree = _tree(tmp_path)
@@ -100,6 +101,7 @@ def _constants(function: ast.FunctionDef) -> list[object]:
     return found
 
 
+@pytest.mark.pure
 def test_a_mutated_copy_is_its_source_with_one_constant_changed(tmp_path):
     tree = _tree(tmp_path)
     copies = []
@@ -117,6 +119,7 @@ def test_a_mutated_copy_is_its_source_with_one_constant_changed(tmp_path):
     assert len(set(copies)) >= 2, "the copied test should vary between runs"
 
 
+@pytest.mark.pure
 def test_a_file_without_constant_expectations_gets_self_contained_canaries_only(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text("def test_truthy():\n    assert bool([1])\n")
@@ -124,6 +127,7 @@ def test_a_file_without_constant_expectations_gets_self_contained_canaries_only(
     assert sorted((c.must, c.kind) for c in canaries) == [("fail", "self_contained"), ("pass", "self_contained")]
 
 
+@pytest.mark.pure
 def test_prepare_hashes_every_file_the_diff_left_alone_as_planted(tmp_path):
     tree = _tree(tmp_path)
     guard = prepare(tree, IDS, ["tests/test_calc.py"], changed=["calc/__init__.py"], rng=random.Random(3))
@@ -180,6 +184,7 @@ def _read(stdout: str, exit_code: int = 1, selected=("tests/t.py::test_real",)):
     return read_report(ExecResult(exit_code, stdout, "", 0.1), MARKER, [FAIL, PASS, COPY], selected)
 
 
+@pytest.mark.pure
 def test_an_honest_stream_is_clean_and_canaries_are_not_outcomes():
     report = _read(_stream(*HONEST, end={}))
     assert report.evidence == () and report.reported
@@ -212,6 +217,7 @@ CASES = {  # name: (stdout, exit status, the evidence expected)
 }
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_kind_of_evidence_is_found(case):
     stdout, exit_code, expected = CASES[case]
@@ -220,12 +226,14 @@ def test_each_kind_of_evidence_is_found(case):
     assert not report.all_passed(["tests/t.py::test_real"])
 
 
+@pytest.mark.pure
 def test_renumbered_or_forged_lines_break_the_stream():
     honest = _stream(*HONEST, end={})
     forged = honest.replace('"s": 2', '"s": 7')
     assert "report_stream_broken" in _read(forged).evidence
 
 
+@pytest.mark.pure
 def test_what_honest_runs_do_is_no_evidence():
     # a crash (no end, non-zero status) or a timeout: failed, not tampered
     assert _read(_stream(*HONEST[:2]), exit_code=-9).evidence == ()
@@ -270,6 +278,7 @@ def test_what_honest_runs_do_is_no_evidence():
 SHADOW = "import os\nos.write(2, b'SHADOW LOADED\\n')\nos._exit(0)\n"
 
 
+@pytest.mark.sandbox
 def test_modules_of_the_workspace_cannot_stand_in_for_what_the_recorder_imports(tmp_path, bwrap_backend, base_image):
     """A pytest.py or json.py at the repository root (or on a PYTHONPATH inside it) would own the run."""
     tree = _tree(tmp_path)
@@ -291,6 +300,7 @@ def test_modules_of_the_workspace_cannot_stand_in_for_what_the_recorder_imports(
 PLUGIN = "def pytest_collection_modifyitems(items):\n    items.sort(key=lambda item: item.name)\n"
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("diff_changed_it", [False, True])
 def test_a_plugin_from_package_code_counts_only_when_the_diff_left_it_alone(
     tmp_path, bwrap_backend, base_image, diff_changed_it
@@ -315,6 +325,7 @@ def test_a_plugin_from_package_code_counts_only_when_the_diff_left_it_alone(
 # --- deselection, files without reports, repeated observations, collection errors -------------------------------
 
 
+@pytest.mark.pure
 def test_a_canary_the_task_options_deselected_is_not_missing_but_a_deselected_test_that_ran_is_evidence():
     deselected = {"e": "deselected", "ids": [PASS.node_id]}  # e.g. -k "not slow" and the canary's name has "slow"
     assert _read(_stream(REAL, C_FAIL, C_COPY, deselected, end={}), selected=()).evidence == ()
@@ -323,12 +334,14 @@ def test_a_canary_the_task_options_deselected_is_not_missing_but_a_deselected_te
     assert ran_anyway.evidence == (f"deselected_test_ran:{PASS.node_id}",)
 
 
+@pytest.mark.pure
 def test_a_canary_deselected_in_a_run_whose_tests_the_host_named_is_evidence():
     """Grading names its tests and drops the task's selection options: only code deselects a canary there."""
     deselected = {"e": "deselected", "ids": [PASS.node_id]}
     assert _read(_stream(REAL, C_FAIL, C_COPY, deselected, end={})).evidence == ("canary_deselected:self_contained",)
 
 
+@pytest.mark.pure
 def test_canaries_of_a_file_that_reported_no_test_are_not_missing():
     """A file the task's options leave out (--ignore, a directory unittest does not discover) runs nothing at all;
     with its graded tests missing too, a tamper that drops a whole file earns nothing."""
@@ -336,6 +349,7 @@ def test_canaries_of_a_file_that_reported_no_test_are_not_missing():
     assert read_report(ExecResult(0, other, "", 0.1), MARKER, [FAIL, PASS, COPY], ()).evidence == ()
 
 
+@pytest.mark.pure
 def test_the_first_observation_of_a_phase_counts():
     """A test method called again after it raised (a unittest method can be called by anyone) rewrites nothing."""
     real = "tests/t.py::test_real"
@@ -349,6 +363,7 @@ def test_the_first_observation_of_a_phase_counts():
     assert f"report_contradicts_run:{real}:call:raised" in report.evidence
 
 
+@pytest.mark.pure
 def test_a_collection_error_carries_its_first_error_line():
     message = "ModuleNotFoundError: No module named 'pkg'"
     report = _read(_stream({"e": "collect_error", "id": "tests/t.py", "m": message}, end={"exit": 2}), exit_code=2)
@@ -420,6 +435,7 @@ def _run(tree: Path, backend, image, guard, ids=IDS):
         sandbox.close()
 
 
+@pytest.mark.sandbox
 def test_a_pristine_test_may_take_a_plugin_out_and_put_it_back(tmp_path, bwrap_backend, base_image):
     tree = _tree(tmp_path)
     (tree / "tests" / "conftest.py").write_text(UNREGISTERS_LOGGING)
@@ -429,6 +445,7 @@ def test_a_pristine_test_may_take_a_plugin_out_and_put_it_back(tmp_path, bwrap_b
     assert report.outcome("tests/test_calc.py::test_add") == "passed"
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("action", sorted(ACTIONS))
 def test_the_code_under_test_changing_plugins_is_evidence_even_beside_a_pristine_test_that_does(
     tmp_path, bwrap_backend, base_image, action
@@ -446,6 +463,7 @@ def test_the_code_under_test_changing_plugins_is_evidence_even_beside_a_pristine
 BROKEN_MODULE = "from calc import not_there\n\n\ndef test_never():\n    pass\n"
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("runner", ["pytest", "unittest"])
 def test_a_module_that_does_not_import_leaves_the_other_modules_running(tmp_path, bwrap_backend, base_image, runner):
     """As ``pytest --continue-on-collection-errors`` (and unittest itself) run: one broken module is one
@@ -486,6 +504,7 @@ LOOP = "def add(a, b):\n    while a + b:\n        pass\n\n\ndef scale(s, n):\n  
 DEAF_LOOP = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n\n" + LOOP
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("runner", ["pytest", "unittest"])
 @pytest.mark.parametrize("calc", [LOOP, DEAF_LOOP], ids=["loop", "loop_ignoring_sigxcpu"])
 def test_an_endless_loop_is_stopped_by_the_cpu_budget_long_before_the_wall_timeout(
@@ -508,6 +527,7 @@ def test_an_endless_loop_is_stopped_by_the_cpu_budget_long_before_the_wall_timeo
     assert report.cpu_exhausted == (calc is LOOP)  # SIGXCPU; the deaf loop dies of the SIGKILL after it
 
 
+@pytest.mark.sandbox
 def test_an_honest_run_within_its_cpu_budget_reports_as_without_one(tmp_path, bwrap_backend, base_image):
     tree = _tree(tmp_path)
     guard = prepare(tree, IDS, ["tests/test_calc.py"])

@@ -185,6 +185,8 @@ def history(client: MlflowClient, run_id: str, name: str) -> list[tuple[int, flo
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric_name(name)))
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_the_run_is_one_finished_mlflow_run_named_by_its_run_id_and_the_summary_links_to_it(tracked):
     run = tracked.run
     assert run.info.status == "FINISHED" and run.info.run_name == RUN
@@ -210,6 +212,8 @@ def leaves(node: dict, prefix: str = "") -> Iterator[tuple[str, object]]:
             yield f"{prefix}{key}", value
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_params_are_the_resolved_params_yaml_key_by_key_and_whole(tracked, tmp_path):
     resolved = tracked.params.model_dump(mode="json", by_alias=True)
     logged = tracked.run.data.params
@@ -221,6 +225,8 @@ def test_params_are_the_resolved_params_yaml_key_by_key_and_whole(tracked, tmp_p
     assert yaml.safe_load(Path(path).read_text()) == resolved
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_every_iteration_metric_has_one_value_per_iteration_at_its_step_as_in_metrics_json(tracked):
     client, run_id = tracked.client, tracked.run.info.run_id
     iterations = tracked.metrics["iterations"]
@@ -241,6 +247,8 @@ def test_every_iteration_metric_has_one_value_per_iteration_at_its_step_as_in_me
     assert history(client, run_id, "reward_hist.0.9-1") == last_bin
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_the_learners_steps_and_the_run_wide_figures_are_logged(tracked):
     client, run_id = tracked.client, tracked.run.info.run_id
     updates = tracked.metrics["updates"]
@@ -262,6 +270,8 @@ def test_the_learners_steps_and_the_run_wide_figures_are_logged(tracked):
         assert history(client, run_id, f"cost.{name}") == [(1, pytest.approx(value))], name
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_tags_name_the_task_set_and_the_digest_of_every_image(tracked):
     tags = tracked.run.data.tags
     version = tracked.metrics["task_set_version"]
@@ -275,6 +285,8 @@ def test_tags_name_the_task_set_and_the_digest_of_every_image(tracked):
     assert tags["trialforge.code_version"]
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_artifacts_are_the_report_metrics_json_and_the_plots(tracked, tmp_path):
     client, run_id = tracked.client, tracked.run.info.run_id
     assert {a.path for a in client.list_artifacts(run_id)} == {"report.html", "metrics.json", "params.yaml", "plots"}
@@ -287,6 +299,8 @@ def test_artifacts_are_the_report_metrics_json_and_the_plots(tracked, tmp_path):
     assert f'runs/{run_id}">MLflow run {run_id}</a></p>' in (tracked.out / "report.html").read_text()
 
 
+@pytest.mark.sandbox
+@pytest.mark.services
 def test_compare_names_each_runs_mlflow_page_and_the_page_comparing_them(tracked, params_path, tmp_path):  # noqa: F811
     write_r1(tracked.store)  # a second run in the same store, tracked by the same server
     params = load_params(None, {"run.out_dir": str(tmp_path / "out"), "tracking.uri": tracked.server})
@@ -313,6 +327,7 @@ def finish_r1(root: Path, **tracking) -> tuple[ObjectStore, SimpleNamespace, dic
     return store, rt, finish_run(rt, "r1", [], [], [], {})  # type: ignore[arg-type]
 
 
+@pytest.mark.services
 def test_without_a_server_a_run_is_tracked_in_sqlite_inside_its_store_and_tracking_ui_serves_it(tmp_path, capsys):
     store, _, metrics = finish_r1(tmp_path)
     db = (tmp_path / "store" / "mlflow" / "mlflow.db").resolve()
@@ -342,6 +357,7 @@ def test_without_a_server_a_run_is_tracked_in_sqlite_inside_its_store_and_tracki
             assert page.read() == (tmp_path / "out" / "report.html").read_bytes()
 
 
+@pytest.mark.pure
 def test_a_server_that_is_down_costs_one_warning_and_the_run_goes_on(tmp_path, caplog, capsys, http_limits):
     dead = f"http://127.0.0.1:{free_port()}"
     with caplog.at_level(logging.WARNING):
@@ -353,6 +369,7 @@ def test_a_server_that_is_down_costs_one_warning_and_the_run_goes_on(tmp_path, c
     assert "tracking: off: opening the MLflow run failed" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.services
 def test_a_server_that_dies_mid_run_costs_one_warning_and_the_run_goes_on(tmp_path, caplog, capsys, http_limits):
     store = open_store(f"file://{tmp_path / 'store'}")
     write_r1(store)
@@ -375,6 +392,7 @@ def test_a_server_that_dies_mid_run_costs_one_warning_and_the_run_goes_on(tmp_pa
     assert f"MLflow run {mlflow_run} (experiment demo), then no more" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.pure
 def test_tracking_params_are_checked_and_never_change_a_runs_digest():
     base = load_params(None)
     assert load_params(None, {"tracking.uri": "http://127.0.0.1:5000"}).digest() == base.digest()

@@ -20,6 +20,8 @@ from trialforge.train.device import pick_device
 from trialforge.train.lm import LMTrainer, OptimConfig, episode_sequences
 from trialforge.train.loss import LossConfig
 
+pytestmark = pytest.mark.pure
+
 transformers = pytest.importorskip("transformers")
 
 VOCAB, EOS = 48, 0

@@ -24,7 +24,10 @@ from normal_user import running
 
 from trialforge.sandbox.base import Limits
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates a normal user and delegates cgroups to it")
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(os.geteuid() != 0, reason="creates a normal user and delegates cgroups to it"),
+]
 LIMITS = Limits(cpus=0.5, memory_mb=192, pids=32, disk_mb=16, exec_timeout_s=60)
 
 LIMITS_HOLD = f"""

@@ -65,6 +65,7 @@ def _validate(task, backend, image, snapshots, runs=3):
     return validate_task(task, backend, image.name, snapshots, Limits(), ValidateConfig(runs=runs))
 
 
+@pytest.mark.sandbox
 def test_a_test_that_fails_one_run_in_three_is_caught_as_flaky(tmp_path, snapshots, bwrap_backend, base_image):
     task = _task(tmp_path, snapshots, {"test_double.py": STEADY, "test_flaky.py": FLAKY})
     checked = _validate(task, bwrap_backend, base_image, snapshots)
@@ -77,6 +78,7 @@ def test_a_test_that_fails_one_run_in_three_is_caught_as_flaky(tmp_path, snapsho
     assert 0 < checked.validation.slowest_run_s <= checked.validation.duration_s
 
 
+@pytest.mark.sandbox
 def test_a_task_that_depends_only_on_a_flaky_test_is_rejected(tmp_path, snapshots, bwrap_backend, base_image):
     task = _task(tmp_path, snapshots, {"test_flaky.py": FLAKY})
     checked = _validate(task, bwrap_backend, base_image, snapshots)
@@ -84,6 +86,7 @@ def test_a_task_that_depends_only_on_a_flaky_test_is_rejected(tmp_path, snapshot
     assert checked.validation.reason.startswith("no_fail_to_pass")
 
 
+@pytest.mark.sandbox
 def test_a_fix_that_does_not_apply_is_rejected(tmp_path, snapshots, bwrap_backend, base_image):
     bad = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-nothing like this\n+x\n"
     task = _task(tmp_path, snapshots, {"test_double.py": STEADY}, gold=bad)
@@ -104,6 +107,7 @@ class CountingBackend:
         return self.inner.create(spec)
 
 
+@pytest.mark.sandbox
 def test_tasks_sharing_a_fixed_tree_run_its_suite_once(tmp_path, snapshots, bwrap_backend, base_image):
     """Two bugs in one file, one fixed tree: 2 'before' sandboxes, 1 'after' sandbox, both tasks valid."""
     tests = {"test_double.py": STEADY}
@@ -121,6 +125,7 @@ def test_tasks_sharing_a_fixed_tree_run_its_suite_once(tmp_path, snapshots, bwra
     assert [t.validation.runs for t in checked] == [4, 4]
 
 
+@pytest.mark.pure
 def test_tree_digest_sees_contents_and_executable_bits(tmp_path):
     tree = tmp_path / "t"
     (tree / "pkg").mkdir(parents=True)
@@ -136,6 +141,7 @@ def test_tree_digest_sees_contents_and_executable_bits(tmp_path):
     assert tree_digest(tree) != first
 
 
+@pytest.mark.pure
 def test_runs_that_did_not_report_are_not_kept():
     shared, calls = SuiteRuns(), []
 
@@ -176,6 +182,7 @@ FORCING_CONFTEST = (
 )
 
 
+@pytest.mark.sandbox
 def test_a_gold_patch_that_tampers_with_the_run_does_not_validate(tmp_path, snapshots, bwrap_backend, base_image):
     base = tmp_path / "fixed_by_tamper"
     base.mkdir()
@@ -190,6 +197,7 @@ def test_a_gold_patch_that_tampers_with_the_run_does_not_validate(tmp_path, snap
     assert checked.validation.reason.startswith("tampered: ") and "canary_passed" in checked.validation.reason
 
 
+@pytest.mark.sandbox
 def test_a_test_patch_whose_conftest_forces_outcomes_does_not_validate(tmp_path, snapshots, bwrap_backend, base_image):
     task = _task(tmp_path, snapshots, {"test_double.py": STEADY, "conftest.py": FORCING_CONFTEST})
     checked = _validate(task, bwrap_backend, base_image, snapshots, runs=1)
@@ -222,6 +230,7 @@ def _task_from(tmp_path: Path, snapshots: SnapshotStore, base: dict[str, str], f
 TRIPLE_TESTS = "from calc import triple\n\n\ndef test_triple():\n    assert triple(2) == 6\n"
 
 
+@pytest.mark.sandbox
 def test_a_test_module_that_imports_what_the_fix_adds_validates(tmp_path, snapshots, bwrap_backend, base_image):
     """Before the fix only the test patch's new module fails to import: a good task, not a broken suite."""
     base = {"calc.py": FIXED, "tests/test_double.py": STEADY}
@@ -241,6 +250,7 @@ READS_METADATA = (
 )
 
 
+@pytest.mark.sandbox
 def test_a_module_that_never_imports_is_left_out_of_the_lists(tmp_path, snapshots, bwrap_backend, base_image):
     base = {"calc.py": BUGGY, "tests/test_meta.py": READS_METADATA}
     fixed = {**base, "calc.py": FIXED, "tests/test_double.py": STEADY}
@@ -250,6 +260,7 @@ def test_a_module_that_never_imports_is_left_out_of_the_lists(tmp_path, snapshot
     assert checked.validation.not_importing == ["tests/test_meta.py"]
 
 
+@pytest.mark.sandbox
 def test_a_task_whose_only_changes_are_in_a_module_that_never_imports_says_so(
     tmp_path, snapshots, bwrap_backend, base_image
 ):
@@ -264,6 +275,7 @@ def test_a_task_whose_only_changes_are_in_a_module_that_never_imports_says_so(
     assert "tests/test_double.py: ModuleNotFoundError: No module named 'not_installed_here'" in reason
 
 
+@pytest.mark.sandbox
 def test_a_module_the_fix_leaves_unable_to_import_rejects_the_task(tmp_path, snapshots, bwrap_backend, base_image):
     uses_half = "from calc import half\n\n\ndef test_half():\n    assert half(4) == 2\n"
     base = {"calc.py": BUGGY + "\n\ndef half(x):\n    return x / 2\n", "tests/test_half.py": uses_half}
@@ -274,6 +286,7 @@ def test_a_module_the_fix_leaves_unable_to_import_rejects_the_task(tmp_path, sna
     assert reason.startswith("collection_error_after_fix: tests/test_half.py: ImportError"), reason
 
 
+@pytest.mark.sandbox
 def test_a_suite_that_cannot_import_before_the_fix_is_rejected_with_its_error(
     tmp_path, snapshots, bwrap_backend, base_image
 ):
@@ -290,6 +303,7 @@ def test_a_suite_that_cannot_import_before_the_fix_is_rejected_with_its_error(
     assert len(reason) <= len("collection_error_before_fix: ") + 500
 
 
+@pytest.mark.pure
 def test_a_suite_whose_report_overflows_says_so_rather_than_quoting_its_log():
     """pypa/packaging's 40,000-odd tests once filled the report cap: the reason is the cap, not a test's log line."""
     marker = "0" * 48
