@@ -20,6 +20,10 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.pure
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 README = ROOT / "README.md"

@@ -205,6 +205,7 @@ def test_cli_refuses_a_repository_map_without_names(instances, params_file, tmp_
     assert "--repo expects owner/name=PATH_OR_URL, got '/srv/mirrors/mylib'" in words
 
 
+@pytest.mark.pure
 def test_every_field_of_a_source_is_on_its_command_with_the_fields_help():
     """The commands are built from the source models, so a field added to one is on the command line at once."""
     commands = typer.main.get_command(app).commands["ingest"].commands

@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fixtures.observe.runs import R1, episode_row
 from plotly.offline import get_plotlyjs
 
@@ -27,6 +28,8 @@ from trialforge.store.objstore import open_store
 from trialforge.store.records import EPISODE_SCHEMA
 from trialforge.tasks.quality_record import Attempt, LeakSpan, QualityRecord
 from trialforge.train.health import HealthThresholds
+
+pytestmark = pytest.mark.pure
 
 ATTACK = (
     "<script>alert('s')</script></textarea><img src=x onerror=alert('i')>\" onmouseover=\"alert('q')\" "

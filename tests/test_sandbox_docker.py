@@ -560,6 +560,7 @@ class _Asked:
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_container_the_engine_refuses_to_remove_is_asked_again_and_then_its_error_is_raised(
     docker_backend: DockerBackend, docker_client: docker.DockerClient
 ) -> None:
