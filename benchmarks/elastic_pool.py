@@ -17,7 +17,7 @@ sandboxes sat warm and unused, until the pool closed after the last quiet phase)
 
 Backends: simulated with bubblewrap's lifecycle latencies measured at the start of this run (``--reps`` sandboxes
 created, a command, a test run, a reset and a close each) and, side by side, simulated with a container engine's
-(``support.simulated_sandbox.PODMAN_2CORE``, Podman measured the same way; ``--measure-podman`` measures it again
+(``simulated_sandbox.PODMAN_2CORE``, Podman measured the same way; ``--measure-podman`` measures it again
 now); then real bubblewrap sandboxes, ``--real-cycles`` of the load.
 """
 
@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.simulated_sandbox import PODMAN_2CORE, LatencyModel, Recorder, SimulatedBackend
+from simulated_sandbox import PODMAN_2CORE, LatencyModel, Recorder, SimulatedBackend
 
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.bwrap import BwrapBackend

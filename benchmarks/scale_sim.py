@@ -10,7 +10,7 @@ per episode as concurrency grows, where one controller process stops scaling and
    and ``--measure-episodes`` episodes of the agent below run through ``run_jobs`` on bubblewrap and are graded
    (each must score 1.0: a workload that fails on real sandboxes measures nothing). A ``Recorder`` times every
    create, reset, command, test run and close; one lognormal per operation is fitted and printed.
-   ``--stored`` draws from ``support.simulated_sandbox.BWRAP_2CORE`` instead (a fit stored from an earlier run).
+   ``--stored`` draws from ``simulated_sandbox.BWRAP_2CORE`` instead (a fit stored from an earlier run).
 2. Simulate: a level ``N@R`` runs N episodes at once (``run_jobs`` at concurrency N, each in its own thread) in
    a fresh process (its peak memory is its own), their thinking stretched so that N in flight offer R episodes/s
    (Little's law: an episode lasts N/R seconds), then writes them with the real store writer
@@ -56,7 +56,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from support.simulated_sandbox import BWRAP_2CORE, LatencyModel, Lognormal, Recorder, SimulatedBackend
+from simulated_sandbox import BWRAP_2CORE, LatencyModel, Lognormal, Recorder, SimulatedBackend
 
 from trialforge import pipeline
 from trialforge.rollout.env import Action, EnvLimits

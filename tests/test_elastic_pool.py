@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support.simulated_sandbox import LatencyModel, Lognormal, SimulatedBackend
+from simulated_sandbox import LatencyModel, Lognormal, SimulatedBackend
 from test_orchestration import wait_for
 
 from trialforge.config import load_params
