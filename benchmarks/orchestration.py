@@ -30,7 +30,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from prefect_server import PrefectServer  # noqa: E402  (tests/: the same server the test suite starts)
+from support.prefect_server import PrefectServer  # noqa: E402  (tests/: the same server the test suite starts)
 
 
 def busy_time(spans: list[tuple[float, float]]) -> float:

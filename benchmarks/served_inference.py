@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests")]
 
-from tiny_models import byte_level_gpt2  # noqa: E402
+from support.tiny_models import byte_level_gpt2  # noqa: E402
 
 from trialforge.rollout.hf_policy import HFPolicy  # noqa: E402
 from trialforge.store.objstore import open_store  # noqa: E402

@@ -23,7 +23,15 @@ os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: torch's thread pool only adds contention on 2 cores
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-pytest_plugins = ["s3_server", "engine_fixture", "chat_server", "prefect_server", "ray_fixture", "leaks", "normal_user"]
+pytest_plugins = [
+    "support.s3_server",
+    "support.engine_fixture",
+    "support.chat_server",
+    "support.prefect_server",
+    "support.ray_fixture",
+    "support.leaks",
+    "support.normal_user",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +90,7 @@ def tiny_lm(tmp_path_factory):
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    from tiny_models import byte_level_gpt2
+    from support.tiny_models import byte_level_gpt2
 
     path = tmp_path_factory.mktemp("tiny-lm")
     model, tokenizer = byte_level_gpt2(path)

@@ -27,11 +27,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from cli_runner import invoke
 from conftest import REPO_ROOT
-from prefect_server import PrefectServer
 from pydantic import BaseModel
-from test_orchestration import stop_group
+from support.cli_runner import invoke
+from support.prefect_server import PrefectServer
+from support.processes import stop_group
 
 from trialforge.config import Params, load_params
 from trialforge.errors import ConfigError

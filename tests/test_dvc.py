@@ -19,7 +19,7 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
-from s3_server import create_bucket
+from support.s3_server import create_bucket
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from simulated_sandbox import LatencyModel, Lognormal, SimulatedBackend
-from test_orchestration import wait_for
+from support.processes import wait_for
 
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, SandboxError

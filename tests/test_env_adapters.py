@@ -16,9 +16,9 @@ from collections import deque
 from typing import Any
 
 import pytest
-from chat_server import text_reply, tool_call
-from env_server_fixture import TOKEN_ENV, live, serve_bundled
-from test_orchestration import wait_for
+from support.chat_server import text_reply, tool_call
+from support.env_server_fixture import TOKEN_ENV, live, serve_bundled
+from support.processes import wait_for
 
 from trialforge.envserver.client import EnvClient
 from trialforge.rollout.env import Action

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 import anyio
 import httpx
 import pytest
-from env_server_fixture import TOKEN_ENV, live, serve_bundled
-from test_orchestration import wait_for
-from test_recovery import bundled_world
+from support.env_server_fixture import TOKEN_ENV, live, serve_bundled
+from support.processes import wait_for
+from support.worlds import bundled_world
 
 from trialforge.envserver.client import AsyncEnvClient, EnvClient, EnvServerError
 from trialforge.observe.report import render_report

@@ -290,7 +290,7 @@ def test_a_python_no_image_exists_for_is_refused_with_the_versions_there_are():
 @pytest.mark.sandbox
 @pytest.mark.slow
 def test_the_image_commands_show_and_build_a_checkouts_environment(tmp_path, snapshots, index, built_images):
-    from cli_runner import invoke
+    from support.cli_runner import invoke
 
     _calc_task(tmp_path, snapshots)
     checkout = tmp_path / "calc-1" / "fixed"

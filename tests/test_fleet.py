@@ -28,13 +28,13 @@ from pathlib import Path
 import docker
 import pytest
 import yaml
-from cli_runner import invoke
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from test_orchestration import wait_for
-from test_recovery import Wander, bundled_world
+from support.cli_runner import invoke
+from support.processes import wait_for
+from support.worlds import Wander, bundled_world
 
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, SandboxError

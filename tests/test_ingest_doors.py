@@ -15,8 +15,8 @@ from typing import get_args
 
 import pytest
 import typer
-from cli_runner import invoke
 from conftest import REPO_ROOT
+from support.cli_runner import invoke
 
 from trialforge import pipeline
 from trialforge.cli import app

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from leaks import HostState, settled_leftovers, snapshot
+from support.leaks import HostState, settled_leftovers, snapshot
 
 from trialforge.owners import process_start
 from trialforge.sandbox import cgroups

@@ -14,17 +14,17 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chat_server import tool_call
 from conftest import REPO_ROOT
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ParameterTypeError
 from prefect.states import Failed
-from ray_fixture import RayCluster, RayNode
+from support.chat_server import tool_call
+from support.processes import stop_group, wait_for
+from support.ray_fixture import RayCluster, RayNode
 
 from trialforge.errors import ConfigError, SandboxError, StoreError
 from trialforge.loop import shards
@@ -93,16 +93,6 @@ def load_flow(name: str):
     return load_flow_from_entrypoint(f"{REPO_ROOT / 'flows' / name}.py:{name}")
 
 
-def wait_for(condition: Callable[[], bool], what: str, process: subprocess.Popen | None = None, timeout=300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"process exited ({process.returncode}) before {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def process_group(argv: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
     with log.open("wb") as out:
@@ -113,17 +103,6 @@ def process_group(argv: list[str], env: dict[str, str], log: Path) -> Iterator[s
         yield process
     finally:
         stop_group(process)
-
-
-def stop_group(process: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGTERM to the process group a process leads (``start_new_session``), then SIGKILL after ``timeout``."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def cli(*args: str) -> list[str]:

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from chat_server import ChatServer, Fault, text_reply, tool_call
+from support.chat_server import ChatServer, Fault, text_reply, tool_call
 
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, InferenceError, PolicyError

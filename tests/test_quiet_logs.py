@@ -10,8 +10,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from cli_runner import invoke
 from conftest import REPO_ROOT
+from support.cli_runner import invoke
 
 from trialforge.observe.logs import STAGE_LOGGER, configure
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from redteam import ATTACKS, CLASSES, IN_PROCESS_ONLY, Attack
-from redteam_repo import (
+from support.redteam import ATTACKS, CLASSES, IN_PROCESS_ONLY, Attack
+from support.redteam_repo import (
     ADD_HONEST,
     BASE_FILES,
     CLAMP_HONEST,

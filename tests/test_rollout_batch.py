@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_recovery import LINEAGE, bundled_world, kill_bwrap, make_rollout
+from support.worlds import LINEAGE, bundled_world, kill_bwrap, make_rollout
 
 from trialforge.rollout.env import Action
 from trialforge.rollout.loop import EpisodeJob, episode_id, plan_jobs, run_batch, run_jobs

@@ -1,6 +1,6 @@
 """The docker backend keeps a sandboxed command in, bounded, and observable; each escape test proves an attempt fails.
 
-Runs against the session's container engine (tests/engine_fixture.py: a private
+Runs against the session's container engine (tests/support/engine_fixture.py: a private
 Podman service, or DOCKER_HOST).
 """
 

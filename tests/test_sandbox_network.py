@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from normal_user import running
+from support.normal_user import running
 
 from trialforge.sandbox import usernet
 from trialforge.sandbox.base import Limits, SandboxSpec

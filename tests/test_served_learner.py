@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from chat_server import tool_call
+from support.chat_server import tool_call
 from test_inference_server import forward_logprobs
 from test_learner import TASK_IDS, small
 from test_policies_llm import with_token_ids

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from s3_server import MotoServer, create_bucket
+from support.s3_server import MotoServer, create_bucket
 
 from trialforge.errors import StoreError
 from trialforge.store import datasets

@@ -25,12 +25,13 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from cli_runner import invoke
 from conftest import REPO_ROOT
 from fixtures.observe.runs import write_r1
 from mlflow import MlflowClient
-from prefect_server import free_port
-from test_orchestration import load_flow, params_path, small_overrides, tickets, wait_for  # noqa: F401 (fixtures)
+from support.cli_runner import invoke
+from support.prefect_server import free_port
+from support.processes import wait_for
+from test_orchestration import load_flow, params_path, small_overrides, tickets  # noqa: F401 (fixtures)
 
 from trialforge.config import load_params
 from trialforge.observe.compare import scalar_leaves

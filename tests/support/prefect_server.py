@@ -1,6 +1,6 @@
 """A real Prefect server (`prefect server start`) on 127.0.0.1 for the test session.
 
-Registered from conftest.py with ``pytest_plugins = ["prefect_server"]``. SQLite and PREFECT_HOME live in
+Registered from conftest.py with ``pytest_plugins = ["support.prefect_server"]``. SQLite and PREFECT_HOME live in
 a temporary directory, analytics are off. ``prefect_server`` yields the API URL; ``prefect_env`` is the
 environment a subprocess needs to use it; ``prefect_api`` points this process at it while a test runs.
 The benchmarks start one the same way (``PrefectServer``).

@@ -3,7 +3,7 @@
 Starts a private ``podman system service`` once (or uses ``DOCKER_HOST`` when the
 user has a Docker), imports the base image into it if needed, and at teardown
 removes every sandbox this session created (and any left by dead owners) before
-stopping the service. Register with ``pytest_plugins = ["engine_fixture"]``.
+stopping the service. Register with ``pytest_plugins = ["support.engine_fixture"]``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import pytest
 
 from trialforge.sandbox import cgroups
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @dataclass(frozen=True)

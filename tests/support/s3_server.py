@@ -1,6 +1,6 @@
 """A real S3 server (moto) on 127.0.0.1 for the test session, spoken to over HTTP like any S3.
 
-Registered from conftest.py with ``pytest_plugins = ["s3_server"]``. The server runs in a
+Registered from conftest.py with ``pytest_plugins = ["support.s3_server"]``. The server runs in a
 thread of the test process; its buckets live in moto's in-process state, so a server that
 is stopped and started again on the same port still holds what was written before (the
 outage test relies on that).

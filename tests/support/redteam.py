@@ -25,7 +25,7 @@ import dataclasses
 import textwrap
 from dataclasses import dataclass, field
 
-from redteam_repo import ADD_GOLD, core_with
+from support.redteam_repo import ADD_GOLD, core_with
 
 
 def _code(*parts: str) -> str:

@@ -1,7 +1,7 @@
 """A two-node Ray cluster for the test session: a head and a worker node, each a ``ray start --block`` in a
 session (and process group) of its own, the way a real cluster's nodes are separate machines.
 
-Registered from conftest.py with ``pytest_plugins = ["ray_fixture"]``. It starts after ``state_dir``: Ray
+Registered from conftest.py with ``pytest_plugins = ["support.ray_fixture"]``. It starts after ``state_dir``: Ray
 workers inherit their raylet's environment, not the driver's, so the nodes start with this process's
 environment and the session's state dir, and the sandboxes their workers open live where the session's
 leak check looks.
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prefect_server import free_port
 
+from support.prefect_server import free_port
 from trialforge.scratch import scratch_dir
 
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"

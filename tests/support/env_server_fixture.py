@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import httpx
-from test_recovery import bundled_world
 
+from support.worlds import bundled_world
 from trialforge.config import load_params
 from trialforge.envserver.server import serving
 from trialforge.runtime import open_runtime

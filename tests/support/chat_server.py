@@ -1,6 +1,6 @@
 """A real OpenAI-compatible chat endpoint on 127.0.0.1 that plays a script, for the policy tests.
 
-Registered as a pytest plugin (``pytest_plugins = ["chat_server"]`` in a test module or conftest.py).
+Registered as a pytest plugin (``pytest_plugins = ["support.chat_server"]`` in a test module or conftest.py).
 ``POST /v1/chat/completions`` answers with the next scripted item: a completion body (see
 ``tool_call`` and ``text_reply``) or a ``Fault``: an HTTP error status, or a hang that outlasts the
 client's timeout; or, for concurrent episodes whose requests interleave, what a function of the request
