@@ -37,7 +37,7 @@ from pathlib import Path
 from simulated_sandbox import PODMAN_2CORE, LatencyModel, Recorder, SimulatedBackend
 
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.sandbox.pool import ElasticConfig, PoolConfig, SandboxPool
 
@@ -168,8 +168,8 @@ def lifecycle(backend: Backend, image: str, workspace: Path, reps: int, what: st
 @contextlib.contextmanager
 def podman() -> Iterator[Backend]:
     """A Docker-API backend over a private Podman service (as ``benchmarks/sandbox.py`` starts one)."""
-    from trialforge.sandbox.docker import DockerBackend
-    from trialforge.sandbox.engine import PodmanService, engine_client
+    from trialforge.sandbox.container.backend import DockerBackend
+    from trialforge.sandbox.container.engine import PodmanService, engine_client
 
     with PodmanService() as service:
         backend = DockerBackend(engine_client(service.base_url), base_image())

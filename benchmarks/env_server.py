@@ -38,8 +38,8 @@ from trialforge.config import load_params
 from trialforge.envserver.client import EnvClient
 from trialforge.rollout.env import Action, CodingEnv, EnvLimits
 from trialforge.runtime import open_runtime
-from trialforge.sandbox.reaper import reap
-from trialforge.sandbox.statedir import STATE_ENV, private_dir
+from trialforge.sandbox.host.reaper import reap
+from trialforge.sandbox.host.statedir import STATE_ENV, private_dir
 from trialforge.store import datasets
 from trialforge.store.objstore import open_store
 from trialforge.tasks.taskset import write_tasks

@@ -32,7 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.store.objstore import open_store
 from trialforge.tasks.schema import Task

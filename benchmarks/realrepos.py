@@ -203,14 +203,14 @@ def open_backends(names: list[str]) -> Iterator[list[Backend]]:
         found: list[Backend] = []
         for name in names:
             if name == "bwrap":
-                from trialforge.sandbox.bwrap import BwrapBackend
+                from trialforge.sandbox.bwrap.backend import BwrapBackend
 
                 bwrap = BwrapBackend(image)
                 stack.callback(bwrap.close)
                 found.append(bwrap)
             elif name == "docker":
-                from trialforge.sandbox.docker import DockerBackend
-                from trialforge.sandbox.engine import PodmanService, engine_client
+                from trialforge.sandbox.container.backend import DockerBackend
+                from trialforge.sandbox.container.engine import PodmanService, engine_client
 
                 service = stack.enter_context(PodmanService())
                 client = engine_client(service.base_url)

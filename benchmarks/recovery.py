@@ -36,7 +36,7 @@ from trialforge.rollout.loop import Lineage, Rollout
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
 from trialforge.rollout.settings import RecoveryConfig
 from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.store.objstore import ObjectStore, open_store
 from trialforge.store.records import EpisodeRecord
@@ -111,8 +111,8 @@ def backends(names: list[str]) -> Iterator[list[Backend]]:
             stack.callback(bwrap.close)
             found.append(bwrap)
         if "docker" in names:
-            from trialforge.sandbox.docker import DockerBackend
-            from trialforge.sandbox.engine import PodmanService, engine_client
+            from trialforge.sandbox.container.backend import DockerBackend
+            from trialforge.sandbox.container.engine import PodmanService, engine_client
 
             service = stack.enter_context(PodmanService())
             docker = DockerBackend(engine_client(service.base_url), image)

@@ -57,14 +57,14 @@ def backends(names: list[str]) -> Iterator[list[tuple[str, Backend]]]:
     with contextlib.ExitStack() as stack:
         found: list[tuple[str, Backend]] = []
         if "bwrap" in names:
-            from trialforge.sandbox.bwrap import BwrapBackend
+            from trialforge.sandbox.bwrap.backend import BwrapBackend
 
             backend = BwrapBackend(image)
             stack.callback(backend.close)
             found.append(("bwrap", backend))
         if "docker" in names:
-            from trialforge.sandbox.docker import DockerBackend
-            from trialforge.sandbox.engine import PodmanService, engine_client
+            from trialforge.sandbox.container.backend import DockerBackend
+            from trialforge.sandbox.container.engine import PodmanService, engine_client
 
             service = stack.enter_context(PodmanService())
             backend = DockerBackend(engine_client(service.base_url), image)

@@ -63,9 +63,9 @@ from trialforge.rollout.env import Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout, plan_jobs, run_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
 from trialforge.sandbox.base import Backend, Limits
+from trialforge.sandbox.host.statedir import private_dir
 from trialforge.sandbox.images import base_image
 from trialforge.sandbox.pool import ElasticConfig, PoolConfig, SandboxPool
-from trialforge.sandbox.statedir import private_dir
 from trialforge.store.objstore import open_store
 from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.ingest.github import ingest_github_issues
@@ -142,7 +142,7 @@ def rollout_for(backend: Backend, pool: SandboxPool, snapshots: SnapshotStore, l
 # --- 1. measure ----------------------------------------------------------------------------------------------
 def measure(state: Path, n_tasks: int, episodes: int, seed: int) -> tuple[list[Task], LatencyModel]:
     """Validated tasks, and the latencies of real bubblewrap sandboxes doing this benchmark's work."""
-    from trialforge.sandbox.bwrap import BwrapBackend
+    from trialforge.sandbox.bwrap.backend import BwrapBackend
 
     image = base_image()
     bwrap = BwrapBackend(image)

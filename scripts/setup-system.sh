@@ -7,11 +7,11 @@
 #   headers (the environment-image tests compile a wheel with a C extension, as an index serves one), socat,
 #   openssh-server and docker-registry (the engine-fleet tests put a Podman socket behind mutual TLS and
 #   behind ssh, as a remote engine would be, and pass images through a registry; none is started here);
-# - the account bwrap sandboxes run as when trialforge is root (src/trialforge/sandbox/identity.py);
+# - the account bwrap sandboxes run as when trialforge is root (src/trialforge/sandbox/host/identity.py);
 # - subordinate ids for Podman's per-container user namespaces (UsernsMode=auto takes them from the
 #   "containers" entries of /etc/subuid and /etc/subgid): uid 1000 inside a container is then a
 #   high, unused host uid, never a real user; and the same for bwrap sandboxes, each of which runs as a
-#   host uid of its own from the sandbox account's entries (src/trialforge/sandbox/idleases.py);
+#   host uid of its own from the sandbox account's entries (src/trialforge/sandbox/host/idleases.py);
 # - /dev/net/tun open to every user (Debian's and Ubuntu's default): a sandbox's slirp4netns runs as
 #   that sandbox's own unprivileged uid and opens it (TUNSETIFF still needs rights in a namespace of its own);
 # - root's inotify limits raised (/etc/sysctl.d/60-trialforge.conf): the kernel counts what every rootful

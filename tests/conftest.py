@@ -50,7 +50,7 @@ def state_dir() -> Iterator[Path]:
     Not under pytest's private temp root: as root, sandboxes run as the sandbox account,
     which must be able to traverse the way to its workspace (the state dir is 0710).
     """
-    from trialforge.sandbox.statedir import private_dir
+    from trialforge.sandbox.host.statedir import private_dir
 
     path = private_dir(Path(tempfile.gettempdir()) / f"tf-state-{os.getpid()}-{secrets.token_hex(4)}")
     os.environ["TRIALFORGE_STATE_DIR"] = str(path)
@@ -60,7 +60,7 @@ def state_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def bwrap_backend(base_image, state_dir):
-    from trialforge.sandbox.bwrap import BwrapBackend
+    from trialforge.sandbox.bwrap.backend import BwrapBackend
 
     backend = BwrapBackend(base_image, state_dir=state_dir)
     yield backend
@@ -72,7 +72,7 @@ def no_leaked_sandboxes(state_dir):
     """After the whole session, no bwrap sandbox may remain (each test closes what it opens)."""
     yield
     left = sorted(p.name for p in (state_dir / "sandboxes").glob("tf-*"))
-    from trialforge.sandbox.reaper import reap
+    from trialforge.sandbox.host.reaper import reap
 
     reap(state_dir, everything=True)
     assert not left, f"sandboxes leaked by the test session: {left}"

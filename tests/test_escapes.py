@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.identity import sandbox_identity
+from trialforge.sandbox.host.identity import sandbox_identity
 
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=16384)
 X86_64 = platform.machine() == "x86_64"

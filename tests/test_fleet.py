@@ -43,13 +43,13 @@ from trialforge.rollout.loop import Lineage, episode_id, plan_jobs, run_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, GoldPolicy, NoopPolicy, TaskView
 from trialforge.runtime import open_runtime
 from trialforge.sandbox.base import SandboxSpec
-from trialforge.sandbox.docker import LABEL_DIGEST, LABEL_OWNER, DockerBackend, owner_label
-from trialforge.sandbox.endpoints import EngineEndpoint
-from trialforge.sandbox.engine import PodmanService, mounts_under, remove_home, store_dir
-from trialforge.sandbox.fleet import EngineFleet, FleetEngine
-from trialforge.sandbox.leftovers import reap_containers
-from trialforge.sandbox.registry import push as push_image
-from trialforge.sandbox.statedir import private_dir
+from trialforge.sandbox.container.backend import LABEL_DIGEST, LABEL_OWNER, DockerBackend, owner_label
+from trialforge.sandbox.container.endpoints import EngineEndpoint
+from trialforge.sandbox.container.engine import PodmanService, mounts_under, remove_home, store_dir
+from trialforge.sandbox.container.fleet import EngineFleet, FleetEngine
+from trialforge.sandbox.container.registry import push as push_image
+from trialforge.sandbox.host.leftovers import reap_containers
+from trialforge.sandbox.host.statedir import private_dir
 from trialforge.store import datasets
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -557,7 +557,7 @@ def test_with_a_registry_one_engine_imports_and_pushes_the_others_pull_and_a_for
     push_image(api_a, params.sandbox.registry, base_image, fake["Id"])  # under the genuine image's tag
     api_a.remove_image(fake["Id"], force=True)
     api_a.close()
-    with caplog.at_level(logging.WARNING, logger="trialforge.sandbox.docker"), open_runtime(params):
+    with caplog.at_level(logging.WARNING, logger="trialforge.sandbox.container.backend"), open_runtime(params):
         assert image_on_b()["Config"]["Labels"][LABEL_DIGEST] == base_image.digest  # imported from the tarball
     assert [r.image for r in caplog.records if "not the tarball's content" in r.getMessage()] == [base_image.name]
     api_b.close()

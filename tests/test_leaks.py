@@ -18,8 +18,8 @@ import pytest
 from support.leaks import HostState, settled_leftovers, snapshot
 
 from trialforge.owners import process_start
-from trialforge.sandbox import cgroups
-from trialforge.sandbox.leftovers import reap_services
+from trialforge.sandbox.bwrap import cgroups
+from trialforge.sandbox.host.leftovers import reap_services
 from trialforge.scratch import owner_of, reap_scratch, scratch_dir
 
 HOLDER = """

@@ -15,17 +15,17 @@ import docker
 import pytest
 
 from trialforge.owners import process_start
-from trialforge.sandbox.docker import LABEL_SANDBOX
-from trialforge.sandbox.engine import API_VERSION, temp_dir
-from trialforge.sandbox.leftovers import cmdline
+from trialforge.sandbox.container.backend import LABEL_SANDBOX
+from trialforge.sandbox.container.engine import API_VERSION, temp_dir
+from trialforge.sandbox.host.leftovers import cmdline
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 OWNER = """
 import sys
 from trialforge.sandbox.base import SandboxSpec
-from trialforge.sandbox.docker import DockerBackend
-from trialforge.sandbox.engine import PodmanService
+from trialforge.sandbox.container.backend import DockerBackend
+from trialforge.sandbox.container.engine import PodmanService
 from trialforge.sandbox.images import base_image
 
 service = PodmanService(use_docker_host=False)

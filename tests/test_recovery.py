@@ -29,7 +29,7 @@ from trialforge.rollout.env import Action
 from trialforge.rollout.loop import EpisodeJob, Lineage, episode_id, plan_jobs
 from trialforge.rollout.policies import Decision, EpisodePolicy, GoldPolicy, NoopPolicy, TaskView, patch_to_actions
 from trialforge.rollout.resumable import ResumableBatch
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.schema import Task

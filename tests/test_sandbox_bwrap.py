@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox import cgroups
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.reaper import reap
+from trialforge.sandbox.bwrap import cgroups
+from trialforge.sandbox.host.reaper import reap
 
 pytestmark = pytest.mark.sandbox
 
@@ -178,7 +178,7 @@ def test_kill_9_of_the_owner_mid_command_leaves_nothing_after_trialforge_reap(ba
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from trialforge.sandbox.bwrap import BwrapBackend\n"
+        "from trialforge.sandbox.bwrap.backend import BwrapBackend\n"
         "from trialforge.sandbox.images import base_image\n"
         "from trialforge.sandbox.base import SandboxSpec\n"
         "sb = BwrapBackend(base_image(), state_dir=Path(sys.argv[1])).create(SandboxSpec(image=''))\n"
@@ -290,7 +290,7 @@ def test_reaper_ignores_records_it_cannot_authenticate(bwrap_backend, base_image
 
 
 def test_a_state_dir_someone_else_made_is_refused(base_image, tmp_path):
-    from trialforge.sandbox.bwrap import BwrapBackend
+    from trialforge.sandbox.bwrap.backend import BwrapBackend
 
     planted = tmp_path / "planted"
     planted.mkdir(mode=0o777)

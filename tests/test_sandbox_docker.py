@@ -28,12 +28,11 @@ import docker
 import pytest
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox import container_confinement as confine
 from trialforge.sandbox import disk
 from trialforge.sandbox.base import TRUNCATION_MARK, Limits, SandboxSpec
-from trialforge.sandbox.bwrap import SANDBOX_ENV
-from trialforge.sandbox.container_confinement import MASKED_PATHS
-from trialforge.sandbox.docker import (
+from trialforge.sandbox.bwrap.backend import SANDBOX_ENV
+from trialforge.sandbox.container import confinement as confine
+from trialforge.sandbox.container.backend import (
     IDLE_INIT,
     LABEL_DEADLINE,
     LABEL_OWNER,
@@ -43,10 +42,11 @@ from trialforge.sandbox.docker import (
     owner_label,
     remove_container,
 )
-from trialforge.sandbox.engine import PodmanService, engine_client, remove_home
-from trialforge.sandbox.identity import SANDBOX_UID
+from trialforge.sandbox.container.confinement import MASKED_PATHS
+from trialforge.sandbox.container.engine import PodmanService, engine_client, remove_home
+from trialforge.sandbox.host.identity import SANDBOX_UID
+from trialforge.sandbox.host.leftovers import reap_containers
 from trialforge.sandbox.images import Image
-from trialforge.sandbox.leftovers import reap_containers
 from trialforge.sandbox.proc import _Capture
 
 SMALL = Limits(cpus=1.0, memory_mb=192, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=4096)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from support.normal_user import running
 
-from trialforge.sandbox import usernet
 from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.sandbox.bwrap import usernet
 
 pytestmark = pytest.mark.sandbox
 
@@ -128,7 +128,7 @@ def test_without_network_there_is_only_loopback(bwrap_backend, base_image, host_
 REFUSAL = """
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 backend = BwrapBackend(base_image(build=False))
 try:
@@ -189,7 +189,7 @@ def test_kill_9_of_the_owner_leaves_no_slirp4netns_after_trialforge_reap(base_im
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from trialforge.sandbox.bwrap import BwrapBackend\n"
+        "from trialforge.sandbox.bwrap.backend import BwrapBackend\n"
         "from trialforge.sandbox.images import base_image\n"
         "from trialforge.sandbox.base import Limits, SandboxSpec\n"
         "backend = BwrapBackend(base_image(), state_dir=Path(sys.argv[1]))\n"

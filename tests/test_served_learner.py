@@ -35,7 +35,7 @@ from trialforge.loop.learner import rollout_policy
 from trialforge.loop.records import load_episodes
 from trialforge.rollout.policies import Decision, TaskView
 from trialforge.runtime import open_runtime
-from trialforge.sandbox import owned
+from trialforge.sandbox.host import owned
 from trialforge.store.objstore import open_store
 from trialforge.store.records import EpisodeRecord, StepRecord
 from trialforge.train.device import pick_device

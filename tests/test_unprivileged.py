@@ -40,7 +40,7 @@ def _cmdline(proc):
         return ""
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 limits = Limits(**{LIMITS.__dict__!r})
 backend = BwrapBackend(base_image(build=False))
@@ -99,7 +99,7 @@ def test_a_normal_user_with_a_delegated_cgroup_gets_the_limits_root_gets(normal_
 REFUSED = """
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 try:
     BwrapBackend(base_image(build=False))
@@ -125,7 +125,7 @@ def test_without_a_delegated_cgroup_a_normal_user_is_refused_unless_unlimited_is
 KILLED = """
 import sys
 from trialforge.sandbox.base import SandboxSpec
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 sb = BwrapBackend(base_image(build=False)).create(SandboxSpec(image=""))
 print(sb.id, sb.lease.path, sb.holder.proc.pid, *sb.cgroup.dirs, flush=True)
@@ -201,8 +201,8 @@ import json, os, sys
 from pathlib import Path
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
-from trialforge.sandbox.docker import DockerBackend
-from trialforge.sandbox.engine import PodmanService, engine_client
+from trialforge.sandbox.container.backend import DockerBackend
+from trialforge.sandbox.container.engine import PodmanService, engine_client
 from trialforge.sandbox.images import Image
 small = json.loads(sys.argv[1])
 image = Image(small["name"], Path("/nonexistent"), Path(small["tarball"]), small["digest"])

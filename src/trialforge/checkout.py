@@ -1,4 +1,5 @@
-"""The checkout trialforge is installed from: its bundled sources (``tasks_src/``) and its Prefect flows (``flows/``).
+"""The checkout trialforge is installed from: its bundled sources (``tasks_src/``), its Prefect flows (``flows/``)
+and the Podman configuration its engine runs with (``images/podman/``).
 
 ``make setup`` installs the package in place (``pip install -e``), so the checkout is two levels above it. The
 flows are always taken from there (they match the library that runs them), and a relative path under

@@ -187,7 +187,7 @@ def reap(
 ) -> None:
     """Remove what dead runs left behind: bwrap sandboxes, containers (also on every engine of
     ``sandbox.engines``), Podman services and conmons, temp dirs."""
-    from trialforge.sandbox.leftovers import reap_all
+    from trialforge.sandbox.host.leftovers import reap_all
 
     done = reap_all(everything=everything, engines=load_params(params).sandbox.engines)
     typer.echo(done.summary())
@@ -200,7 +200,7 @@ def reap(
 def engines(params: ParamsOpt = Path("params.yaml")) -> None:
     """Ask every engine of ``sandbox.engines`` how it is: answers (or why not), version, whether it holds the
     base image by digest, trialforge sandboxes running. One JSON line each; exit 1 if one does not answer."""
-    from trialforge.sandbox.fleet import survey
+    from trialforge.sandbox.container.fleet import survey
     from trialforge.sandbox.images import base_image
 
     endpoints = load_params(params).sandbox.engines

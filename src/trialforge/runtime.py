@@ -83,15 +83,15 @@ def open_runtime(params: Params) -> Iterator[Runtime]:
 
 def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple[Backend, str]:
     if params.sandbox.backend == "bwrap":
-        from trialforge.sandbox.bwrap import BwrapBackend
-        from trialforge.sandbox.reaper import reap
+        from trialforge.sandbox.bwrap.backend import BwrapBackend
+        from trialforge.sandbox.host.reaper import reap
 
         reap()  # sandboxes a crashed run left behind
         backend = BwrapBackend(image, allow_unlimited=params.sandbox.allow_unlimited)
         stack.callback(backend.close)
         return backend, image.digest
     if params.sandbox.engines:
-        from trialforge.sandbox.fleet import open_fleet
+        from trialforge.sandbox.container.fleet import open_fleet
 
         fleet = open_fleet(
             params.sandbox.engines,
@@ -103,9 +103,9 @@ def _backend(params: Params, image: Image, stack: contextlib.ExitStack) -> tuple
             registry=params.sandbox.registry,
         )
         return fleet, image.digest
-    from trialforge.sandbox.docker import DockerBackend
-    from trialforge.sandbox.engine import PodmanService, engine_client
-    from trialforge.sandbox.leftovers import reap_containers, reap_services
+    from trialforge.sandbox.container.backend import DockerBackend
+    from trialforge.sandbox.container.engine import PodmanService, engine_client
+    from trialforge.sandbox.host.leftovers import reap_containers, reap_services
 
     host = params.sandbox.docker_host or os.environ.get("DOCKER_HOST", "")
     engine_tmp = None

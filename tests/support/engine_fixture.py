@@ -16,10 +16,10 @@ import docker
 import pytest
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.docker import DockerBackend, owner_label
-from trialforge.sandbox.engine import PodmanService
+from trialforge.sandbox.container.backend import DockerBackend, owner_label
+from trialforge.sandbox.container.engine import PodmanService
+from trialforge.sandbox.host.leftovers import reap_containers
 from trialforge.sandbox.images import base_image
-from trialforge.sandbox.leftovers import reap_containers
 
 
 @pytest.fixture(scope="session")

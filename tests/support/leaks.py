@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from trialforge.owners import process_start, still_running
-from trialforge.sandbox.docker import LABEL_OWNER
-from trialforge.sandbox.engine import CONF_ENV, containers_conf
-from trialforge.sandbox.leftovers import abandoned
+from trialforge.sandbox.container.backend import LABEL_OWNER
+from trialforge.sandbox.container.engine import CONF_ENV, containers_conf
+from trialforge.sandbox.host.leftovers import abandoned
 from trialforge.scratch import owner_of, reap_scratch
 
 SETTLE_S = 20.0  # how long a new thing may take to go away (conmon's exit delay is 5 s, a cgroup's removal 10 s)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from trialforge.sandbox import cgroups
+from trialforge.sandbox.bwrap import cgroups
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -15,7 +15,7 @@ from trialforge.rollout.loop import Lineage, Rollout
 from trialforge.rollout.policies import Decision, EpisodePolicy, TaskView, patch_to_actions
 from trialforge.rollout.settings import RecoveryConfig
 from trialforge.sandbox.base import Limits
-from trialforge.sandbox.bwrap import BwrapBackend
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.store.objstore import open_store
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.schema import Task

@@ -22,7 +22,7 @@ from trialforge.httpserve import bind, in_thread
 from trialforge.pipeline import make_rollout, new_run_id
 from trialforge.rollout.loop import Lineage
 from trialforge.runtime import Runtime, code_version
-from trialforge.sandbox.statedir import state_root
+from trialforge.sandbox.host.statedir import state_root
 from trialforge.tasks.envimages import obtain_images
 from trialforge.tasks.schema import Task, task_set_version
 from trialforge.tasks.taskset import TASKS, read_published, read_tasks

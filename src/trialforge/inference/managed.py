@@ -10,7 +10,7 @@ version the run had reached; LoRA adapters it lost are loaded again by the first
 retries run out ends as ``env_error`` and the iteration's health gate sees it.
 
 The server is this run's: something already answering at ``url`` is refused rather than shared, its output
-goes to ``OUT_DIR/inference-server.log``, it is recorded in the state dir (``sandbox.owned``) so ``trialforge
+goes to ``OUT_DIR/inference-server.log``, it is recorded in the state dir (``sandbox.host.owned``) so ``trialforge
 reap`` stops it after a kill -9, and it gets SIGKILL from the kernel when the supervisor thread's process dies.
 """
 
@@ -32,7 +32,7 @@ import httpx
 
 from trialforge.config import Params
 from trialforge.errors import ConfigError
-from trialforge.sandbox import owned
+from trialforge.sandbox.host import owned
 from trialforge.train.served import current_full_weights, weights_root
 from trialforge.train.settings import InferenceParams
 

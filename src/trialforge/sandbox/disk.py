@@ -59,7 +59,7 @@ def places(limits: Limits) -> tuple[Place, ...]:
     )
 
 
-PTS = "pts"  # a bwrap sandbox's devpts instance, mounted beside its places (``mounts.py``)
+PTS = "pts"  # a bwrap sandbox's devpts instance, mounted beside its places (``bwrap/mounts.py``)
 # every host-side mount a bwrap sandbox's home may hold: its places and its devpts
 HOME_MOUNTS = frozenset({PTS, *(p.name for p in places(Limits()))})
 PTS_OPTIONS = f"ptmxmode=0666,mode=0620,max={PTYS}"

@@ -13,7 +13,7 @@ way, never as a raw ``OSError``.
 
 The bwrap backend copies trees with ``copy_tree``, through directory file descriptors: nothing is
 followed, no path is resolved twice, and no depth makes a path too long for the host. The docker
-backend's archives are charged member by member with the same ``Budget`` (``docker_io``). What may
+backend's archives are charged member by member with the same ``Budget`` (``container.transfer``). What may
 come out at all (no setuid bits, devices or escaping links) is ``sanitize``'s rule.
 """
 

@@ -8,9 +8,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from trialforge.sandbox.base import Limits
-from trialforge.sandbox.endpoints import EngineEndpoint
+from trialforge.sandbox.container.endpoints import EngineEndpoint
+from trialforge.sandbox.container.registry import RegistryParams
 from trialforge.sandbox.pool import ElasticConfig
-from trialforge.sandbox.registry import RegistryParams
 
 
 class SandboxParams(Limits):

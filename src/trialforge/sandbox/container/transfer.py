@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from trialforge.sandbox.host.identity import SANDBOX_UID
 from trialforge.sandbox.hostcopy import Budget
-from trialforge.sandbox.identity import SANDBOX_UID
 from trialforge.sandbox.sanitize import tar_member
 
 DRAIN_S = 5.0  # after the host's deadline, how long to wait for the killed command's last output

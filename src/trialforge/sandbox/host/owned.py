@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trialforge.owners import process_start, still_running
-from trialforge.sandbox.statedir import check_private, private_dir, state_root
+from trialforge.sandbox.host.statedir import check_private, private_dir, state_root
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Every bwrap command runs in a fresh, private network namespace (``confinement.na
 process of its own, started per command and gone with it:
 
 1. bwrap reports the sandbox's pid on ``--info-fd`` and holds the command on ``--block-fd``;
-2. ``slirp4netns --configure`` runs as the sandbox's own host uid (``idleases``), with no capability
+2. ``slirp4netns --configure`` runs as the sandbox's own host uid (``host.idleases``), with no capability
    anywhere and no-new-privileges: it holds no host privilege to lose. Its child joins the sandbox's
    user namespace, which that uid owns, and through it the network namespace; there it creates
    ``tap0`` (10.0.2.100/24, default route, MTU 65520) and reports on ``--ready-fd``. The process
@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.confinement import tool
+from trialforge.sandbox.bwrap.confinement import tool
 
 SLIRP_OPTIONS = ("--configure", "--mtu=65520", "--disable-host-loopback", "--enable-seccomp")
 RESOLV_CONF = b"nameserver 10.0.2.3\n"

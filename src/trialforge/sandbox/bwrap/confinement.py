@@ -3,7 +3,7 @@
 ``bwrap_argv`` assembles them; docs/security.md maps each to the threat it answers and
 tests/test_escapes.py to the attack that proves it holds.
 
-1. ``identity``: drop to the sandbox's own leased host uid and gid (``idleases``: one per live
+1. ``identity``: drop to the sandbox's own leased host uid and gid (``host.idleases``: one per live
    sandbox, from a subordinate range), keeping only the group that traverses the state dir (as
    root); no capabilities, no-new-privileges; *before* bwrap runs, so the user namespace maps the
    sandbox user to that uid, never to host root, never to another sandbox's uid. A normal user's
@@ -28,21 +28,7 @@ import shutil
 from functools import cache
 from pathlib import Path
 
-# What runc masks (bind /dev/null over files, an empty read-only tmpfs over directories)...
-MASKED_PROC = (
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/interrupts",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-)
-# ...and what it makes read-only: host-wide kernel parameters (core_pattern runs a program as host root).
-READONLY_PROC = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+from trialforge.sandbox.procfs import MASKED_PROC, READONLY_PROC
 
 HOST_PROC = Path("/proc")
 TOOLS_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"

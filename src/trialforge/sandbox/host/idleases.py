@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.statedir import account_dir
+from trialforge.sandbox.host.statedir import account_dir
 
 SUBUID = Path("/etc/subuid")
 SUBGID = Path("/etc/subgid")

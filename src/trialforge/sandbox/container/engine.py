@@ -36,16 +36,17 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from trialforge.checkout import CHECKOUT
 from trialforge.errors import SandboxError
 from trialforge.owners import process_start, still_running
+from trialforge.sandbox.host.statedir import private_dir, state_root
 from trialforge.sandbox.oci_limits import runtime_script
-from trialforge.sandbox.statedir import private_dir, state_root
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "1.41"
 CONF_ENV = "CONTAINERS_CONF"
-_PODMAN_DIR = Path(__file__).resolve().parents[3] / "images" / "podman"
+_PODMAN_DIR = CHECKOUT / "images" / "podman"
 _REPO_CONF = _PODMAN_DIR / "containers.conf"
 RENDERED_CONF = "containers.conf"  # in a service's home
 RUNTIME = "oci-runtime"  # in a service's home: images/podman/oci-runtime filled in
@@ -107,7 +108,7 @@ def engine_client(base_url: str | None = None, *, timeout: float = 120.0) -> doc
         client.close()
         raise SandboxError(
             f"container engine at {target} is unreachable ({exc}); start one with "
-            "`trialforge.sandbox.engine.PodmanService` or point DOCKER_HOST at a running Docker",
+            "`trialforge.sandbox.container.engine.PodmanService` or point DOCKER_HOST at a running Docker",
             cause="engine",
         ) from exc
     return client

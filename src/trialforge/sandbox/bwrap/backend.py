@@ -4,7 +4,7 @@ Each command is its own ``bwrap`` process, confined as ``confinement.py`` lists 
 the sandbox's own, never host root; fresh namespaces, no network, no capabilities, no nested user
 namespaces, masked /proc, the seccomp filter), started inside the sandbox's cgroup. Its writable
 places (``disk.py``: ``/work``, ``/tmp``, ``/var/tmp``, ``/dev/shm``) are tmpfs of their share of the
-disk quota, owned by that uid (``idleases``): mounted on the host under the sandbox's home as root,
+disk quota, owned by that uid (``host.idleases``): mounted on the host under the sandbox's home as root,
 inside a namespace of the sandbox's own as a normal user (``nsholder``). Snapshots are plain copies
 of ``/work``, which for task-sized trees cost milliseconds; every copy between the workspace and the
 host is bounded by the quota as it is read (``hostcopy``) and sanitized (``sanitize``).
@@ -32,15 +32,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox import cgroups, confinement, disk, hostcopy, idleases, mounts, nsholder, seccomp, usernet
+from trialforge.sandbox import disk, hostcopy, seccomp
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
+from trialforge.sandbox.bwrap import cgroups, confinement, mounts, nsholder, usernet
+from trialforge.sandbox.bwrap.nsholder import INNER_ID, Holder
+from trialforge.sandbox.host import idleases
+from trialforge.sandbox.host.identity import SANDBOX_UID, sandbox_identity
+from trialforge.sandbox.host.reaper import SandboxRecord
+from trialforge.sandbox.host.statedir import private_dir, state_root
 from trialforge.sandbox.hostcopy import Budget, CopyLimits
-from trialforge.sandbox.identity import SANDBOX_UID, sandbox_identity
 from trialforge.sandbox.images import Image, find_image
-from trialforge.sandbox.nsholder import INNER_ID, Holder
 from trialforge.sandbox.proc import ProcResult, run_capped
-from trialforge.sandbox.reaper import SandboxRecord
-from trialforge.sandbox.statedir import private_dir, state_root
 
 LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # to find the launchers; ``env -i`` clears it before bwrap
 UNPRIVILEGED_TOOLS = {"unshare": "util-linux", "nsenter": "util-linux", "newuidmap": "uidmap", "newgidmap": "uidmap"}

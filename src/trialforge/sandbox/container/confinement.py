@@ -1,6 +1,6 @@
 """How a container sandbox (the docker backend) is confined: every protection a named step, listed in one place.
 
-``host_config`` assembles them into the Engine API's ``HostConfig``; ``confinement.py`` is
+``host_config`` assembles them into the Engine API's ``HostConfig``; ``bwrap/confinement.py`` is
 the bwrap backend's counterpart, docs/security.md maps each step to the threat it answers,
 and tests/test_escapes.py and tests/test_sandbox_docker.py to the attack that proves it holds.
 
@@ -18,7 +18,7 @@ and tests/test_escapes.py and tests/test_sandbox_docker.py to the attack that pr
    own ``/run`` and ``/var/tmp`` would have no size). Docker takes ``nr_inodes`` here; Podman's API
    refuses it, so trialforge's Podman adds it as runc starts (``oci_limits``), and the first sandbox of
    a backend checks that it did (``DockerSandbox._check_limits``); the kernel's info files masked and its knobs
-   read-only: the bwrap backend's lists (``confinement.MASKED_PROC``/``READONLY_PROC``) plus runc's
+   read-only: the bwrap backend's lists (``procfs.MASKED_PROC``/``READONLY_PROC``) plus runc's
    ``/sys`` ones, on top of the engine's defaults.
 5. ``network``: none. When a task asks for network: a user-mode stack of the container's own on
    Podman (slirp4netns, host loopback refused: no bridge shared with other sandboxes or the host),
@@ -39,8 +39,8 @@ from typing import Any
 from trialforge.errors import SandboxError
 from trialforge.sandbox import disk
 from trialforge.sandbox.base import Limits
-from trialforge.sandbox.confinement import MASKED_PROC, READONLY_PROC
-from trialforge.sandbox.identity import SANDBOX_UID
+from trialforge.sandbox.host.identity import SANDBOX_UID
+from trialforge.sandbox.procfs import MASKED_PROC, READONLY_PROC
 
 # runc's and Docker's masked /sys entries: firmware tables, and RAPL energy counters (a side channel).
 MASKED_SYS = ("/sys/firmware", "/sys/devices/virtual/powercap")

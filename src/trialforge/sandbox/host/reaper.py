@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trialforge.owners import process_start, still_running
-from trialforge.sandbox import cgroups, idleases, mounts
+from trialforge.sandbox.bwrap import cgroups, mounts
 from trialforge.sandbox.disk import HOME_MOUNTS
-from trialforge.sandbox.statedir import check_private, state_root
+from trialforge.sandbox.host import idleases
+from trialforge.sandbox.host.statedir import check_private, state_root
 
 log = logging.getLogger(__name__)
 SANDBOX_ID = re.compile(r"tf-[0-9a-f]{12}")

@@ -27,7 +27,7 @@ import docker.tls
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.engine import API_VERSION
+from trialforge.sandbox.container.engine import API_VERSION
 from trialforge.scratch import scratch_dir
 
 log = logging.getLogger(__name__)

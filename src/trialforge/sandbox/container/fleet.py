@@ -34,11 +34,11 @@ import requests.exceptions
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Sandbox, SandboxSpec
-from trialforge.sandbox.docker import LABEL_DIGEST, LABEL_OWNER, DockerBackend, DockerSnapshot
-from trialforge.sandbox.endpoints import EngineEndpoint, SshTunnel
+from trialforge.sandbox.container.backend import LABEL_DIGEST, LABEL_OWNER, DockerBackend, DockerSnapshot
+from trialforge.sandbox.container.endpoints import EngineEndpoint, SshTunnel
+from trialforge.sandbox.container.registry import RegistryParams
+from trialforge.sandbox.host.leftovers import reap_containers
 from trialforge.sandbox.images import Image
-from trialforge.sandbox.leftovers import reap_containers
-from trialforge.sandbox.registry import RegistryParams
 
 log = logging.getLogger(__name__)
 

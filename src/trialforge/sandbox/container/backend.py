@@ -1,11 +1,11 @@
 """The container-engine backend: one container per sandbox over the Docker Engine API (Docker or Podman).
 
 This module is the *runtime*: what you can do in a sandbox. Where the engine comes from is
-``engine.py`` (the deployment), how a container is confined is ``container_confinement.py``,
-how bytes cross is ``docker_io.py``, and what a crash leaves behind is ``leftovers.py``.
+``engine.py`` (the deployment), how a container is confined is ``confinement.py``,
+how bytes cross is ``transfer.py``, and what a crash leaves behind is ``host/leftovers.py``.
 
 * **Container.** Created from the engine's copy of the image (imported from the image
-  tarball, never pulled), confined as ``container_confinement`` lists (its own user
+  tarball, never pulled), confined as ``confinement`` lists (its own user
   namespace, no capabilities, our seccomp rules, masked /proc, a read-only root, no
   network, quotas), with an explicit minimal environment, and labels naming the owner
   process and a deadline so a reaper can remove what a crash leaves behind. Pid 1 is a tiny
@@ -16,7 +16,7 @@ how bytes cross is ``docker_io.py``, and what a crash leaves behind is ``leftove
   ``disk_mb`` in bytes and inodes (``disk.py``: writes past it fail with ENOSPC, honestly). They
   live and die with the container: nothing else to remove or to leak.
 * **Files, snapshots, restore: tar inside the sandbox.** Every byte crosses through
-  ``exec`` (``docker_io``): ``tar`` runs as the sandbox user and reads or writes an archive
+  ``exec`` (``transfer``): ``tar`` runs as the sandbox user and reads or writes an archive
   on its stdin or stdout. With a read-only root and no process outliving its command,
   ``/work`` is the only state that carries from one command to the next besides scratch
   tmpfs, so a tar of it (sanitized, without ``.git``, members owned by the sandbox user)
@@ -35,7 +35,7 @@ how bytes cross is ``docker_io.py``, and what a crash leaves behind is ``leftove
   each command), nothing a command starts outlives it, backgrounded, ``setsid``-ed or timed
   out. A sandbox therefore runs one command at a time. The host enforces a second deadline
   (limit + grace) and then kills every process from another exec. Output is read frame by
-  frame into bounded head/tail buffers (``docker_io``: the SDK's frame reader has no deadline).
+  frame into bounded head/tail buffers (``transfer``: the SDK's frame reader has no deadline).
   OOM is read from the container's memory cgroup (``oom_kill``) after a SIGKILL exit.
 * **Paths** are confined to ``/work`` lexically, and then resolved *inside the sandbox* by
   ``realpath`` running as the sandbox user, who reads and writes the file too.
@@ -71,20 +71,21 @@ from tenacity import (
 )
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox import container_confinement as confine
-from trialforge.sandbox import disk, docker_io
-from trialforge.sandbox import registry as image_registry
+from trialforge.sandbox import disk
 from trialforge.sandbox.base import SANDBOX_ENV, WORKDIR, ExecResult, Limits, SandboxSpec
-from trialforge.sandbox.engine import IMPORT_LEFTOVERS
+from trialforge.sandbox.container import confinement as confine
+from trialforge.sandbox.container import registry as image_registry
+from trialforge.sandbox.container import transfer as docker_io
+from trialforge.sandbox.container.engine import IMPORT_LEFTOVERS
+from trialforge.sandbox.container.registry import RegistryParams
+from trialforge.sandbox.host.identity import SANDBOX_UID
+from trialforge.sandbox.host.reaper import SandboxRecord
+from trialforge.sandbox.host.statedir import private_dir, state_root
 from trialforge.sandbox.hostcopy import Budget, CopyLimits, too_big
-from trialforge.sandbox.identity import SANDBOX_UID
 from trialforge.sandbox.images import Image, find_image
 from trialforge.sandbox.oci_limits import PTYS, USERNS_LIMITS
 from trialforge.sandbox.proc import _Capture
-from trialforge.sandbox.reaper import SandboxRecord
-from trialforge.sandbox.registry import RegistryParams
 from trialforge.sandbox.seccomp import oci_profile
-from trialforge.sandbox.statedir import private_dir, state_root
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Where an unprivileged bwrap sandbox keeps its identity and its disk: a user and mount namespace of its own.
 
 As root, a sandbox's places (``disk.py``) are tmpfs mounted on the host and its identity a leased
-host uid (``idleases``). A normal user can do neither on the host, so each sandbox gets a *holder*:
+host uid (``host.idleases``). A normal user can do neither on the host, so each sandbox gets a *holder*:
 a process in a new user namespace, whose id maps (written by the setuid ``newuidmap`` and
 ``newgidmap``, from the user's ``/etc/subuid`` and ``/etc/subgid`` ranges) are
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.confinement import tool
+from trialforge.sandbox.bwrap.confinement import tool
 from trialforge.sandbox.disk import PTS_OPTIONS, Place
 
 INNER_ID = 1  # the sandbox's uid and gid inside the holder's namespace

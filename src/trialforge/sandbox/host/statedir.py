@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 
 from trialforge.errors import SandboxError
-from trialforge.sandbox.identity import sandbox_identity
+from trialforge.sandbox.host.identity import sandbox_identity
 
 STATE_ENV = "TRIALFORGE_STATE_DIR"
 

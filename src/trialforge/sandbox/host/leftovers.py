@@ -36,11 +36,11 @@ import docker.errors
 
 from trialforge.errors import SandboxError
 from trialforge.owners import still_running
-from trialforge.sandbox import owned, reaper
-from trialforge.sandbox.docker import LABEL_DEADLINE, LABEL_OWNER, remove_container
-from trialforge.sandbox.endpoints import EngineEndpoint, SshTunnel
-from trialforge.sandbox.engine import PodmanService, ServiceRecord, engine_client, remove_home, store_dir
-from trialforge.sandbox.statedir import check_private, state_root
+from trialforge.sandbox.container.backend import LABEL_DEADLINE, LABEL_OWNER, remove_container
+from trialforge.sandbox.container.endpoints import EngineEndpoint, SshTunnel
+from trialforge.sandbox.container.engine import PodmanService, ServiceRecord, engine_client, remove_home, store_dir
+from trialforge.sandbox.host import owned, reaper
+from trialforge.sandbox.host.statedir import check_private, state_root
 from trialforge.scratch import reap_scratch
 
 log = logging.getLogger(__name__)
