@@ -19,6 +19,7 @@ from fixtures.observe.runs import R1, episode_row
 from plotly.offline import get_plotlyjs
 
 import trialforge
+from trialforge.config import Prices
 from trialforge.observe.cost import CostRates, run_costs
 from trialforge.observe.metrics import load_run
 from trialforge.observe.report import Training, report_html
@@ -138,7 +139,9 @@ def _hostile_run(tmp_path: Path) -> tuple[Any, ...]:
     tracking = TrackingLink(
         tracking_uri="http://127.0.0.1:5000", experiment_id=hostile("experiment"), mlflow_run_id=hostile("mlflow")
     )
-    rates = CostRates(cpus=1.0, memory_gb=1.0, cpu_hour=0.1, currency=hostile("currency"))
+    rates = CostRates(
+        cpus=1.0, memory_gb=1.0, prices=Prices.model_construct(cpu_hour=0.1, currency=hostile("currency"))
+    )  # past validation: the page must not rely on it
     cost = run_costs(data.episodes, rates, [update])
     return data, quality, funnel, update, loop, families, tracking, cost
 
