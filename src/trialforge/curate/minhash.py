@@ -1,23 +1,8 @@
 """MinHash signatures and banded LSH, vectorised over whole batches of documents.
 
-A document is a set of 64-bit shingle hashes. Its signature holds, for each of
-``num_perm`` hash functions ``h_i(x) = (a_i * x + b_i) mod p``, the minimum over its
-shingles; two signatures agree in a position with probability equal to the Jaccard
-similarity of the two sets.
-
-``p`` is the Mersenne prime ``2**31 - 1``. Shingle hashes are folded into ``[0, p)``
-first, so ``a * x + b < 2**62`` and the whole family is computed *exactly* in uint64;
-a wider prime would overflow numpy's 64-bit products (datasketch lets them wrap).
-Signatures therefore fit in uint32: half the memory and comparison bandwidth.
-
-Speed comes from batching and from code repeating itself:
-
-* each distinct shingle of a batch is hashed once, into a ``(distinct, num_perm)`` table
-  (a third of the shingles in the benchmark's batches are distinct);
-* documents of similar length are grouped, their rows gathered from the table into one
-  padded block, and their signatures taken with one ``min`` per group;
-* LSH lookups are two ``searchsorted`` calls over a sorted array of band keys for the
-  whole batch, not a dictionary probe per band per document.
+A document is a set of 64-bit shingle hashes; its signature holds, for each of ``num_perm`` hash functions
+``h_i(x) = (a_i * x + b_i) mod p`` with ``p = 2**31 - 1``, the minimum over its shingles, computed exactly in uint64
+and stored as uint32. Why that prime, and where the speed comes from: docs/pipeline.md, "Decontamination".
 """
 
 from __future__ import annotations

@@ -1,35 +1,10 @@
 """From raw text to hashed n-grams: normalisation, token hashes and the exact n-gram index.
 
-Two normalisations, one per kind of field:
-
-* ``text`` (problem statements, docs): lowercase word tokens (``\\w+``), so punctuation,
-  case and whitespace runs never hide a copy.
-* ``code`` (patches, sources): a Python-shaped lexer that drops comments, docstrings,
-  layout and delimiters, so reformatting changes nothing. It yields two views:
-
-  - *lexical* tokens keep identifiers (lowercased); exact n-grams use them.
-  - *canonical* tokens replace every identifier that is neither a keyword, a builtin
-    nor an attribute name by ``ID`` with a back-reference to its previous occurrence
-    (Baker's parameterised strings), so renamed variables give the same tokens while
-    ``x = y + y`` still differs from ``x = y + z``; MinHash shingles use them.
-
-  Why two: with identifiers erased, 13 tokens of code are an idiom (``self.a = a`` three
-  times). Canonical 13-grams flagged 7.9% of 1,404 stdlib functions against 3,000
-  unrelated site-packages functions, lexical 13-grams 0.2%, while MinHash over the
-  canonical view (whole-field Jaccard, which one shared idiom cannot lift) flagged none
-  and still matches a renamed, reformatted copy at Jaccard 1.
-
-  A unified diff is first reduced to the lines it adds (the solution the task teaches);
-  context and removed lines are pre-existing code and would tie unrelated fixes to the
-  same file together.
-
-The lexer is one regular expression, not :mod:`tokenize`: it must treat a complete file
-and a diff fragment (which ``tokenize`` rejects for its indentation or a cut-off string)
-identically, or a reference and its leaked copy would be lexed by different code and stop
-matching. The tests check it against ``tokenize`` on every HumanEval program.
-
-Every token keeps the character offset where it starts in the original field, so a
-match can point at the copied passage.
+Two normalisations: ``text`` (lowercase word tokens) and ``code`` (a Python-shaped lexer, one regular expression,
+that drops comments, docstrings and layout and yields *lexical* tokens for exact n-grams and *canonical* ones,
+identifiers as back-references, for MinHash shingles). A unified diff is first reduced to the lines it adds. Every
+token keeps the character offset where it starts, so a match can point at the copied passage. Why each choice:
+docs/pipeline.md, "Decontamination".
 """
 
 from __future__ import annotations

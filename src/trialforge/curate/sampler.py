@@ -1,16 +1,4 @@
-"""Training batches that keep the learning signal alive.
-
-A GRPO group whose rewards are all equal has zero advantage everywhere: it costs rollouts and teaches
-nothing. The sampler therefore
-
-* sets tier ratios from live pass rates: each tier is weighted by the mean p(1-p) of its tasks (the
-  reward variance of a group drawn from it), with a floor so no tier starves (an unsolved task may
-  become solvable, a trivial one may regress);
-* keeps the batch's expected pass rate inside a band by swapping draws for better-placed tasks;
-* over-samples (``oversample`` times the groups it still needs), drops groups whose rewards came back all
-  equal (DAPO's dynamic sampling) and draws again until the batch holds ``groups`` informative groups or
-  its budget (``groups + max_extra_draws`` groups rolled out) is spent; informative groups beyond ``groups``
-  are counted as surplus and left out, so every step sees the same batch size.
+"""Training batches that keep the learning signal alive: docs/learning.md, "Batches that carry signal", says how.
 
 A batch, as the caller drives it::
 
@@ -19,11 +7,6 @@ A batch, as the caller drives it::
         episodes = rollout(draw)
         draw = sampler.report(group_rewards(episodes, "repair"))
     train_on(sampler.kept); rates = update_pass_rates(rates, episodes_of_the_batch, "repair", alpha)
-
-A task's pass rate is its live rate (an exponential moving average over finished batches) when it has
-one, else what its difficulty record for that policy implies (``tiers.expected_pass_rate``). Its tier is
-the one the policy's newest measured pass@k gives (``curate.difficulty``: the orchestrator records one per
-task and policy version after every batch), else the live rate's, else the proxy's.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Answer-leak check: the problem statement and hints must not contain the answer.
 
-Three kinds of leak, each reported with the span that matched:
-
-- ``added_line``: a line of code the gold patch adds (Python files; compared token by token, so
-  spacing does not matter). Trivial lines (fewer than three tokens or ``MIN_LINE_CHARS`` characters,
-  or without a name) and lines the base file already has are not evidence of anything.
-- ``new_identifier``: a name the patch introduces that appears nowhere in the base repository and
-  that the tests do not call (a name the tests call is the interface the task asks for, not its
-  answer). Code-shaped names (``snake_case``, ``camelCase``, digits) count anywhere; a name that is
-  also a plain word counts only where the statement writes it as code (backticks, fenced blocks,
-  ``>>>`` lines): "normalize" in prose is not a leak, `normalize` in backticks is.
-- ``expected_value``: a literal on the right of ``assert ... ==`` in the lines the test patch adds to
-  a fail-to-pass test (a constant, a one-argument constructor such as ``Decimal("0.13")``, or a
-  list/tuple/set of those), unless the test file also feeds it in (it occurs in a constant the added
-  lines use elsewhere: an input the statement may show freely). Trivial values (booleans, None,
-  integers under ten, strings under three characters) are skipped.
-
-Nothing here runs code; it reads the patches, the base tree and the statement.
+Three kinds of leak, each reported with the span that matched: ``added_line`` (a line of code the gold patch adds),
+``new_identifier`` (a name the patch introduces that the tests do not call) and ``expected_value`` (a literal a
+fail-to-pass test asserts). Nothing here runs code. What counts and what is skipped: docs/pipeline.md,
+"Quality gates".
 """
 
 from __future__ import annotations

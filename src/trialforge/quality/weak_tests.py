@@ -1,18 +1,8 @@
 """Weak-test audit: wrong fixes derived from the gold patch must score 0 with the real verifier.
 
-The wrong fixes are small corruptions of what the gold patch adds, each a whole-file rewrite of the
-base tree graded exactly like an agent's diff:
-
-- ``partial_revert``: only some of the patch's hunks applied (each hunk left out in turn, then each
-  hunk alone), for fixes with two hunks or more;
-- a mutation family of ``tasks/mutations.py`` (flipped comparison or operator, changed constant,
-  dropped statement or branch, wrong return, ...) at a site on a line the patch adds or rewrites;
-- ``const_return``: every ``return`` of a function the patch touches made to return a constant.
-
-The kinds are interleaved so a small budget still samples each. A candidate is graded only if it
-compiles, is not the base code (which the tests are known to fail), and differs from the gold patch in
-behaviour in principle (its syntax trees differ once docstrings are set aside). One that still scores 1
-is a wrong fix the tests accept: the task is weak, and that candidate's diff is the evidence.
+The wrong fixes (``partial_revert``, the mutation families of ``tasks/mutations.py``, ``const_return``) are whole-file
+rewrites of the base tree graded exactly like an agent's diff. One that still scores 1 is a wrong fix the tests
+accept: the task is weak, and that candidate's diff is the evidence. docs/pipeline.md, "Quality gates".
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Episode checkpoints: the workspace and the conversation at a step boundary.
 
-A checkpoint named ``step-N`` is the episode *before* its action N: the sandbox's ``/work`` as a
-deterministic tar (``pack_tree``: no git history, no bytecode caches, modes reduced to 644/755) and
-the episode so far (its record with steps 0..N-1). ``step-0`` is the task's base snapshot and costs
-nothing. They serve three purposes:
-
-* **recovery**: when a sandbox fails, a new one starts from the latest checkpoint and the recorded
-  actions after it are executed again (``rollout.loop``);
-* **pause and resume**: a paused or crashed episode continues from one, in any process
-  (``rollout.resumable``), so with a store they are durable: ``checkpoints/episodes/<run>/<episode>/
-  step-<N>.tar`` then ``step-<N>.json`` (the JSON is written last: it names a complete checkpoint);
-* **rollback**: the optional ``restore`` tool puts the workspace back to a named checkpoint.
-
-``/work`` is the only state a sandbox carries from one command to the next in both backends (bwrap
-gives each command fresh namespaces and ``/tmp``; the container backend kills every process after each
-command), which is why a workspace tar plus the actions after it restore an episode exactly for
-deterministic commands; a replayed action whose observation differs is recorded as diverged.
+A checkpoint named ``step-N`` is the episode *before* its action N: ``/work`` as a deterministic tar (``pack_tree``)
+and the episode's record with steps 0..N-1; ``step-0`` is the task's base snapshot and costs nothing. In a store
+they are ``checkpoints/episodes/<run>/<episode>/step-<N>.tar`` then ``step-<N>.json``, the JSON written last: it
+names a complete checkpoint. What they serve, and why a tar plus replay is exact: docs/rollouts.md, "Recovery,
+pause and resume".
 """
 
 from __future__ import annotations

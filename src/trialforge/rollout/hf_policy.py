@@ -1,22 +1,10 @@
 """A policy run by a local causal language model (transformers, or any torch module with the same call).
 
-The model writes each action as text. When its tokenizer's chat template renders tools (Hermes, Qwen,
-Llama 3.1 ...), it is prompted in that format: the tool schemas through the template, its call read from
-the ``{"name": ..., "arguments": {...}}`` object it writes (``<tool_call>`` tags or not), kept as the turn's
-tool call, and each answer given back as a ``tool`` message. Otherwise the instructions list the tools and
-it writes ``{"tool": NAME, "args": {...}}``, answered as the next user message. A reply without a valid call
-is an invalid action shown back to the model. Sampling is our own loop over the model's forward pass (with its KV
-cache) rather than ``generate()``, for two reasons: every episode draws from its own ``torch.Generator``
-seeded from the episode's seed and turn, so an episode replays exactly even when many run in threads
-at once; and the log-probability recorded for each sampled token is exactly the one it was drawn from,
-``log_softmax(logits / temperature)`` (temperature 0 samples greedily and records the model's own
-``log_softmax(logits)``). The step's ``info`` keeps the prompt's token ids, the sampled ids and their
-log-probabilities (what a trainer needs to recompute them under new weights), and the mean per-token
-entropy of the sampling distribution (a health check watches it for collapse).
-
-The model must accept ``model(input_ids=..., past_key_values=..., use_cache=True)`` and return an object
-with ``.logits`` and ``.past_key_values``, as transformers' causal LMs do. A model or tokenizer given as
-a path is loaded with transformers from local files only.
+The model must accept ``model(input_ids=..., past_key_values=..., use_cache=True)`` and return an object with
+``.logits`` and ``.past_key_values``, as transformers' causal LMs do; a model or tokenizer given as a path is loaded
+from local files only. Sampling is our own loop, seeded per episode and turn, recording the exact log-probability
+each token was drawn from; the step's ``info`` keeps token ids, log-probabilities and entropy. Prompt formats and
+why our own sampler: docs/rollouts.md, "Model policies".
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """The agent loop: run episodes of a policy in sandboxes, grade them, and record every step.
 
-Episodes take their sandboxes from a pool (bounded, creation retried, warm reuse when configured) and
-start from their task's post-setup tree (``rollout.starts``): the G episodes of a group start alike.
-
-Status keeps infrastructure out of rewards: a sandbox fault that recovery cannot absorb ends an episode
-as ``env_error`` (retried), never as reward 0; so does an inference server that stops answering
-(``InferenceError``); only ``ok`` episodes carry a reward.
-
-Long episodes survive sandbox failures. The loop checkpoints an episode (``rollout.checkpoints``) once
-``checkpoint_every`` steps have passed since the last checkpoint and the workspace changed, and before a
-risky command. When the sandbox fails (a ``SandboxError`` from a command, a file operation or an export,
-or a failed health check around a step), a new sandbox starts from the latest checkpoint, the recorded
-actions after it run again without asking the policy (it is already past them), and the failed step is
-tried again: at most ``max_recoveries`` restores an attempt. Recovery hides no failure of the policy: a
-command that fails is an observation, a policy exception is ``policy_error``, and an action that fails the
-sandbox again right after a restore is taken to be the cause: the policy sees an error observation and the
-workspace is restored to before that action. Every restore is recorded in ``EpisodeRecord.recoveries``.
-
-With ``stop``, an episode stops at its next step boundary and returns its ``EpisodeState`` (checkpointed);
-``Rollout.run`` continues such a state later, in any process: the policy is fast-forwarded over the recorded
-observations (it must choose the recorded actions again, or the episode restarts and says so), the
-workspace is restored and the actions after the checkpoint run again (``rollout.resumable``).
+Episodes take pooled sandboxes and start from their task's post-setup tree (``rollout.starts``). Status keeps
+infrastructure out of rewards: a sandbox fault recovery cannot absorb, or an inference server that stops answering,
+ends an episode as ``env_error`` (retried), never reward 0. A failed sandbox is restored from the latest checkpoint
+and the recorded actions after it run again, at most ``max_recoveries`` times an attempt, each on
+``EpisodeRecord.recoveries``; with ``stop`` an episode returns its ``EpisodeState`` for ``Rollout.run`` to continue.
+Checkpoints, recovery and resume in detail: docs/rollouts.md, "Recovery, pause and resume".
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """A policy served by any OpenAI-compatible chat endpoint (vLLM, SGLang, hosted APIs), through tool calling.
 
-Each turn posts the whole conversation with ``tools=TOOLS`` to ``{base_url}/chat/completions`` and takes
-the first tool call of the first choice as the action. Transport failures (connection errors, timeouts,
-429 and 5xx answers) are retried (tenacity) with exponential backoff and full jitter, the server's
-Retry-After as a floor, then raised as ``InferenceError``: the server is infrastructure, so the episode
-ends as ``env_error`` and is tried again, never with a reward. A request the server refuses (another 4xx)
-is ``PolicyError``. What the model says is never an error: a reply without a tool call, or with arguments
-that are not a JSON object, becomes an invalid action that the environment answers and the trajectory keeps.
-
-With ``token_ids`` (a learner sampled by a server) each request asks for vLLM's ``return_token_ids``, and
-the step records what the trainer needs to score the reply again under new weights, as a local HF policy
-does: the prompt's token ids (``prompt_token_ids``), the sampled ids (``choices[0].token_ids``), their
-log-probabilities and the temperature. The server's log-probabilities must be those of the distribution it
-sampled from (vLLM: ``--logprobs-mode processed_logprobs`` when the temperature is not 1). A server that
-answers 404 for the model (a restarted server has lost an adapter loaded at run time) is given the chance to
-load it again (``on_missing_model``) and asked again.
+Each turn posts the conversation with ``tools=TOOLS`` to ``{base_url}/chat/completions``; the first tool call of the
+first choice is the action. Transport failures are retried, then raised as ``InferenceError`` (the episode is an
+``env_error``); a refused request is ``PolicyError``; what the model says is never an error. With ``token_ids`` each
+step records what a trainer needs to rescore the reply. Details: docs/rollouts.md, "Model policies".
 """
 
 from __future__ import annotations

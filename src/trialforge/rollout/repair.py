@@ -1,18 +1,9 @@
 """The small learnable policy of the embedded demo: its episode, a state machine over tool calls, and its policies.
 
-It sees only what the environment shows. It runs the tests; when some fail it runs
-them again under a line tracer (which lines each failing and passing test executed:
-spectrum-based fault localisation), otherwise it greps for the functions the issue
-names. It views the implicated files, proposes single-line repair edits on the
-implicated lines (``repair_edits``: flip a comparison, shift a constant, swap arguments,
-put back a name the function binds but never reads, ...), and
-samples edits from a softmax over a linear score of each edit's features: what kind
-of edit, on what kind of line, how suspicious the line's test coverage is, and how
-its function is tied to the failure. Each edit is checked against the failing tests,
-then the whole suite; a refuted edit is undone before the next is tried. Training
-moves the weights toward the edits that earned reward; the features are shared by
-every task, so what one task teaches ranks the next one's edits. It never sees the
-gold patch, the test patch or the task's list of failing tests.
+It sees only what the environment shows (never the gold patch, the test patch or the failing tests' list): it
+localises the fault from the tests, proposes single-line repair edits (``repair_edits``) on the implicated lines and
+samples them from a softmax over a linear score of shared features; training moves the weights toward the edits
+that earned reward. How an episode goes: docs/rollouts.md, "The repair policy".
 """
 
 from __future__ import annotations

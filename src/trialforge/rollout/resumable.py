@@ -1,22 +1,10 @@
 """Pause a batch of episodes and resume it later, in this process or in another one.
 
-``ResumableBatch(rollout, jobs, store, batch_id)`` runs its jobs concurrently and keeps its state in
-``store`` (which also receives the episodes' checkpoints) under ``batches/<batch_id>/``::
-
-    manifest.json        the job keys, written once: a batch id names one list of jobs
-    done/<key>.json      a finished episode with its steps, written as it completes
-    paused/<key>.json    a paused episode's ``EpisodeState`` (its workspace is in its checkpoints)
-
-A job's key is its episode id, deterministic per (run, iteration, task, policy, sample, seed).
-
-``pause()`` (from any thread, or from a signal with ``pause_on``) makes running episodes checkpoint at
-their next step boundary and stop, with their sandboxes closed; jobs not started stay unstarted, and
-episodes already being graded finish. ``run()`` — in any process, given the same batch id, jobs and an
-equivalent rollout — continues from what the store holds: finished episodes are loaded, not run again;
-paused ones continue from their state; one whose process died (neither done nor paused) continues from
-its newest durable checkpoint; the rest start fresh. Every job thus ends exactly once, and with
-deterministic policies exactly as an uninterrupted run would have ended it. A paused state is consumed
-when its episode continues: from then on the episode's own checkpoints are its safety net.
+``ResumableBatch(rollout, jobs, store, batch_id)`` runs its jobs concurrently and keeps its state in ``store`` under
+``batches/<batch_id>/``: ``manifest.json`` (the job keys, written once), ``done/<key>.json``, ``paused/<key>.json``.
+A job's key is its episode id. ``pause()`` makes running episodes checkpoint and stop at their next step boundary;
+``run()``, in any process, continues from what the store holds, so every job ends exactly once. docs/rollouts.md,
+"Recovery, pause and resume".
 """
 
 from __future__ import annotations

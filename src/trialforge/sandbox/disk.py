@@ -1,15 +1,9 @@
 """Every place a sandboxed command can write, each a tmpfs with a size and an inode limit, inside one disk budget.
 
-A sandbox's disk quota (``Limits.disk_mb``) is split here, once, between every writable place,
-on both backends: the workspace ``/work``, ``/tmp``, ``/var/tmp`` and ``/dev/shm``. Each is a tmpfs
-of its own share of the bytes, and of inodes by the same rule everywhere (``oci_limits``:
-``INODES_PER_MIB`` per MiB of its size), so their sum never passes the quota, whatever mix of big
-files and empty ones a command makes (``nr_inodes`` bounds a flood of empty files, which take no
-bytes). ``/run`` gets a sliver of the same budget: the docker backend mounts it, read-only
-to the sandbox user, so the engine's own unbounded default is never there (bwrap's is the image's, read-only).
-Nothing else
-in a sandbox is writable: the image is read-only, bwrap's ``/dev`` is remounted read-only, and
-``tests/test_escapes.py::test_every_writable_place_is_inside_the_disk_budget`` looks for any.
+A sandbox's disk quota (``Limits.disk_mb``) is split here, once, on both backends, between ``/work``, ``/tmp``,
+``/var/tmp``, ``/dev/shm`` and a sliver for ``/run`` (docker's, read-only to the sandbox user): bytes and inodes
+(``oci_limits.INODES_PER_MIB``) by one rule, so the places never sum past the quota. Nothing else in a sandbox is
+writable. docs/security.md, "A sandbox cannot exhaust its host" (R1).
 """
 
 from __future__ import annotations

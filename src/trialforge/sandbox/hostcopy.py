@@ -1,20 +1,10 @@
 """Copies between a sandbox's workspace and the host, bounded as they are read.
 
-Exports, snapshots, checkpoints, restores and file reads copy what the agent shaped, and the
-agent shapes it to hurt the host: a sparse file whose logical size is a thousand times what it
-holds, one file under thirty hard links, a million empty files, a tree a thousand directories
-deep. Every such copy takes a ``Budget`` (the workspace's share of the disk quota, ``disk.py``)
-and charges it *as it reads*: each regular file at its logical size (what the host writes for
-it), once per inode (a hard link is made again as a link, never copied twice), every entry
-(file, directory, link), and the depth. The first charge past a limit stops the copy with a
-``SandboxError`` (cause ``quota``) that names the limit, so the host never writes more than the
-quota allows, and a copy into a workspace that cannot hold it (a restore, a seed) fails the same
-way, never as a raw ``OSError``.
-
-The bwrap backend copies trees with ``copy_tree``, through directory file descriptors: nothing is
-followed, no path is resolved twice, and no depth makes a path too long for the host. The docker
-backend's archives are charged member by member with the same ``Budget`` (``container.transfer``). What may
-come out at all (no setuid bits, devices or escaping links) is ``sanitize``'s rule.
+Every copy of what the agent shaped (exports, snapshots, checkpoints, restores, file reads) takes a ``Budget`` (the
+workspace's share of the quota, ``disk.py``) and charges it as it reads: logical size per inode, every entry, the
+depth. The first charge past a limit raises ``SandboxError`` (cause ``quota``) naming the limit, never a raw
+``OSError``. ``copy_tree`` (bwrap) works through directory fds, following nothing; docker archives are charged in
+``container.transfer``; what may come out at all is ``sanitize``'s rule. docs/security.md, R2.
 """
 
 from __future__ import annotations

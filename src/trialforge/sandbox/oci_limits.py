@@ -1,20 +1,10 @@
 """Per-mount and per-namespace limits of every sandbox, and how trialforge's Podman applies what its API cannot.
 
-* A tmpfs of ``size`` bytes holds ``INODES_PER_MIB`` inodes per MiB of it (``disk.py`` sizes every
-  place by this rule): a flood of empty files, which take no bytes, stops there.
-* A sandbox's ``/dev/pts`` is a devpts instance of its own with at most ``PTYS`` terminals: the
-  kernel's pool (``kernel.pty.max``, 4096 by default, 1024 of them kept for the host) is shared by
-  every sandbox on the host, and one that took them all would leave none to the others.
-* A container's user namespace gets its own per-user limits (``USERNS_LIMITS``). The kernel counts
-  what a user namespace's users hold against the namespace's owner too, and every container Podman
-  runs as root is root's: without a limit of its own, one container holding 128 inotify instances
-  (``fs.inotify.max_user_instances``) left none to every other container, and none to host root.
-  ``scripts/setup-system.sh`` raises root's own limits so that many containers at theirs fit.
-
-bwrap mounts the first two itself, and each bwrap sandbox is a host uid of its own, counted alone;
-Docker takes ``nr_inodes``. Podman's API refuses ``nr_inodes`` and has no say over devpts or the
-namespace's limits, so trialforge's Podman runs ``runc`` through ``images/podman/oci-runtime``, a shell
-script (it runs at every create) that ``runtime_script`` fills in with these values.
+``INODES_PER_MIB`` inodes per MiB of a tmpfs (``disk.py`` sizes every place by it), ``PTYS`` terminals in a
+sandbox's own devpts, and ``USERNS_LIMITS`` per container user namespace. bwrap mounts the first two itself; Docker
+takes ``nr_inodes``; Podman's API cannot ask for any of them, so our Podman runs ``runc`` through
+``images/podman/oci-runtime``, a shell script ``runtime_script`` fills in with these values. Why each: docs/security.md,
+R1, R4 and R5.
 """
 
 from __future__ import annotations

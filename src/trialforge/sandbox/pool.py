@@ -1,22 +1,10 @@
 """A pool of sandboxes over one backend: warm reuse, bounded concurrency, health checks, creation retries.
 
-Reuse is what makes rollouts cheap: a released sandbox is reset to an empty
-workspace and kept warm for its image, so the next episode pays a workspace
-reset instead of a sandbox start. Bounds keep a batch from starting more
-sandboxes than the machine (or the engine) can hold.
-
-A reaper removes any sandbox past its deadline, in use or not. A pool that keeps
-sandboxes warm therefore starts them with a longer life (``warm_lifetime_s``) and
-retires a warm one, instead of reusing it, once another episode could outlive it.
-
-Warm capacity is fixed (``warm_per_image`` idle sandboxes kept per image) or elastic (``PoolConfig.elastic``).
-An elastic pool sizes each image to its demand: as many sandboxes (in use, idle or starting) as were in demand at
-once at the busiest moment of the last ``window_s`` (in use plus waiting: the queue depth), plus the acquires
-expected while one sandbox starts (the arrival rate times the observed create latency: Little's law), with
-``min_warm``..``max_warm`` of them idle or starting (``DemandMeter``, ``SandboxPool._wanted``). A controller thread
-starts sandboxes ahead of demand and closes idle ones above the target once idle for ``idle_s``. Acquires that
-find no idle sandbox queue per image, first come first served: a released or newly warmed sandbox goes to the head
-of its image's queue, and a start slot to the oldest acquire that no background start is already on its way to.
+A released sandbox is reset and kept warm for its image, so the next episode pays a reset, not a start; bounds keep
+a batch from starting more than the machine can hold. The reaper removes any sandbox past its deadline, so warm ones
+start with ``warm_lifetime_s`` and are retired once an episode could outlive them. Warm capacity is fixed
+(``warm_per_image``) or elastic (``PoolConfig.elastic``: ``DemandMeter``, ``SandboxPool._wanted``). How the elastic
+pool sizes and queues: docs/scale.md, "The elastic pool".
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""The syscall filter every bubblewrap sandbox runs under, built with libseccomp (through ``pyseccomp``).
+"""The syscall filter every sandbox runs under, built with libseccomp (through ``pyseccomp``).
 
-The list mirrors what Docker's default profile keeps from containers (its allowlist leaves
-these out, or admits them only with a capability a sandbox never has), plus io_uring,
-which Docker now blocks too, and the whole ptrace family. Each entry says why. A call on
-the list fails with EPERM (ENOSYS for ``clone3``, so the C library falls back to ``clone``,
-whose namespace flags we can inspect). Syscalls of other ABIs (i386 ``int 0x80``, x32) are
-not in the filter's architecture and kill the process: a denylist cannot be bypassed by
-switching ABI.
-
-The same rules have two renderings: BPF compiled once per process and handed to bwrap as
-an fd (``--seccomp``; bwrap installs it after its own setup, right before the command
-runs), and an OCI seccomp profile that container engines (Docker, Podman) install for the
-docker backend in place of their own defaults.
+A denylist mirroring what Docker's default profile keeps from containers, plus io_uring and the ptrace family; each
+entry says why. A listed call fails with EPERM (ENOSYS for ``clone3``); other ABIs (i386, x32) kill the process.
+Two renderings of the same rules: BPF handed to bwrap as an fd (``--seccomp``), and an OCI profile for the docker
+backend. docs/security.md, "kernel attack surface".
 """
 
 from __future__ import annotations

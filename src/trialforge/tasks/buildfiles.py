@@ -1,15 +1,8 @@
 """Files a repository's install writes into its tree, which a tree from git lacks.
 
-hatch-vcs (``[tool.hatch.build.hooks.vcs] version-file``) and setuptools-scm (``[tool.setuptools_scm]
-version_file`` / ``write_to``) generate the package's version module from git tags at build time; it is
-ignored by git, so the tree of a commit has none and a package that imports it does not import
-(jazzband/prettytable, python-humanize/humanize). Ingestion writes a placeholder where it belongs, as a
-checkout after ``pip install -e .`` would have it (version 0.0.0: the tree carries no tags).
-
-The same install leaves the distribution's metadata where the package imports from, which tests read
-(``importlib.metadata.version("click")`` at import in click's and prettytable's suites): a minimal
-``NAME-0.0.0.dist-info`` is written beside the package (``src/`` or the root), named by pyproject's
-``[project] name``.
+A placeholder version module where hatch-vcs or setuptools-scm would generate it (version 0.0.0: the tree carries
+no tags), and a minimal ``NAME-0.0.0.dist-info`` beside the package for tests that read the distribution's
+metadata. Why: docs/environments.md, "Files the install would write".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Environment images: a base image plus what one repository's code needs, built from its ``EnvSpec``.
 
-Built once per spec digest and base image into ``CACHE/envs/KEY`` (rootfs, tarball, digest: the same layout as the
-base image, so both backends open it and the docker backend imports it by digest), and named
-``localhost/trialforge-env:KEY``. The build is the only time a sandboxed tree has the network:
-Debian packages come from the release's mirror and requirements from the package index (or the
-spec's ``pip_args``: a local index or wheel directory), then the image is sealed. Rollouts and
-grading never install anything.
-
-The build runs the spec's commands as root in a bubblewrap chroot of the new rootfs (its own PID,
-IPC and UTS namespaces, the host's network): a spec is operator input, like a Dockerfile, not
-policy output. What pip resolved is frozen into ``lock.txt`` beside the image (and at
-``/usr/share/trialforge/requirements.lock`` inside it): the pins the tasks actually ran with.
+Built once per spec digest and base image into ``CACHE/envs/KEY`` (the base image's layout), named
+``localhost/trialforge-env:KEY``, in a bubblewrap chroot as root with the network (a spec is operator input, like a
+Dockerfile), then sealed; what pip resolved is frozen into ``lock.txt``. Rollouts and grading never install
+anything. docs/environments.md, "Images".
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Bug injection: enumerate single-site mutants of a repository's library code.
 
-A mutation family is a small function over one AST node inside a function body
-(a *site*) that returns the textual edits turning it into a plausible bug: a
-flipped comparison, an off-by-one, a dropped statement, ... The families are
-the inverse space of the single-line repairs the demo policy proposes
-(``rollout/repair_edits.py``), so synthetic tasks exercise what that policy can learn.
-
-Edits replace only the characters of the mutated span (an operator, a name, an
-argument, the lines of one statement), so formatting elsewhere is untouched and
-the gold patch (mutant -> original) is a one- or few-line readable diff. Every
-edit is checked against the source text it replaces, so a wrong AST position
-(f-strings on Python 3.11) skips the site instead of corrupting the file.
-
-Nothing here runs code: screening and validation happen in sandboxes
-(``tasks/synthesize.py``). Enumeration is deterministic; sampling is seeded.
+A mutation family is a small function over one AST node inside a function body (a *site*) that returns the textual
+edits turning it into a plausible bug, the inverse of the demo policy's repairs (``rollout/repair_edits.py``). Edits
+replace only the mutated span, each checked against the text it replaces (a wrong AST position skips the site).
+Nothing here runs code; enumeration is deterministic, sampling seeded. docs/pipeline.md, "Synthetic tasks".
 """
 
 from __future__ import annotations

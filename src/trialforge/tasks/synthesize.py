@@ -2,25 +2,9 @@
 
     candidates -> compiled -> broke_test -> stated -> validated
 
-1. *Candidates*: every single-site mutant of the library code (``tasks/mutations.py``), sampled
-   with a seed, family-balanced, at most ``max_per_file`` / ``max_total``.
-2. *Compiled*: the mutated file compiles and differs in code from the original.
-3. *Broke a test*: screening runs the suite in ONE sandbox seeded from the original tree per worker,
-   writing each mutant's file and restoring a snapshot between candidates (a sandbox start per
-   candidate would cost more than the write-run-restore cycle). A candidate is kept when a test
-   that passes on the original no longer passes; which tests broke is recorded. Mutants that hang
-   are cut off early (``screen_timeout``) instead of costing a full test timeout later.
-4. *Stated*: a problem statement written from what the failing tests show (their names, the
-   public function they call, the observed error or values), phrased as a user's bug report.
-   It never shows the mutated or original line, the mutation's file line, or the family name;
-   a candidate whose statement would leak is dropped rather than shipped (``tasks/statements.py``).
-5. *Validated*: ``validate_task`` runs the suite before/after the gold patch ``runs`` times in
-   fresh sandboxes and fills fail_to_pass / pass_to_pass; flaky candidates are rejected there.
-   Every task's fixed tree is the original repository, so its runs are shared by the batch.
-
-Every candidate ends in exactly one place of the funnel (kept, or dropped with a reason), per
-family too. Sandbox lifecycle, test execution and our own host-side work are timed separately
-(``sandbox/timed.py``).
+Every candidate ends in exactly one place of that funnel (kept, or dropped with a reason), per family too; sandbox
+lifecycle, test execution and host-side work are timed separately (``sandbox/timed.py``). What each step does:
+docs/pipeline.md, "Synthetic tasks".
 """
 
 from __future__ import annotations

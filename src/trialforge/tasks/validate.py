@@ -1,27 +1,10 @@
 """Validate a task by execution: its tests must fail before the fix and pass after it, every time.
 
-Each configuration (base + test patch, then + gold patch) runs the whole suite
-``runs`` times in a fresh sandbox. Fail-to-pass and pass-to-pass lists come
-from what actually happened, and a test whose outcome changes between runs of
-the same code is flaky: quarantined when it is a pass-to-pass test, fatal when
-the task depends on it. Runs of a tree already validated in the same batch are
-reused: every task synthesized from one repository has the original code as its
-fixed tree, so that suite is run ``runs`` times once, not once per task.
-
-Every run carries canaries (``trialforge.testrun``) in the test files the test patch touches
-(else in two of the suite's test modules): a gold or test patch that tampers with the test
-run does not validate (``tampered: <evidence>``). Runs use the task's runner, test options and
-environment variables (``task.env``; plain pytest when the task has none).
-
-A rejection says why in its reason: a short key (what ``record_verdicts`` counts by), then the
-detail, e.g. ``collection_error_after_fix: tests/test_x.py: ModuleNotFoundError: No module named 'pkg'``.
-A suite that cannot even start before the fix is rejected too (``collection_error_before_fix``),
-unless what fails to import is only the test patch's own modules (a test importing what the fix adds).
-A module that fails to import both before and after the fix, and that the test patch does not touch,
-is the repository's own breakage (a test reading the installed package's metadata from a tree that is
-not installed, say): the other modules run (``--continue-on-collection-errors``), its tests are in
-neither list, and ``validation.not_importing`` names it. A module the fix leaves unable to import, or a
-test patch module that does not import even with the fix, rejects the task.
+Each configuration (base + test patch, then + gold patch) runs the whole suite ``runs`` times in a fresh sandbox,
+with canaries (``trialforge.testrun``) and the task's runner, options and environment. Fail-to-pass and pass-to-pass
+come from what happened; a test whose outcome changes between runs is flaky (quarantined if pass-to-pass, fatal if
+the task depends on it). Runs of a tree already validated in the batch are reused. A rejection's reason is a short
+key (what ``record_verdicts`` counts by), then the detail. Rules: docs/pipeline.md, "Validation".
 """
 
 from __future__ import annotations

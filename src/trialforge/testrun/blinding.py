@@ -1,34 +1,11 @@
 """Blinded tests: the host rewrites test files so that expected values never enter the sandbox.
 
-An assertion whose expected side the host can evaluate on its own (``expected.evaluate``) becomes a
-**slot**: in the sandbox only its actual side runs, and the recorder reports that value (an
-*observation*); the host compares it with the expected value it kept. Writing the right value means
-computing it. Every other assertion stays in the test and is judged in process (the detection layers
-of docs/verification.md apply to those).
-
-A slot is an assertion statement on a test's straight-line path (its body, or the body of a ``with``
-that is not itself a ``raises``), so an honest passing run observes every slot once, in order, and then
-reaches the test's end:
-
-- ``assert ACTUAL OP EXPECTED`` (``==``, ``!=``, ``<``..., ``in``, ``not in``; ``is``/``is not`` with
-  ``None``/``True``/``False``), either side; ``assert ACTUAL`` and ``assert not ACTUAL`` (truthiness);
-- ``self.assertEqual(ACTUAL, EXPECTED)`` and the other value checks of ``expected.UNITTEST_CHECKS``;
-- ``with pytest.raises(E, match=M)`` / ``self.assertRaises(E)`` / ``assertRaisesRegex(E, M)``, and their
-  call forms: the exception class and the message pattern stay on the host.
-
-EXPECTED may use the test file's module constants and a parametrized test's columns, when every use of
-that name is such an expected side (then its value leaves the sandbox with them).
-
-Two rewrites:
-
-- ``instrument`` (validation): each slot's actual side is wrapped in an observer that returns it
-  unchanged, so the test still runs exactly as written and the host learns, from the gold patch's passing
-  runs, which slots its own comparison would judge the same way (``calibrate``). A slot whose honest value
-  the host cannot rebuild (a user object that equals a string, say) is kept in process for that task;
-- ``blind`` (grading): slots the task's validation kept are replaced by observations, expected columns and
-  constants are removed, graded tests are renamed (names drawn like the canaries'), parametrized ids
-  made opaque, docstrings and comments dropped, and tests that are not graded taken out; the host keeps
-  a ``Blinding``: which checks each sandbox test id must pass, and which original id it is.
+An assertion whose expected side the host can evaluate on its own (``expected.evaluate``) becomes a **slot**: in
+the sandbox only its actual side runs and is reported (an *observation*); the host compares it with the expected
+value it kept. Every other assertion stays in the test and is judged in process. Two rewrites: ``instrument``
+(validation: observe each slot, run unchanged, to ``calibrate``) and ``blind`` (grading: slots replaced by
+observations; the host keeps a ``Blinding``: which checks each sandbox test id must pass, and its original id).
+What becomes a slot, and what the sandbox's file looks like: docs/verification.md, "By construction".
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """Canary tests: planted by the host into the test files of a graded run, with known outcomes.
 
-Code under test that makes the run report what it likes (rewrites reports, no-ops tests, rewrites
-assertions, reads the expected value out of the test's frame, stops or skips the run) cannot
-tell a canary from a real test, so it moves the canaries too:
-
-- a **must-fail** canary *passing* means outcomes were forced. The best must-fail canary is a copy
-  of a real graded test of the same file, same text, with one expected constant changed
-  (``assert f(x) == 3`` becomes ``== 7``): it calls the same code on the same input, so code that
-  answers with whatever the test expects also answers the copy. Where no test has such an
-  assertion, a small self-contained test with a wrong expectation stands in;
-- a **must-pass** canary (self-contained: it touches no code under test, so no honest fix can
-  break it) *missing, skipped or failing* means the run was cut short, filtered or tampered with.
-
-Names are built from the words of the file's own test names and each canary goes in at a random
-place among the file's tests (a method copy inside its class); constants and bodies are random per
-run. The host knows which is which; nothing in the sandbox does.
-
-Canaries take the form the run's loader collects: for pytest, test functions; for unittest, a
-self-contained canary is a ``TestCase`` class of its own (so no fixture of the file's classes runs
-before it) and copies are made of test methods only. A unittest module that chooses its own tests
-(``load_tests``) gets none: unittest would run only what that function returns.
+Code that makes the run report what it likes cannot tell a canary from a real test, so it moves the canaries too:
+a **must-fail** canary passing means outcomes were forced; a self-contained **must-pass** canary missing, skipped or
+failing means the run was cut short, filtered or tampered with. The host knows which is which; nothing in the
+sandbox does. How they are made and placed: docs/verification.md, "Canaries".
 """
 
 from __future__ import annotations

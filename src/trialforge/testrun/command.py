@@ -1,28 +1,10 @@
 """A task's test command and environment, as the recorder may honour them.
 
-``EnvSpec.test_cmd`` says how a repository's suite runs (``python3 -m pytest -p xdist -k "not slow"``,
-``python3 -m unittest discover -s tests``) and ``EnvSpec.env`` what it runs with (``PYTHONPATH``).
-The recorder runs that runner in-process, under its own protections, so each option is one of:
-
-- **honoured**: it changes which tests the suite has or how they run, never how they are reported
-  (``-k``, ``-m``, ``-p plugin``, ``--import-mode``, ``-W``, ini overrides, positional paths);
-- **dropped, with its reason** (``PYTEST_REFUSED``, ``UNITTEST_REFUSED``): it would stop the run at the
-  wrong place, hide outcomes, move tests out of the recorder's process, hand the run's configuration
-  to another file, or start a debugger or trace function in the graded process. Dropping keeps the
-  task usable (the rest of its command still applies) and the log says what went;
-- **the host's**: what a graded run selects. Runs that name their tests (grading) drop the task's
-  selection options (``-k``, ``-m``, ``--deselect``, ``--ignore*``, positional paths; unittest's
-  discovery pattern and names): validation already applied them to find those tests, and applying them
-  again could only deselect the canaries planted next to them.
-
-The recorder's own options come after the task's, so they win where both set one (``--maxfail``,
-``-o addopts=``, ``--tb``).
-
-The environment goes over the sandbox's, except what would let the tree replace the interpreter or
-the recorder before it starts (``REFUSED_ENV``): ``PATH`` picks the ``python3`` that runs the recorder,
-``LD_*`` loads native code before Python, ``PYTHONHOME``/``PYTHONPLATLIBDIR`` move the standard library,
-``HOME`` is the sandbox's scratch (the only writable home it has). ``PYTHONPATH`` is honoured: the
-recorder imports what it needs with the workspace off the path (docs/verification.md, layer 4).
+Each option of ``EnvSpec.test_cmd`` is **honoured** (it changes which tests run or how, never how they are
+reported), **dropped with its reason** (``PYTEST_REFUSED``, ``UNITTEST_REFUSED``), or **the host's** (runs that name
+their tests drop the task's selection options). The recorder's own options come after the task's, so they win.
+``EnvSpec.env`` goes over the sandbox's environment except ``REFUSED_ENV``. Why each: docs/verification.md,
+"Test commands".
 """
 
 from __future__ import annotations

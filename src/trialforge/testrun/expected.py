@@ -1,19 +1,10 @@
 """Expected values on the host: evaluated from a test's source without running it, compared with what ran.
 
-A blinded assertion (``blinding.py``) leaves the sandbox only its *actual* side; the sandbox reports that
-value as a structural encoding (the recorder's ``encode``: exact builtin types, never a method of the
-code under test's objects). Here the host
-
-- **evaluates** an expected side from the test file's syntax alone (``evaluate``): literals and containers
-  of literals, arithmetic on them (with size caps: a test patch is untrusted input too), a short list of
-  value constructors of the standard library (``Decimal("1.50")``, ``date(2024, 1, 1)``, ``timedelta(days=1)``,
-  ``float("inf")``, ``pytest.approx(0.3)``...) reached through the file's own imports, the file's module-level
-  constants and a parametrized test's row;
-- **decodes** an observation into builtin values (``decode``): anything it cannot rebuild exactly (a user
-  object, a value too large to report) becomes ``OPAQUE``, which no check accepts;
-- **judges** (``Check.passes``) with Python's own semantics on those values: ``==`` of the rebuilt values,
-  ``unittest.TestCase``'s own assert methods, ``pytest.approx``, ``isinstance`` by qualified class name for a
-  raised exception. Every value on both sides was built here from data, so no code of the sandbox runs.
+The host **evaluates** an expected side from the test file's syntax alone (``evaluate``: literals, capped arithmetic,
+a short list of standard-library constructors, module constants, a parametrized row), **decodes** an observation
+into builtin values (``decode``; what it cannot rebuild exactly is ``OPAQUE``, which no check accepts) and
+**judges** (``Check.passes``) with Python's own semantics. Every value on both sides was built here from data, so no
+code of the sandbox runs. docs/verification.md, "By construction".
 """
 
 from __future__ import annotations

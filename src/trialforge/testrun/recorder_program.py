@@ -1,39 +1,12 @@
 """The test run's recorder: the program the sandbox runs as ``python3 -s -c <this source> KEYFILE [PYTEST_ARGS...]``.
 
-Never imported by trialforge; it runs inside the sandbox with the standard library and the runner
-only. KEYFILE says which runner: pytest (its arguments follow on the command line) or unittest (its
-plan is in KEYFILE). Everything it needs it takes before any code under test is imported, and it
-keeps no name in ``__main__`` or ``sys.modules``:
-
-- the run's secret report marker and the hashes of the pristine test files come from KEYFILE,
-  which it reads and unlinks first (never the environment or argv: ``/proc/self/environ`` and
-  ``/proc/self/cmdline`` stay readable all run);
-- the report channel is a private duplicate of the original stdout (close-on-exec, so no child
-  inherits it); fd 1 then points at stderr, so whatever the code under test prints is only a log;
-- everything it imports is imported with the workspace off ``sys.path`` (no ``pytest.py``,
-  ``unittest.py`` or ``json.py`` of the repository's can stand in), then the path is restored for
-  the code under test;
-- a fingerprint of the runner's functions (pytest's and pluggy's, or unittest's) is taken right
-  after importing them, and an audit hook (PEP 578, never removable) is added, before collection
-  runs any code under test.
-
-It writes numbered lines (``<marker><json>``): per test phase how it really ended (seen by its
-outermost wrappers) and what was reported of it, per finished test, per collection error (with its
-first error line) or skip, per deselection, per piece of tamper evidence (framework functions
-replaced, report-path hooks changed or foreign, test items or their modules swapped, a report
-changed after it was made, trace hooks), and at the end the runner's exit code (pytest's codes; the
-unittest driver reports the same ones); the audit hook writes unnumbered evidence lines of its own.
-Then it leaves with ``os._exit(code)``: no atexit handler, thread or finaliser of the code under
-test runs after the report. The host (``trialforge.testrun.report``) checks the stream, the
-process's real exit status and the canaries; docs/verification.md has the threat model.
-
-unittest runs are reported as pytest would report them: ids ``path/to/test_mod.py::Class::method``;
-an error or failure anywhere in a test (setUp, the method, tearDown, a subtest, an unexpected
-success) fails its call; a skip or an expected failure is a skip; a failing ``setUpClass`` or
-``setUpModule`` is an error (failed setup) of each test it kept from running, a failing
-``tearDownClass``/``tearDownModule`` an error (failed teardown) of the last test that ran under it;
-a module that cannot be imported is a collection error, and the other modules run (as pytest runs them
-with ``--continue-on-collection-errors``, which the host always passes).
+Never imported by trialforge; it runs inside the sandbox with the standard library and the runner only (pytest, or
+unittest with its plan in KEYFILE), and keeps no name in ``__main__`` or ``sys.modules``. Before any code under test
+is imported it reads and unlinks KEYFILE, takes a private report channel, imports with the workspace off
+``sys.path``, fingerprints the runner and adds an audit hook. It writes numbered ``<marker><json>`` lines (phases,
+outcomes, collection errors, deselections, tamper evidence, the exit code), then leaves with ``os._exit(code)``.
+The host (``trialforge.testrun.report``) checks the stream. Why each step, and how unittest runs are reported:
+docs/verification.md, layers 3 to 8b and "Test commands".
 """
 
 import os  # os and sys: loaded by the interpreter itself, before any path is searched

@@ -1,44 +1,11 @@
 """The host's reading of a test run: per-test outcomes, and the evidence that the run was tampered with.
 
-The recorder (``recorder_program.py``) writes numbered events after a secret marker on a channel
-the code under test does not hold; the sandbox reports the process's real exit status. A run is
-*tampered* when any of these disagree with an honest pytest run:
-
-- the stream: anything but marker lines on the channel, gaps or repeats in the numbering, a test
-  reported twice, a report without its end, or an end without its start;
-- the process: exit status 0 without a report (something ended the run early and "successfully"),
-  or a status other than the one the recorder reported; pytest's exit code against the outcomes
-  (0 with a failed test, 1 with none); a run that says it stopped early (``--maxfail``) without
-  that many failures;
-- each phase's report against how the recorder saw the phase end: "passed" for a phase that raised
-  (or that its wrappers never saw) means the report was forced;
-- the recorder's own and its audit hook's evidence (framework functions or report-path hooks
-  changed, foreign hook implementations, test items or their modules swapped, a report changed after
-  it was made, trace hooks, live patches, collector walks, raw memory reads);
-- a graded test skipped by a ``pytest.skip`` raised in the code under test (not in a pristine
-  test file, not by pytest);
-- deselection (``-k``, ``-m``, ``--deselect``, a conftest's) reported outside collection, or a
-  deselected test that ran anyway;
-- the canaries (``canaries.py``): a must-fail canary that passed (a mutated copy only when its
-  source did not fail: code that returns the changed constant passes the copy honestly); a canary
-  skipped while real tests of its file ran; a canary missing from a run that was not stopped
-  early, whose file collected and reported other tests, and that did not deselect it (a module
-  that failed or was skipped at collection has no tests, a file the task's options leave out has
-  none, and the task's -k/-m may leave a canary out); in a run whose tests the host named
-  (grading, where no option of the task selects), a canary deselected at all; a must-pass canary
-  that failed in its call (not in setup: an honest but broken diff can break a fixture, never a
-  self-contained assertion).
-
-A blinded test (``blinding.py``) passes only if, besides passing in process, its observations are
-exactly its slots, in order, each accepted by the host's check, and it reached its end: an observation
-missing, repeated, out of order or wrong fails it (``host_failures`` says which). That verdict needs no
-secret of the channel: an observation forged there must still carry the right value.
-
-Each phase counts as it was first observed: a part of a test run again later (a unittest method
-called a second time) cannot rewrite how it ended.
-
-A run that crashes, times out or overflows the output cap is not tampered: it has no report
-(``reported=False``) and fails. Flooding the channel therefore earns nothing either.
+The recorder writes numbered events after a secret marker; the sandbox reports the process's real exit status. A
+run is *tampered* when the stream, the exit status, a phase's report against how the recorder saw it end, the
+recorder's evidence, a skip's origin, deselection or the canaries disagree with an honest run. A blinded test passes
+only if its observations are exactly its slots, in order, each accepted by the host (``host_failures`` says which
+failed). A run that crashes, times out or overflows the output cap is not tampered: it has no report
+(``reported=False``) and fails. Each rule: docs/verification.md, "How the host reads a run".
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Grade an agent's diff without trusting anything from the rollout sandbox.
 
-The diff is re-applied to the pristine base snapshot with every test file and
-test-runner setting dropped from it, the task's test patch goes on top, canary
-tests are planted next to the graded ones (``trialforge.testrun``), and the named
-tests run in a fresh sandbox. Reward is 1 only when the run shows no sign of
-tampering and every fail-to-pass and pass-to-pass test passed: a missing,
-skipped or errored test fails. A tampered run scores 0 with ``tampered:<evidence>``
-flags. Diff patterns (``integrity.py``) are for audit only: no reward depends on them.
-The same diff always gets the same score, which is also why a verdict can be
-reused: episodes that end in the same diff (a GRPO group's members often do) are
-graded once.
+The diff, less every test file and runner setting, goes on the pristine base snapshot with the task's test patch on
+top and canaries planted (``trialforge.testrun``); the named tests run in a fresh sandbox. Reward is 1 only when the
+run shows no tampering and every fail-to-pass and pass-to-pass test passed; a tampered run scores 0 with
+``tampered:<evidence>`` flags. The same diff always gets the same score, so episodes that end in the same diff are
+graded once. docs/verification.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The bubblewrap backend: an image's unpacked rootfs, read-only; tmpfs of the disk quota the only writable places.
 
-Each command is its own ``bwrap`` process, confined as ``confinement.py`` lists (a host uid of
-the sandbox's own, never host root; fresh namespaces, no network, no capabilities, no nested user
-namespaces, masked /proc, the seccomp filter), started inside the sandbox's cgroup. Its writable
-places (``disk.py``: ``/work``, ``/tmp``, ``/var/tmp``, ``/dev/shm``) are tmpfs of their share of the
-disk quota, owned by that uid (``host.idleases``): mounted on the host under the sandbox's home as root,
-inside a namespace of the sandbox's own as a normal user (``nsholder``). Snapshots are plain copies
-of ``/work``, which for task-sized trees cost milliseconds; every copy between the workspace and the
-host is bounded by the quota as it is read (``hostcopy``) and sanitized (``sanitize``).
-
-Limits hold in every mode: a cgroup per sandbox below this process's own (delegated to it when it is
-not root); where none can be had, the backend refuses to start unless ``allow_unlimited`` accepts
-per-process rlimits instead.
+Each command is its own ``bwrap`` process, confined as ``confinement.py`` lists, started inside the sandbox's
+cgroup. Snapshots are plain copies of ``/work`` (milliseconds for task-sized trees), bounded by the quota as they
+are read (``hostcopy``) and sanitized (``sanitize``). Without a cgroup (root's, or one delegated to a normal user)
+the backend refuses to start unless ``allow_unlimited`` accepts per-process rlimits. Why and how:
+docs/security.md, "The bwrap backend".
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """How a bubblewrap sandbox is confined: every protection a named step, listed in one place.
 
-``bwrap_argv`` assembles them; docs/security.md maps each to the threat it answers and
-tests/test_escapes.py to the attack that proves it holds.
-
-1. ``identity``: drop to the sandbox's own leased host uid and gid (``host.idleases``: one per live
-   sandbox, from a subordinate range), keeping only the group that traverses the state dir (as
-   root); no capabilities, no-new-privileges; *before* bwrap runs, so the user namespace maps the
-   sandbox user to that uid, never to host root, never to another sandbox's uid. A normal user's
-   sandbox does the same inside its holder's namespace (``nsholder``), where that uid is 1.
-2. ``namespaces``: new user, mount, pid, ipc, uts, cgroup and network namespaces; nested
-   user namespaces disabled; the process dies with its parent. The network namespace holds
-   only ``lo``; with ``Limits.network`` a user-mode stack of the command's own adds ``tap0``
-   (``usernet.py``: slirp4netns, the host's loopback refused), never the host's namespace.
-3. ``filesystem``: the image read-only; ``/work``, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` the only
-   writable places, each a tmpfs of its share of the disk quota in bytes and inodes (``disk.py``;
-   nosuid, nodev); a fresh ``/proc`` with the kernel's knobs read-only and its info leaks masked, a
-   minimal ``/dev``, read-only itself, whose ``/dev/pts`` is a devpts instance of the sandbox's own with a
-   terminal limit (``oci_limits.PTYS``: the kernel's pool of terminals is the host's); no ``/sys``.
-4. ``seccomp``: the syscall filter in ``seccomp.py``.
-5. ``environment``: nothing from the host: an explicit environment and hostname (and bwrap itself,
-   whose pid 1 keeps its own environment, starts with an empty one: ``env -i``).
+``bwrap_argv`` assembles them: ``identity`` (the sandbox's own leased host uid, dropped to before bwrap runs),
+``namespaces`` (all new, no nested user namespaces, dying with the parent; the network one holds only ``lo``, or a
+``usernet.py`` tap), ``filesystem`` (the image read-only, the ``disk.py`` places the only writable ones, masked
+``/proc``, a read-only ``/dev`` with a devpts of its own, no ``/sys``), ``seccomp`` (``seccomp.py``) and
+``environment`` (nothing from the host). docs/security.md, "The bwrap backend", says each step in full and maps it to
+the threat it answers; tests/test_escapes.py holds the attack that proves it.
 """
 
 from __future__ import annotations

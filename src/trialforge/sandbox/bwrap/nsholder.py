@@ -1,24 +1,11 @@
 """Where an unprivileged bwrap sandbox keeps its identity and its disk: a user and mount namespace of its own.
 
-As root, a sandbox's places (``disk.py``) are tmpfs mounted on the host and its identity a leased
-host uid (``host.idleases``). A normal user can do neither on the host, so each sandbox gets a *holder*:
-a process in a new user namespace, whose id maps (written by the setuid ``newuidmap`` and
-``newgidmap``, from the user's ``/etc/subuid`` and ``/etc/subgid`` ranges) are
-
-* uid/gid 0 -> the user, who owns the namespace;
-* uid/gid 1 -> the sandbox's leased subordinate ids, which own nothing else on the host;
-
-and a mount namespace of its own, where ``/tmp`` is the sandbox's (``ROOT``): the image's rootfs bound
-read-only at ``ROOT/rootfs``, every place a tmpfs at ``ROOT/<name>`` with its size and inode limit,
-owned by uid 1, and a devpts instance of its own at ``ROOT/pts``. That way uid 1 reaches them without
-the user's own directories (the state dir, the image cache) being opened to it. Each command enters
-both namespaces (``nsenter``), drops to uid 1 with no groups and runs bwrap, which maps the sandbox
-user to uid 1: the sandboxed process is the leased host uid, as it is when trialforge is root. The
-host-side copies (``hostcopy``) run in a forked child that joins the same namespaces (``run``), where
-the user is root over the sandbox's files.
-
-The holder waits on a pipe from its owner: when the owner closes the sandbox, or dies (kill -9 closes
-the pipe), the holder exits, and with its namespaces go the mounts and everything written to them.
+A normal user can neither mount on the host nor run as a leased host uid, so each sandbox gets a *holder*: a
+process in a new user namespace (uid/gid 0 the user, 1 the sandbox's leased subordinate ids) and mount namespace
+whose ``/tmp`` is ``ROOT``: the rootfs read-only at ``ROOT/rootfs``, each place a sized tmpfs at ``ROOT/<name>``
+owned by uid 1, a devpts at ``ROOT/pts``. Commands enter both and drop to uid 1 before bwrap; host-side copies run
+in a forked child that joins them (``run``). The holder exits when its owner's pipe closes, taking the mounts.
+Why and how: docs/security.md, "The holder of a normal user's sandbox".
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """Egress for a bwrap sandbox that asks for it: a user-mode network stack of its own, never the host's.
 
-Every bwrap command runs in a fresh, private network namespace (``confinement.namespaces``). With
-``Limits.network`` the command gets one more device there, ``tap0``, served by a ``slirp4netns``
-process of its own, started per command and gone with it:
-
-1. bwrap reports the sandbox's pid on ``--info-fd`` and holds the command on ``--block-fd``;
-2. ``slirp4netns --configure`` runs as the sandbox's own host uid (``host.idleases``), with no capability
-   anywhere and no-new-privileges: it holds no host privilege to lose. Its child joins the sandbox's
-   user namespace, which that uid owns, and through it the network namespace; there it creates
-   ``tap0`` (10.0.2.100/24, default route, MTU 65520) and reports on ``--ready-fd``. The process
-   that stays outside, in the host's network namespace, keeps only the tap's fd and its own
-   syscall filter (``--enable-seccomp``). (slirp4netns's ``--enable-sandbox`` needs root somewhere:
-   a root in the sandbox's user namespace, which bwrap's has not, or host root, which it must not have.)
-3. the command is released; its packets leave through slirp4netns's ordinary sockets on the host,
-   as connections the host makes. ``--disable-host-loopback`` refuses 10.0.2.2 (the host's
-   127.0.0.1), so services on the host's loopback stay out of reach; another sandbox is another
-   namespace with no listener on any host address;
-4. when the command ends, closing ``--exit-fd`` stops slirp4netns. We hold the only write end, so
-   a trialforge killed with SIGKILL stops it too (the kernel closes the pipe); it also runs in the
-   sandbox's cgroup, which the reaper empties.
-
-DNS: ``/etc/resolv.conf`` inside names slirp's forwarder, 10.0.2.3.
-
-One race is bwrap's and slirp4netns's own: bwrap reports the pid before its child gives ``lo`` its
-address, and ``slirp4netns --configure`` brings ``lo`` up, which makes the kernel add 127.0.0.1 itself. When
-slirp4netns gets there first, bwrap's exclusive add fails (``bwrap: loopback: Failed RTM_NEWADDR``; bwrap 0.8
-prints a stale errno with it) before the command is released. ``command_started`` tells such a launch apart
-from any run of the command, so the backend starts it again.
+With ``Limits.network`` each command's private network namespace gets ``tap0``, served by a ``slirp4netns`` of the
+command's own that runs as the sandbox's host uid with no capability, refuses the host's loopback and stops when
+the command ends (its ``--exit-fd``, which the kernel closes if we are killed). ``command_started`` tells a launch
+that lost bwrap's and slirp4netns's race over ``lo`` from any run of the command, so the backend starts it again.
+The steps, and why each: docs/security.md, "A bwrap sandbox's network".
 """
 
 from __future__ import annotations

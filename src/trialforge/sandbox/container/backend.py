@@ -1,44 +1,10 @@
 """The container-engine backend: one container per sandbox over the Docker Engine API (Docker or Podman).
 
-This module is the *runtime*: what you can do in a sandbox. Where the engine comes from is
-``engine.py`` (the deployment), how a container is confined is ``confinement.py``,
-how bytes cross is ``transfer.py``, and what a crash leaves behind is ``host/leftovers.py``.
-
-* **Container.** Created from the engine's copy of the image (imported from the image
-  tarball, never pulled), confined as ``confinement`` lists (its own user
-  namespace, no capabilities, our seccomp rules, masked /proc, a read-only root, no
-  network, quotas), with an explicit minimal environment, and labels naming the owner
-  process and a deadline so a reaper can remove what a crash leaves behind. Pid 1 is a tiny
-  ``sh`` loop that idles *and reaps zombies*: orphans of killed commands are re-parented to
-  pid 1, and a bare ``sleep infinity`` would leave them as zombies that eat the pids limit.
-* **Disk quota: tmpfs.** Overlay has no size limit without XFS project quotas, so every
-  writable place (``/work``, ``/tmp``, ``/var/tmp``, ``/dev/shm``) is a ``tmpfs`` of its share of
-  ``disk_mb`` in bytes and inodes (``disk.py``: writes past it fail with ENOSPC, honestly). They
-  live and die with the container: nothing else to remove or to leak.
-* **Files, snapshots, restore: tar inside the sandbox.** Every byte crosses through
-  ``exec`` (``transfer``): ``tar`` runs as the sandbox user and reads or writes an archive
-  on its stdin or stdout. With a read-only root and no process outliving its command,
-  ``/work`` is the only state that carries from one command to the next besides scratch
-  tmpfs, so a tar of it (sanitized, without ``.git``, members owned by the sandbox user)
-  kept on the host under the state directory *is* a snapshot. An archive coming out is read
-  as it arrives and charged to the workspace's quota member by member (``hostcopy.Budget``),
-  so what the host writes never passes it. Restore and ``reset`` (a pool's reuse) are one
-  exec: kill every process, remove the IPC objects (System V shared memory, semaphores,
-  message queues, POSIX queues) and empty ``/work`` and the scratch space, extract the
-  archive from stdin. ``from_snapshot`` starts a container seeded from the tar (the group fork).
-* **Limits are checked, not assumed.** The first sandbox of a backend reads its own cgroup's
-  memory, pids and CPU limits from inside: an engine that ignores them (rootless Podman on
-  cgroup v1) is refused unless ``allow_unlimited`` accepts it.
-* **Exec.** docker-py's timeout does not bound an exec, so every command runs under
-  ``timeout -s KILL`` inside the sandbox, wrapped by a fixed ``sh`` script that, when the
-  command ends, kills every process but pid 1: as with bwrap (whose pid namespace dies with
-  each command), nothing a command starts outlives it, backgrounded, ``setsid``-ed or timed
-  out. A sandbox therefore runs one command at a time. The host enforces a second deadline
-  (limit + grace) and then kills every process from another exec. Output is read frame by
-  frame into bounded head/tail buffers (``transfer``: the SDK's frame reader has no deadline).
-  OOM is read from the container's memory cgroup (``oom_kill``) after a SIGKILL exit.
-* **Paths** are confined to ``/work`` lexically, and then resolved *inside the sandbox* by
-  ``realpath`` running as the sandbox user, who reads and writes the file too.
+This module is the *runtime*: what you can do in a sandbox. Where the engine comes from is ``engine.py`` (the
+deployment), how a container is confined is ``confinement.py``, how bytes cross is ``transfer.py``, and what a
+crash leaves behind is ``host/leftovers.py``. A sandbox runs one command at a time: each runs under ``timeout -s
+KILL`` and a script that then kills every process but pid 1. How containers, quotas, snapshots, limits, exec and
+paths work, and why: docs/security.md, "The docker backend".
 """
 
 from __future__ import annotations

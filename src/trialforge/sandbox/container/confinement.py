@@ -1,34 +1,11 @@
 """How a container sandbox (the docker backend) is confined: every protection a named step, listed in one place.
 
-``host_config`` assembles them into the Engine API's ``HostConfig``; ``bwrap/confinement.py`` is
-the bwrap backend's counterpart, docs/security.md maps each step to the threat it answers,
-and tests/test_escapes.py and tests/test_sandbox_docker.py to the attack that proves it holds.
-
-1. ``identity``: a user namespace of the container's own, so the agent's uid 1000 is no host
-   user that owns anything. Podman: ``UsernsMode=auto``, a range of host uids allocated per
-   container from the ``containers`` entries of /etc/subuid and /etc/subgid (uid 1000 inside
-   is, e.g., 2147484647 outside; uid 0 inside is the range's first uid). Docker's API cannot
-   ask for a namespace per container: the daemon's ``userns-remap`` provides it, and without
-   it the backend refuses unless the caller accepts host uids explicitly (``allow_host_uids``).
-2. ``privileges``: every capability dropped, ``no-new-privileges``.
-3. ``seccomp``: the rules of ``seccomp.py`` as an OCI profile, in place of the engine's default.
-4. ``filesystem``: the image read-only; ``/work``, ``/tmp``, ``/var/tmp`` and ``/dev/shm`` the only
-   trees the sandbox user can write, each a tmpfs of its share of the disk quota in bytes and inodes
-   (``disk.py``, as on bwrap), ``nosuid,nodev``; ``/run`` one too, the container root's (the engine's
-   own ``/run`` and ``/var/tmp`` would have no size). Docker takes ``nr_inodes`` here; Podman's API
-   refuses it, so trialforge's Podman adds it as runc starts (``oci_limits``), and the first sandbox of
-   a backend checks that it did (``DockerSandbox._check_limits``); the kernel's info files masked and its knobs
-   read-only: the bwrap backend's lists (``procfs.MASKED_PROC``/``READONLY_PROC``) plus runc's
-   ``/sys`` ones, on top of the engine's defaults.
-5. ``network``: none. When a task asks for network: a user-mode stack of the container's own on
-   Podman (slirp4netns, host loopback refused: no bridge shared with other sandboxes or the host),
-   the default bridge on Docker; never the host's namespace.
-6. ``namespaces``: private ipc, pid and uts. ``IpcMode: none`` is a private IPC namespace whose
-   ``/dev/shm`` is not the engine's host-side mount (Podman could not always unmount that one from a
-   user-namespaced container: "userdata/shm: device or resource busy" left containers behind) but a
-   tmpfs of the container's own (``filesystem``).
-7. ``resources``: memory (swap included), pids and CPU limits; ulimits come from the engine's
-   containers.conf.
+``host_config`` assembles them into the Engine API's ``HostConfig``: ``identity`` (a user namespace per container),
+``privileges``, ``seccomp`` (``seccomp.py`` as an OCI profile), ``filesystem`` (read-only image, the ``disk.py``
+tmpfs places, masked ``/proc``), ``network`` (none unless asked), ``namespaces`` and ``resources``.
+``bwrap/confinement.py`` is the bwrap backend's counterpart. docs/security.md, "The docker backend", says each step
+in full and maps it to the threat it answers; tests/test_escapes.py and tests/test_sandbox_docker.py hold the
+attacks that prove it.
 """
 
 from __future__ import annotations

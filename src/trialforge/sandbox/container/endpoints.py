@@ -1,15 +1,8 @@
 """Where a container engine listens, and how to reach it: ``sandbox.engines`` entries of params.yaml.
 
-Three transports, as Docker's own clients have them:
-
-- ``unix:///path/to.sock``: an engine on this host;
-- ``tcp://host:port`` with ``tls_ca``/``tls_cert``/``tls_key``: mutual TLS (we verify the engine against our CA,
-  it verifies our client certificate). Plain tcp is accepted for loopback and warned about elsewhere: the
-  Docker API is root on that host;
-- ``ssh://user@host[:port]/path/to/engine.sock``: ``ssh -N -L`` forwards a private unix socket here to the
-  engine's socket there (the docker SDK's own ssh transport runs ``docker system dial-stdio`` on the remote
-  host, which Podman does not have). Host keys are checked strictly (``ssh_known_hosts``, else the user's);
-  the tunnel dies with its owner (PR_SET_PDEATHSIG) and its directory is reaped like any scratch dir.
+Three transports, as Docker's own clients have them: ``unix://`` (this host), ``tcp://`` with mutual TLS (plain tcp
+accepted on loopback, warned about elsewhere: the Docker API is root on that host), and ``ssh://``, an ``ssh -N -L``
+tunnel to the engine's socket with strict host keys, dying with its owner. docs/fleet.md, "Transports".
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """A container engine to talk to: the user's Docker, or a Podman API service we start ourselves.
 
-The docker backend speaks the Docker Engine API (through the ``docker`` SDK), which
-both Docker and Podman serve. On a single host without a Docker daemon (this
-machine, CI), :class:`PodmanService` runs ``podman system service`` on a private
-unix socket for as long as a ``with`` block (or a test session) lasts, with our own
-``containers.conf`` (images/podman/containers.conf: ulimits, cgroupfs, runc), and
-stops exactly that process afterwards. When ``DOCKER_HOST`` is set the user has
-chosen an engine, and we use it instead of starting anything.
-
-The repository's containers.conf is written into the service's home with two of trialforge's
-programs in it (``render_conf``): ``runc`` through ``images/podman/oci-runtime`` (inode limits
-on every sized tmpfs, which Podman's API cannot ask for) and slirp4netns through
-``images/podman/slirp4netns-userns`` (a container's network without host privileges). The
-service's temp dir is one of its own (``temp_dir``), so what Podman leaves there (the ~200 MB
-``api_load.tar*`` of every image import through the API) goes when the service stops, or
-when ``trialforge reap`` removes the home of a service whose owner died.
+When ``DOCKER_HOST`` is set the user has chosen an engine and we use it. Otherwise :class:`PodmanService` runs
+``podman system service`` on a private unix socket for as long as a ``with`` block (or a test session) lasts, with
+the repository's ``containers.conf`` rendered into its home (``render_conf``) and a temp dir of its own
+(``temp_dir``), and stops exactly that process afterwards. Why and how: docs/security.md, "The docker backend".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Sandboxes over several container engines at once: placement, health checks, failover.
 
-A fleet is a ``Backend`` the pool uses like any other. Each engine (``sandbox.engines``: a Docker API
-endpoint over unix, tcp with mutual TLS, or ssh) has a capacity. A sandbox goes to the engine that
-already holds its image (no import on the critical path), then to the one with the most free slots.
-
-- **Health**: every engine is pinged every ``health_s`` seconds; one that does not answer is taken
-  out of placement, and put back (its image cache dropped: it may have restarted empty) once it does.
-- **Failover**: when a create fails and the engine no longer answers ``/_ping``, the engine is marked
-  down and the sandbox is created on another one. Failures on an engine that still answers are the
-  sandbox's and go up as they are. An episode whose sandbox dies with its engine is restored on
-  another engine by the loop's own recovery (``rollout.loop``: latest checkpoint, then replay), so
-  the episode finishes once, with the recovery on its record, and no row is lost or written twice.
-- **Images by digest**: every engine imports the same image tarball (``ensure_image``: built once,
-  checked by its content digest label), when the fleet opens. No registry is needed.
-
-The engines' own sandboxes, snapshots and reapers are ``DockerBackend``'s; a snapshot is a tarball on
-this host, so a group's fork may land on any engine.
+A fleet is a ``Backend`` the pool uses like any other, over the engines of ``sandbox.engines``, each with a
+capacity. The engines' own sandboxes, snapshots and reapers are ``DockerBackend``'s; a snapshot is a tarball on this
+host, so a group's fork may land on any engine. Placement, health, failover and images by digest: docs/fleet.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Bytes in and out of a container sandbox: the exec stream, and workspaces as tar archives.
 
-Everything crosses through ``exec``: a command's stdin, and its stdout and stderr as the
-Engine API multiplexes them (8-byte frame headers). Workspaces travel as tar archives that
-``tar`` *inside the sandbox*, as the sandbox user, writes or reads: no engine archive API, so
-nothing on the host ever follows a path the agent planted, ownership inside is always the
-sandbox user's whatever host uid the user namespace gives it, and the same code works on
-Docker and Podman (whose archive APIs cannot see a tmpfs, or cannot write into one owned by
-a user namespace).
-
-An archive coming out is read as it arrives (``PipeSink``: the exec's frames feed a pipe that
-``tarfile`` reads in stream mode), member by member, each charged to the copy's ``Budget``
-(``hostcopy``) before its data is read: a header announcing a 1 GiB sparse file stops the copy
-at that header, and nothing is spooled on the host first.
+Everything crosses through ``exec`` (stdin in; stdout and stderr as the Engine API multiplexes them, 8-byte frame
+headers). Workspaces travel as tar archives that ``tar`` *inside the sandbox*, as the sandbox user, writes or reads;
+an archive coming out is read as it arrives (``PipeSink``), each member charged to the copy's ``Budget``
+(``hostcopy``) from its header, before its data. Why: docs/security.md, "The docker backend".
 """
 
 from __future__ import annotations

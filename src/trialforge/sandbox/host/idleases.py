@@ -1,19 +1,10 @@
 """One host identity per live sandbox: ids leased from a subordinate range, given back when the sandbox is gone.
 
-Per-user kernel limits (inotify instances and watches, message-queue bytes, ``RLIMIT_NPROC``,
-keyring quotas) and signal permissions are counted by host uid. Sandboxes that shared one uid
-would share them: one holding all 128 inotify instances would break the next one's
-``inotify_init``. So, as Podman's ``UsernsMode=auto`` does for containers, every bwrap sandbox
-runs as a host uid (and gid) of its own, taken from a subordinate range that ``/etc/subuid`` and
-``/etc/subgid`` give its account: ``trialforge-sandbox`` when trialforge is root, the user's own
-range when it is not (the one rootless Podman uses).
-
-A lease is a symlink ``<registry>/<offset>`` to the sandbox's home directory, made while holding
-the registry's lock. It is valid exactly as long as that home exists: the sandbox's close, or
-``trialforge reap`` after its owner was killed, removes the home and so returns the ids, and
-nothing can give them out while anything of the sandbox (a cgroup still held, a record) is
-left. The registry is one per host account (``/run/trialforge-ids`` as root), whatever state
-directory a run uses, so no two live sandboxes on the host ever share an id.
+Every bwrap sandbox runs as a host uid and gid of its own (per-user kernel limits and signal permissions are counted
+by host uid), from the ``/etc/subuid``/``/etc/subgid`` range of ``trialforge-sandbox`` as root, or the user's own.
+A lease is a symlink ``<registry>/<offset>`` to the sandbox's home, made under the registry's lock, and valid exactly
+as long as that home exists. One registry per host account (``/run/trialforge-ids`` as root), whatever the state
+dir. Why and how: docs/security.md, "Host identities".
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """What dead runs leave behind, found and removed: the work of ``trialforge reap``.
 
-A run that ends removes what it made. One killed with SIGKILL (or by the OOM killer, or
-a lost machine) leaves, per kind:
-
-* **bwrap sandboxes**: homes, mounts and cgroups, recorded in the state dir (``reaper.reap``);
-* **containers** (and workspace volumes of older versions), labelled with their owner
-  process and a deadline (``reap_containers``);
-* **Podman services** trialforge started, recorded in the state dir with their owner: their
-  abandoned containers first, then the service, then what it leaves: **conmon processes**
-  of those containers, and the service's state dir (``reap_services``);
-* **processes a run started** for itself (an inference server), recorded in the state dir with
-  their owner: their whole process group (``owned.reap_owned``);
-* **scratch dirs** in the system temp dir named for their owner (``trialforge.scratch``).
-
-``reap_all`` removes each kind whose owner is dead or whose deadline passed (everything
-with ``everything=True``) and reports what it removed, by kind.
+Per kind: bwrap sandboxes (``reaper.reap``), labelled containers (``reap_containers``), the Podman services we
+started with their conmon processes and state (``reap_services``), processes a run started for itself
+(``owned.reap_owned``) and owner-named scratch dirs (``trialforge.scratch``). ``reap_all`` removes each kind whose
+owner is dead or whose deadline passed (everything with ``everything=True``) and reports what it removed, by kind.
+docs/security.md, "What ``trialforge reap`` removes".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Leak protection for host-side sandboxes: a record per sandbox, and a reaper for what crashes leave.
 
-Every bwrap sandbox writes ``record.json`` (owner pid and start time, deadline,
-labels, cgroups, mounts) next to its workspace before it holds any resource.
-The reaper removes sandboxes whose owner process is gone or whose deadline has
-passed; the pool runs it at start, and ``trialforge reap`` runs it by hand.
-
-As root the reaper kills cgroups and unmounts what records name, so it acts only on
-records it can authenticate: the state directory is private (``statedir``), every
-record carries an HMAC under a key only the state directory's owner can read, and a
-record may name only its own workspace mount and cgroups called after its own id.
-Anything else is left alone and reported.
+Every bwrap sandbox writes ``record.json`` (owner, deadline, labels, cgroups, mounts) before it holds any resource;
+the reaper removes sandboxes whose owner is gone or whose deadline passed (the pool at start, ``trialforge reap`` by
+hand). It acts only on records it can authenticate: HMAC under a key only the state dir's owner reads, naming only
+the record's own mount and cgroups; anything else is left alone and reported. docs/security.md, "planted state".
 """
 
 from __future__ import annotations

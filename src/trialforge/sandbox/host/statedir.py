@@ -1,15 +1,9 @@
 """Where trialforge keeps sandbox state, and the checks that make that place trustworthy.
 
-Root reapers act on what they find here (records naming cgroups to kill, mounts to
-unmount, engine services to stop), so nobody else may be able to write here first.
-Every state directory is created by us, owned by us, and closed to other users; one
-that already exists with another owner, a looser mode or as a symlink is refused with
-a clear error rather than used.
-
-When trialforge runs as root its sandboxes run as the dedicated unprivileged sandbox
-account (see ``identity``), which must traverse (never list or write) the way to its own
-workspace and image: those directories are ``0710`` with the sandbox account's group.
-Everyone else gets nothing.
+Root reapers act on what they find here, so every state directory is created by us, owned by us and closed to
+others; one that exists with another owner, a looser mode or as a symlink is refused with a clear error. As root,
+the directories on the way to a sandbox's workspace and image are ``0710`` with the sandbox account's group
+(traverse, never list or write). docs/security.md, "planted state".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """GitHub REST exports (issues and pull requests, as the API returns them) -> tasks, one per merged fix.
 
-The export is one JSON array or JSON lines holding:
-
-* issue objects from ``GET /repos/{o}/{r}/issues``; the export tool may replace the ``comments`` count
-  with the list from ``/issues/{n}/comments`` (each with ``created_at`` and ``body``);
-* pull-request objects from ``GET /repos/{o}/{r}/pulls/{n}`` (they have ``base`` and ``head``), with
-  the change as ``files`` (``/pulls/{n}/files``: ``filename``, ``status``, ``patch`` hunks) or as one
-  unified ``diff``, and optionally ``commits`` (``/pulls/{n}/commits``);
-* the issue-list view of a pull request (an issue object with a ``pull_request`` key): reported and
-  skipped, the pull object is what we use.
-
-As in SWE-bench, a task is a merged pull request plus the issues it closes: a closing keyword (close,
-fix, resolve and their -s/-d forms, any case) followed by ``#N``, ``owner/repo#N`` or an issue URL, in
-the title or body. "see #5" is a mention, not a link. Hints are the comments on those issues written
-before work on the fix began (the earlier of the pull request's creation and its first commit), so
-they never describe the solution. The base state is the repository at the pull request's ``base.sha``.
-
-Bad input: a line over ``caps.max_record_bytes`` is dropped unread; a task whose statement, hints or
-patches are over ``caps`` is dropped with the cap named (``caps.check_caps``), never truncated.
+The export is one JSON array or JSON lines of issue and pull-request objects. As in SWE-bench, a task is a merged
+pull request plus the issues it closes (a closing keyword and a reference in its title or body); hints are those
+issues' comments from before work on the fix began; the base state is the pull request's ``base.sha``. Oversize
+input is dropped with the cap named (``caps.check_caps``), never truncated. docs/ingest.md, "GitHub REST exports".
 """
 
 from __future__ import annotations

@@ -1,43 +1,10 @@
 """Git history mining: commits that change code and tests together -> tasks a person would accept.
 
-Selected: single-parent commits whose diff against the parent is all text, changes at most
-``max_changed_lines`` lines, and changes both code and tests (``fixes.require_code_and_tests``):
-
-* ``no_test_changes``: no test file changed, or on the test side only runner configuration
-  (``setup.cfg``, ``tox.ini``, ``pytest.ini``, ``pyproject.toml``, ``.coveragerc``, ``noxfile.py``);
-* ``no_code_changes``: only tests, or besides them only docs, CI and packaging files (``*.md``,
-  ``docs/``, ``.github/``, ``setup.py``, ``MANIFEST.in``, ``CHANGELOG``...).
-
-The problem statement, best source first:
-
-1. an issue the commit message links, when ``issues`` (a JSON-lines or JSON-array export of the
-   repository's issues and pull requests as the GitHub REST API returns them) holds it: its title and
-   body. Links: a closing keyword (``fixes #12``, ``closes GH-12``, an issue URL) or a squash-merge
-   suffix ``(#12)`` on the subject, link confidence ``ISSUE_CONFIDENCE``; any other mention (``#12``,
-   ``GH-12``, a URL), ``MENTION_CONFIDENCE``. A linked pull request is followed to the issue it closes;
-   a pull request that closes none gives its own description, at ``MENTION_CONFIDENCE``.
-2. otherwise the commit message: ``subject\\n\\nbody`` (trailers such as ``Signed-off-by:`` removed),
-   written after the fix, so it gets ``GITLOG_CONFIDENCE``.
-
-The quality gate then drops, each with its reason and the commit's sha:
-
-* ``statement_too_short``: a message statement without a body (a subject names a change, not the
-  problem: "Minor cleanups.", "Prepare v4.1.1"), or any statement under ``min_statement_words`` words;
-* ``statement_leaks_fix``: the statement names an identifier that the fix adds to the code, that
-  exists nowhere in the parent's tree and that the test patch does not use (a name the tests call is
-  the interface asked for; a brand-new private name is the answer). This is the narrow,
-  history-only form of ``quality.leaks``' ``new_identifier`` check, done here because ``tasks`` is
-  below ``quality``; the quality step runs the full check on every task later;
-* ``oversize_statement``, ``oversize_patch``: over ``caps`` (``caps.check_caps``);
-* ``no_python_for_era``: the parent's ``requires-python``/``python_requires`` (``pyproject.toml``,
-  ``setup.cfg``, ``setup.py``) allows none of the Pythons images exist for (``envspec.SUITES``), as
-  ``envdetect.resolve.resolve_env`` judges it, overrides (``trialforge-env.yaml``, ``env_overrides``) included;
-  ``env_error`` for another environment error. Only those files are read; the full environment is
-  the env step's.
-
-Also reported: merges, root commits, binary changes, huge diffs, undecodable diffs or messages,
-unsafe paths and diffs that do not re-apply. The base state is the parent commit. Bad lines of the
-issues file are reported as ``issues/<reason>`` in the same funnel.
+Selected: single-parent, all-text commits of at most ``max_changed_lines`` lines that change both code and tests.
+The statement is the issue the message links when an ``issues`` export holds it (``ISSUE_CONFIDENCE``, or
+``MENTION_CONFIDENCE`` for a mere mention), else the commit message (``GITLOG_CONFIDENCE``). A quality gate then
+drops short or leaking statements, oversize records and commits no image's Python fits, each with its reason and
+sha; the base state is the parent commit. Every rule: docs/ingest.md, "Git history".
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Jira CSV exports linked to the commits of a git repository -> tasks.
 
-The CSV is read as Jira writes it: a header row naming the fields, a column repeated for each value
-of a multi-valued field (``Labels``, ``Comment``...), multi-line quoted descriptions, dates like
-``06/Feb/24 9:14 AM`` (in the exporting user's zone: pass ``tz``). Rows are reported by their line.
-
-Linking. A ticket is linked to every non-merge commit whose message names its key (``PROJ-123``,
-upper case, not part of a longer key). Each link gets a confidence, because a key in a commit message
-is a claim of relation, not proof of a fix:
-
-* 1.0 when the key opens the subject (``PROJ-123: ...``, ``[PROJ-123] ...``),
-* 0.8 when it is elsewhere in the subject, 0.5 when it is only in the body;
-* times 0.75 for each *other* key of the export's projects the commit names (whose fix is it?),
-* times 0.75 for each *other* commit naming the same key (which one is the fix?).
-
-A ticket's task comes from its most confident usable link (ties: the later commit): a single-parent
-commit changing both code and tests. The fix is that commit's diff against its parent, split by path
-into gold and test patches; the base state is the parent. Hints are the ticket's comments written
-before the fix commit.
-
-Bad input: a row over ``caps.max_record_bytes`` (a field over it stops the csv module at the cap) is
-dropped as ``oversize_record``; a ticket whose statement (summary and description) or hints are over
-``caps.max_statement_chars``, or whose fix is over ``caps.max_patch_bytes``, is dropped, never truncated.
+The CSV is read as Jira writes it (repeated columns for multi-valued fields, quoted multi-line descriptions, dates in
+the exporting user's zone: pass ``tz``). A ticket is linked to every non-merge commit whose message names its key,
+each link with a confidence; its task comes from its most confident usable link, a single-parent commit changing
+code and tests, whose parent is the base state. Oversize input is dropped, never truncated. Confidences and caps:
+docs/ingest.md, "Jira".
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The ingestion sources params.yaml can name (``sources.extra``), and one function that ingests any of them.
 
-Each entry is a typed record whose ``kind`` picks the adapter:
-
-* ``github``: a GitHub issue export with linked fixes (JSON lines) over a directory of fixed repositories;
-* ``github-api``: issues and pull requests as the GitHub REST API returns them, saved to a file;
-* ``jira``: a Jira CSV export linked to the commits of one git repository;
-* ``swebench``: SWE-bench instances (JSON lines or a JSON array);
-* ``gitlog``: the history of one git repository (commits that change code and tests together).
-
-A repository is a local path (a work tree or a bare mirror) or a clone URL. Relative paths resolve against
-the working directory. The CLI (``trialforge ingest KIND``) and the pipeline (``pipeline.ingest``) both build
-an entry and call :func:`ingest_source`, so the two doors cannot drift apart: each command's options are the
-entry's fields (their names, types, defaults and descriptions; ``OnCommandLine`` where the command line
-writes one otherwise).
+Each entry is a typed record whose ``kind`` picks the adapter (``github``, ``github-api``, ``jira``, ``swebench``,
+``gitlog``). The CLI (``trialforge ingest KIND``) and the pipeline (``pipeline.ingest``) both build an entry and
+call :func:`ingest_source`, so the two doors cannot drift apart: each command's options are the entry's fields
+(``OnCommandLine`` where the command line writes one otherwise). docs/ingest.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """SWE-bench-style instances (JSON lines or a JSON array) -> tasks, and tasks -> instances, losslessly.
 
-An instance names its repository and ``base_commit``; the base state is that commit's tree taken
-from a local mirror (or a clone URL), stored once as a snapshot, after proving that ``patch`` and
-``test_patch`` both apply to it.
-
-Lossless mapping. Fields with a Task slot map to it (``instance_id``->``task_id``, ``patch``->``gold_patch``,
-``hints_text``->``hints``, ``FAIL_TO_PASS``->``fail_to_pass``...). Everything else (``base_commit``,
-``version``, ``environment_setup_commit``, any field a dataset variant adds) and the original *form*
-of mapped fields (absent, ``null``, lists given as JSON text as in the published dataset) is kept as
-JSON in ``Task.source.ref`` after an ``extras=`` marker (see ``extras.with_extras``): Task has no
-free-form field yet. ``task_to_swebench`` restores the original form only while it still decodes to
-the task's current value, so a task edited after ingestion exports its new value.
-
-Bad input. A line over ``caps.max_record_bytes`` is dropped before it is parsed; an instance whose
-statement, hints, patches or test lists are over ``caps`` is dropped (``oversize_*``,
-``too_many_tests``), never truncated. An instance that gives ``FAIL_TO_PASS`` as an empty list (or
-``"[]"``) says that no test shows the fix: ``empty_fail_to_pass``. One *without* the field (absent or
-``null``) is kept: validation runs the tests and finds its fail-to-pass tests.
-
-Environment. ``version`` and ``environment_setup_commit`` stay in the extras; :func:`env_commit` names
-the commit whose files define an instance's environment.
+The base state is the instance's ``base_commit`` from a local mirror (or a clone URL), kept once both patches are
+shown to apply. Fields with a Task slot map to it; everything else, and the original form of mapped fields, is kept
+as JSON in ``Task.source.ref`` after an ``extras=`` marker (``extras.with_extras``), which ``task_to_swebench``
+restores while it still decodes to the task's value. :func:`env_commit` names the commit whose files define an
+instance's environment. Mapping and bad input: docs/ingest.md, "SWE-bench".
 """
 
 from __future__ import annotations
