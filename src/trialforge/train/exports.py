@@ -1,21 +1,11 @@
 """Exports of graded trajectories for the trainers people already run: verl and TRL.
 
-Each ``ok`` episode becomes one row, its conversation rebuilt from the stored steps: the
-user message is the opening the policy saw (the task's problem statement, as the
-environment frames it), then one assistant tool call per step (``steps.tool``/``steps.args``)
-and one tool message with what the environment answered (``steps.observation``). Episodes
-that ended in an infrastructure or verifier fault carry no reward and are never exported.
-
-An export is one Parquet part, published like every dataset (part first, then its
-manifest entry) at ``datasets/verl/export=NAME/part-all.parquet`` or
-``datasets/trl/export=NAME/part-all.parquet``; exporting NAME again replaces it.
-
-Column conventions follow the trainers' own documentation (see docs/storage.md):
-verl's RL dataset (``data_source``, ``prompt``, ``ability``, ``reward_model``,
-``extra_info``) plus ``messages``, the key verl's multi-turn SFT dataset reads; TRL's
-conversational prompt-completion or language-modelling (``messages``) types with
-``tools``. Tool-call ``arguments`` and ``tools`` are JSON text: Parquet needs one type per
-column, and arguments of different tools as structs would be padded with nulls.
+Each ``ok`` episode becomes one row, its conversation rebuilt from the stored steps (the opening the policy saw, then
+per step an assistant tool call and the environment's answer); episodes that ended in an infrastructure or verifier
+fault carry no reward and are never exported. An export is one Parquet part, published like every dataset at
+``datasets/verl/export=NAME/part-all.parquet`` or ``datasets/trl/export=NAME/part-all.parquet``; exporting NAME again
+replaces it. Tool-call ``arguments`` and ``tools`` are JSON text.
+Columns and why: docs/storage.md, "Exports for verl and TRL".
 """
 
 from __future__ import annotations

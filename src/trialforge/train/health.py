@@ -1,27 +1,12 @@
 """Is a batch fit to train on? Two questions, asked before every training step.
 
-**Did the environment break?** Rewards of a batch where many episodes died of sandbox or verifier faults
-are a biased sample (the tasks that break infrastructure drop out of it), so the trainer refuses such a
-batch and the run stops: a person must look. Thresholds are plain floats (``observe.max_env_error_rate``
-and ``observe.max_verifier_error_rate``); a rate *above* its threshold is unhealthy.
-
-**Is there anything to learn?** (``learning_health``, per learner policy: gold and noop never dilute it.)
-A batch of all-equal groups has zero advantage everywhere; a step on it only lets the optimiser's momentum
-move the weights. The checks, each with a threshold and an action in ``observe.learning``:
-
-- ``effective_batch``: informative groups (at least two different rewards) in the batch; below the
-  threshold there is nothing to train on.
-- ``zero_variance``: share of the groups rolled out whose rewards were all equal.
-- ``saturation``: per tier, share of its groups all 0 (too hard now) or all 1 (learnt); a tier at the
-  threshold with at least two groups is reported.
-- ``entropy``: mean entropy (nats) of the learner's sampled decisions; below the threshold the policy has
-  collapsed onto its choices and stops exploring.
-- ``reward_hacking``: the learner's pass rate jumped by at least the threshold since the previous
-  iteration while the share of its passes whose diff touches a test file or carries an integrity flag
-  rose: the reward may be earned by gaming the grader, not by solving tasks.
-
-``refuse`` skips the step (no update, no version bump, no checkpoint), ``warn`` only reports, ``off``
-skips the check; every verdict carries its reason into the train record, the metrics and the report.
+Did the environment break (``check_health``, ``assert_trainable``)? An env or verifier error rate *above* its
+threshold (``observe.max_env_error_rate``, ``observe.max_verifier_error_rate``: plain floats) stops the run. Is there
+anything to learn (``learning_health``, per learner policy: gold and noop never dilute it)? Each check
+(``effective_batch``, ``zero_variance``, ``saturation``, ``entropy``, ``reward_hacking``) has a threshold and an
+action in ``observe.learning``: ``refuse`` skips the step (no update, no version bump, no checkpoint), ``warn`` only
+reports, ``off`` skips the check; every verdict carries its reason into the train record, the metrics and the report.
+What each check measures and why: docs/learning.md, "Health gates".
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """A language model's checkpoint in the Hugging Face format, in the object store: loadable without trialforge.
 
-A checkpoint named ``K`` (``loop.records.checkpoint_key``: ``checkpoints/RUN/lm-vN.pt``) is the objects
-under the prefix ``P`` = ``K`` less its ``.pt``, plus ``/`` (``checkpoints/RUN/lm-vN/``)::
-
-    P/model/          model.save_pretrained(): config.json + model.safetensors (full fine-tuning) or
-                      adapter_config.json + adapter_model.safetensors (LoRA), and the base model's tokenizer
-                      files when its directory has them
-    P/trainer.pt      the trainer's state: optimiser, version, data cursor and seed, RNG states
-                      (a plain dict: ``torch.load(path, weights_only=True)``)
-    P/manifest.json   written last: format and version, kind (full | lora), base model, every file's size
-                      and sha256
-
-The manifest is the commit marker. A save deletes the old one first and writes the new one after every
-other file, so a checkpoint whose save stopped part-way has none, and a checkpoint without a manifest
-does not exist: loading it is refused. Loading downloads every file the manifest lists (and no other: a file
-an earlier save left under the prefix is ignored) into a scratch directory (under ``TMPDIR``; ``trialforge
-reap`` removes it after a kill -9) and checks its size and sha256, naming the file that differs.
+A checkpoint named ``K`` (``loop.records.checkpoint_key``: ``checkpoints/RUN/lm-vN.pt``) is the objects under ``K``
+less its ``.pt``, plus ``/``: ``model/`` (``save_pretrained()``'s output, full weights or LoRA adapters, with the
+base model's tokenizer files), ``trainer.pt`` (the trainer's state, a plain dict for ``torch.load(weights_only=True)``)
+and ``manifest.json``, the commit marker: deleted first, written last, listing every file's size and sha256. A
+checkpoint without one does not exist. Loading checks every listed file (and reads no other) in a scratch directory
+under ``TMPDIR`` that ``trialforge reap`` removes after a kill -9, naming the file that differs.
+Layout and use: docs/learning.md, "Training a language model: LoRA or full, checkpoints".
 """
 
 from __future__ import annotations

@@ -1,49 +1,12 @@
 """GRPO-family updates of a transformers causal LM from the episodes of a local HF policy (``rollout.hf_policy``).
 
-One ``update`` is one optimiser step over a batch of episodes:
-
-1. Every ``ok`` episode becomes one token sequence (layout below); episodes of any other status are
-   dropped before anything is computed, so they never enter a group statistic or the loss.
-2. ``group_advantages`` gives each episode one advantage from the rewards of its group.
-3. The sequences are split into ``grad_accum_steps`` micro-batches; each gets one forward pass, its
-   ``policy_loss`` is weighted by its share of the batch (tokens for token-mean, sequences otherwise)
-   and back-propagated, so the accumulated gradient is the full batch's.
-4. ``clip_grad_norm_`` bounds the gradient, the optimiser steps, and the policy version goes up by one.
-
-Sequence layout. Step k of an episode recorded ``prompt_ids`` P_k (the whole conversation so far, as the
-policy encoded it) and the sampled ``token_ids`` G_k with their ``token_logprobs``. Because P_k extends
-P_{k-1} + G_{k-1} with the environment's answer (and the next turn's header), the episode is one sequence::
-
-    P_0 + G_0 + (P_1 - P_0 - G_0) + G_1 + (P_2 - P_1 - G_1) + G_2 ...
-    mask: 0.. 1.. 0..               1.. 0..               1..
-
-Only generated tokens have mask 1 and an old log-probability; prompt, tool-output and template tokens
-have mask 0. When P_k does *not* extend the sequence so far (the policy dropped old turns to fit its
-context, or re-encoding a reply gave other token ids than were sampled), a new sequence starts from P_k:
-the tokens must be scored in exactly the context they were sampled in. Such an episode contributes
-several sequences, all with its advantage.
-
-Log-probabilities are recomputed as the policy sampled them, ``log_softmax(logits / temperature)`` with
-each step's recorded temperature (temperature 0, greedy, is scored at 1).
-
-Off-policy batches: a batch produced by an older policy version (``behaviour_version < version``, see
-``loop.staleness``) with ``LossConfig.tis_cap`` set has its old log-probabilities recomputed under the
-current weights before the step, and the recorded ones passed as behaviour log-probabilities for
-truncated importance sampling. Without ``tis_cap`` the recorded ones serve as old log-probabilities.
-
-LoRA or full fine-tuning. With ``lora`` (``train.lora``, a ``LoraParams`` of rank r > 0) the model is wrapped by peft's
-``get_peft_model``: low-rank adapters on the ``target_modules`` train, every base weight is frozen and the
-optimiser holds the adapters alone. Without it every weight trains. The update, the log-probabilities and
-gradient checkpointing are the same code either way. Rollouts sample with ``sampling_copy()``, the peft
-model itself for LoRA (what trains is what samples), sharing the frozen base weights instead of copying them.
-
-Checkpoints (``save``/``load``, layout in ``train.hf_checkpoint``) are Hugging Face directories in the
-object store: ``model/`` is ``save_pretrained``'s output (full weights, or the adapters alone for LoRA)
-with the base model's tokenizer files, loadable by transformers or peft without trialforge;
-``trainer.pt`` holds the optimiser state, the version, the data cursor and seed, and the torch (CPU and
-CUDA) and Python RNG states; ``manifest.json``, written last, lists every file's sha256. A run resumed from
-a checkpoint continues exactly as if it had not stopped; a checkpoint without its manifest, or with a file
-that differs from it, is refused.
+One ``update`` is one optimiser step over a batch: only ``ok`` episodes count; each becomes token sequences in which
+generated tokens alone (mask 1) are scored, with its group's advantage (``group_advantages``) and log-probabilities
+recomputed as the policy sampled them. Micro-batches accumulate the full batch's gradient, which is clipped, then the
+optimiser steps and the version goes up by one. With ``lora`` (r > 0) peft adapters train on a frozen base, otherwise
+every weight; rollouts sample with ``sampling_copy()``. ``save``/``load`` use Hugging Face checkpoints
+(``train.hf_checkpoint``) from which a resumed run continues exactly.
+Sequence layout and off-policy batches: docs/learning.md, "One update of the LM".
 """
 
 from __future__ import annotations
@@ -158,7 +121,7 @@ class LMUpdateStats:
 
 
 def episode_sequences(ep: EpisodeRecord, index: int) -> list[TokenSequence]:
-    """The token sequences of one episode (layout in the module docstring)."""
+    """The token sequences of one episode (layout: docs/learning.md, "One update of the LM")."""
     rows: list[TokenSequence] = []
     ids: list[int] = []
     mask: list[int] = []

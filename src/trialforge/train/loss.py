@@ -1,15 +1,11 @@
 """The GRPO-family policy loss: group-relative advantages and a clipped, token-level surrogate.
 
-Two pure-torch functions, each checkable line by line against its paper:
-
-* ``group_advantages``: one scalar advantage per episode from the rewards of its group
-  (GRPO, Shao et al. 2024; Dr.GRPO, Liu et al. 2025; RLOO, Ahmadian et al. 2024).
-* ``policy_loss``: the PPO clipped surrogate with DAPO clip-higher (Yu et al. 2025), optional
-  dual-clip (Ye et al. 2020), k3 KL to a reference policy (Schulman 2020), truncated importance
-  sampling for off-policy rollouts, and a choice of token/sequence aggregation.
-
-Sign convention: the returned loss is *minimised*, so a token's policy-gradient term is
-``-A * ratio`` (clipped); a positive advantage pushes its tokens' log-probabilities up.
+Two pure-torch functions, each checkable line by line against its paper: ``group_advantages``, one scalar advantage
+per episode from the rewards of its group (GRPO, Shao et al. 2024; Dr.GRPO, Liu et al. 2025; RLOO, Ahmadian et al.
+2024), and ``policy_loss``, the PPO clipped surrogate with DAPO clip-higher (Yu et al. 2025), optional dual-clip (Ye
+et al. 2020), k3 KL to a reference policy (Schulman 2020), truncated importance sampling for off-policy rollouts, and
+a choice of token/sequence aggregation. Sign convention: the returned loss is *minimised*, so a token's
+policy-gradient term is ``-A * ratio`` (clipped); a positive advantage pushes its tokens' log-probabilities up.
 """
 
 from __future__ import annotations

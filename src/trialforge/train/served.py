@@ -1,21 +1,12 @@
 """Each version of the LM learner reaching the inference server its rollouts sample from (``train.inference``).
 
 A rollout of version N (checkpoint ``checkpoints/RUN/lm-vN.pt``; None: the untrained base) samples through
-``served_policy``: an OpenAI-compatible policy that records token ids for the trainer, whose first episode
-makes sure the server holds version N (``WeightSync.ensure``), in whichever process the rollout runs:
-
-* ``api: vllm`` (LoRA): every version is an adapter of its own, named ``RUN/lm-vN``, loaded from the
-  checkpoint's ``model/`` directory (copied under ``weights_dir``, where the server reads it) with vLLM's
-  ``POST /v1/load_lora_adapter`` (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` on the server). A rollout of
-  any version still in flight keeps sampling its own, so the staleness bound holds exactly; adapters more
-  than ``max_staleness + 1`` versions old are unloaded. A restarted server that lost an adapter answers 404,
-  and the policy loads it again and asks again.
-* ``api: sglang`` (full weights): SGLang's ``POST /update_weights_from_disk`` replaces the weights in place
-  under the served name (``train.max_staleness`` must then be 0), skipped when ``GET /get_model_info``
-  already names that directory. The directory is also written to ``weights_dir/current``: a server
-  trialforge restarts (``inference.managed``) starts from it.
-
-The version tag on every step row is the learner's (``vN``), whatever name the server knows it by.
+``served_policy``, an OpenAI-compatible policy that records token ids for the trainer and whose first episode makes
+sure the server holds version N (``WeightSync.ensure``), in whichever process it runs. With ``api: vllm`` each version
+is a LoRA adapter ``RUN/lm-vN`` (those more than ``max_staleness + 1`` versions old are unloaded); with
+``api: sglang`` full weights are swapped in place (``max_staleness`` 0) and named in ``weights_dir/current`` for a
+restarted server. Step rows carry the learner's version tag (``vN``) whatever the server calls it.
+Routes, reloads and restarts: docs/inference-server.md, "Training through a server: `train.inference`".
 """
 
 from __future__ import annotations
