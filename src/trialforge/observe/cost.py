@@ -1,18 +1,12 @@
 """What episodes cost: resource-seconds, retries and tokens, per episode, per valid trajectory and per unit of
 reward, by task tier and by failure cause, priced when ``observe.prices`` says what a unit costs.
 
-The basis is what a cluster bills for: **reservations**. An episode holds a sandbox of ``sandbox.cpus`` CPUs
-and ``sandbox.memory_mb`` for its whole duration (its conversation, then the verifier's fresh sandbox while it
-grades), busy or idle (a model thinking keeps the sandbox waiting). So reserved CPU-seconds are
-``duration_s × cpus`` and memory GB-seconds ``duration_s × memory_mb / 1024``. Beside them, **used** CPU-seconds
-are what the sandboxes' own counters measured (their cgroups, read by the host or the engine: the episode's
-sandbox while it held it, plus the verifier's): their ratio to the reservation says how much of what is paid for
-is used, which is what sizes ``sandbox.cpus``. Episodes whose sandboxes could not be read (unprivileged
-bubblewrap has no cgroup) are left out of the used figures, and ``cpu_measured`` says how many were counted.
-Memory is priced by reservation only: Podman's stats give no per-episode peak.
-Failed episodes cost too: the cost of a *valid* trajectory divides everything spent by the episodes
-that ended ``ok``, so a flaky environment shows up as a dearer valid trajectory. Training is priced per GPU-hour
-of update time on CUDA (``updates``); policy inference per million tokens (scripted policies use none).
+The basis is what a cluster bills for, reservations: an episode holds ``sandbox.cpus`` CPUs and
+``sandbox.memory_mb`` for its whole duration, so reserved CPU-seconds are ``duration_s × cpus`` and memory
+GB-seconds ``duration_s × memory_mb / 1024``. Used CPU-seconds come from the sandboxes' cgroup counters; episodes
+that could not be read are left out of them (``cpu_measured`` counts the rest). A valid trajectory's cost divides
+everything spent by the ``ok`` episodes. Training is priced per GPU-hour of CUDA update time, inference per million
+tokens. What each figure means and why: docs/observability.md, "Cost".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """What a trialforge command shows, decided in one place: quiet for people, structured JSON for machines.
 
-trialforge logs through ``logging`` with structured fields
-(``log.info("published part", extra={"dataset": ..., "rows": ...})``); ``JsonFormatter`` keeps those
-fields as JSON keys so a log shipper or ``jq`` can filter on them.
-
-``configure`` is called once per command (the CLI's ``-v``/``--log-format``, read from
-``TRIALFORGE_VERBOSE``/``TRIALFORGE_LOG_FORMAT`` too, so ``dvc repro`` can pass them to its stages):
-
-- by default the terminal gets warnings and errors from anything, and the one line each pipeline stage
-  logs when it ends (``stage_done``, ``logged_step``); the rich progress view and the summary are not logs;
-- ``-v`` adds every INFO line: Prefect's per-flow and per-task state lines ("Finished in state
-  Completed()"), trialforge's own, and the libraries' (httpx, Ray, ...); ``-vv`` adds DEBUG.
-
-Prefect's loggers keep their INFO level (``PREFECT_LOGGING_LEVEL``), so the Prefect UI still receives
-every run's log lines through its API handler; only what reaches the terminal is filtered. Processes
-the command starts that configure their own logging from Prefect's settings (Ray workers, the flow
-runs ``trialforge serve`` starts) get the same terminal level through
-``PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL``, unless it is already set.
+trialforge logs through ``logging`` with structured fields (``extra={"dataset": ..., "rows": ...}``) that
+``JsonFormatter`` keeps as JSON keys. ``configure`` is called once per command (the CLI's ``-v``/``--log-format``,
+or ``TRIALFORGE_VERBOSE``/``TRIALFORGE_LOG_FORMAT`` for ``dvc repro``'s stages): by default the terminal gets warnings,
+errors and each stage's closing line; ``-v`` adds every INFO line, ``-vv`` DEBUG. Only the terminal is filtered:
+Prefect's loggers keep INFO for its UI, and processes the command starts get the same terminal level through
+``PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL`` unless it is set. What each level shows: docs/orchestration.md,
+"Logs: what the terminal shows".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Run metrics computed from the episode and step tables read back from the store (one source of truth).
 
-``episode_metrics`` and ``task_metrics`` feed the printed summary. ``run_metrics`` computes the
-process metrics of every iteration (and of the run overall) with these definitions:
-
-- an episode *passes* when it ended ``ok`` with reward >= ``PASS_REWARD``; a pass rate is passes over
-  the episodes the policy answers for (``ok``, ``timeout``, ``policy_error``): infrastructure failures
-  (``env_error``, ``verifier_error``) count on neither side. *Mean reward* is over ``ok`` episodes only.
-- ``pass_rate`` is over train-split tasks, ``heldout_pass_rate`` over eval-split tasks (never trained on):
-  the learner's held-out curve is the one that says whether it learnt or memorised.
-- latencies: sandbox start is ``episodes.sandbox_s`` of episodes whose sandbox started; exec is
-  ``steps.exec_s`` of the tools that run in the sandbox; verify is ``episodes.verify_s`` of graded episodes.
-- a GRPO group (``group_id`` = task/policy, within one iteration) has *zero variance* when all its ``ok``
-  episodes got the same reward: it contributes no advantage, whatever the policy learns.
-- throughput is episodes per wall-clock second when the caller passes the iteration's wall time
-  (``IterationTiming``), else episodes per summed episode duration (what one worker slot delivers).
+``episode_metrics`` and ``task_metrics`` feed the printed summary; ``run_metrics`` computes the process metrics of
+every iteration and of the run overall. An episode *passes* when it ended ``ok`` with reward >= ``PASS_REWARD``; a
+pass rate is over the episodes the policy answers for (``ok``, ``timeout``, ``policy_error``), never infrastructure
+failures; *mean reward* is over ``ok`` episodes; ``pass_rate`` is over train-split tasks, ``heldout_pass_rate`` over
+eval-split ones. Latencies, zero-variance groups and throughput: docs/observability.md,
+"How the metrics are defined".
 """
 
 from __future__ import annotations

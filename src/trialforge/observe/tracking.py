@@ -1,36 +1,12 @@
 """Experiment tracking with MLflow: each run's params, per-iteration metrics, tags and artifacts.
 
 One trialforge run is one MLflow run, named by the run id (tag ``trialforge.run_id``), in the experiment
-``tracking.experiment`` (default: ``run.name``). It holds:
-
-- params: every knob of the resolved params.yaml under its dotted name (``train.lr``; a list or an empty
-  mapping as JSON), and the whole file as the artifact ``params.yaml``;
-- metrics with step = iteration, logged as each iteration ends: ``observe.metrics``' process metrics under the
-  names ``trialforge compare`` prints, the first dot a slash (the MLflow UI makes a section of charts of each
-  group): ``pass_rate/repair``, ``pass_rate_by_tier/easy``, ``heldout_pass_rate/*``, ``mean_reward/*``,
-  ``env_error_rate``, ``verifier_error_rate``, ``zero_variance_groups/fraction``, ``latency/sandbox_s.p90``,
-  ``status_counts/*``, ``integrity_flags/*``, ...; the reward histogram's bin counts (``reward_hist/0.9-1``);
-  the learner's step (``train/loss``, ``train/behaviour_lag``: how stale its batch was,
-  ``train/health.entropy``, ``train/sampler.drawn``, ...). When the run ends, at its last step: the run-wide
-  ``overall/*``, ``loop/*`` (the trainer's and the rollouts' waits), ``tasks/STAGE.*`` (the funnels) and
-  ``quality/*``;
-- tags: ``trialforge.task_set_version``, ``trialforge.image.NAME`` (the content digest of each image the
-  tasks run in), ``trialforge.code_version``;
-- artifacts when the run ends: ``report.html``, ``metrics.json``, ``plots/*.csv``.
-
-Where: ``tracking.uri``, overridden by ``MLFLOW_TRACKING_URI``. The default ("") is a SQLite store inside the
-run's file store (``STORE/mlflow/mlflow.db``; a run on ``s3://`` is tracked in ``.trialforge/mlflow/``): it
-works offline, with no server, and ``trialforge tracking ui`` serves it. A SQLite store keeps its artifacts
-in ``mlartifacts/`` beside the database file (MLflow's own name for it).
-
-The link to the MLflow run (``TrackingLink``) is kept with the run's records (``runs/RUN/tracking.json``):
-a resumed run and the DVC ``report`` stage continue the same MLflow run, and the summary, ``trialforge
-compare`` and the report link to it.
-
-A tracker never fails a run. Its first error (a server that does not answer, a full disk) is logged once as a
-warning, tracking stops for the rest of the run, and the summary says so. An HTTP tracking server is asked
-for ``/health`` before the run starts, and MLflow's HTTP retries are bounded (``HTTP_LIMITS``, unless the
-environment sets them): a server that dies mid-run costs the run about a minute at most, once.
+``tracking.experiment`` (default: ``run.name``); metrics have step = iteration and the names ``trialforge compare``
+prints with the first dot a slash (``pass_rate/repair``). Where: ``tracking.uri``, overridden by
+``MLFLOW_TRACKING_URI``; the default is a SQLite store inside the run's file store. The link (``TrackingLink``, in
+``runs/RUN/tracking.json``) lets a resumed run and the DVC ``report`` stage continue the same MLflow run. A tracker
+never fails a run: its first error is logged once and tracking stops. What is logged and where:
+docs/observability.md, "Experiment tracking with MLflow".
 """
 
 from __future__ import annotations
