@@ -1,17 +1,12 @@
 """An inference server the run starts itself (``train.inference.command``), kept up while the run lasts.
 
-``serving(params)`` starts the command (split like a shell, run without one; ``{model}`` replaced by the
-weights to serve, ``{name}`` by the name to serve them under) in a session of its own, waits until ``url``
-answers ``GET /models``, and stops the whole process group when the run ends. A supervisor thread watches
-it: a server that exits while the run goes on is started again, up to ``max_restarts`` times, with the
-latest full weights published for it (``train.served.current_full_weights``), so it comes back serving the
-version the run had reached; LoRA adapters it lost are loaded again by the first rollout that asks for them
-(``train.served.WeightSync``). Requests meanwhile fail and are retried by the policy; an episode whose
-retries run out ends as ``env_error`` and the iteration's health gate sees it.
-
-The server is this run's: something already answering at ``url`` is refused rather than shared, its output
-goes to ``OUT_DIR/inference-server.log``, it is recorded in the state dir (``sandbox.host.owned``) so ``trialforge
-reap`` stops it after a kill -9, and it gets SIGKILL from the kernel when the supervisor thread's process dies.
+``serving(params)`` starts the command (``{model}``, ``{name}`` filled in) in a session of its own, waits until
+``url`` answers ``GET /models`` and stops the whole process group when the run ends. A supervisor thread starts a
+server that exited again, up to ``max_restarts`` times, with the latest full weights
+(``train.served.current_full_weights``); lost adapters are loaded again by ``train.served.WeightSync``. The server
+is this run's: one already answering at ``url`` is refused, its output goes to ``OUT_DIR/inference-server.log``, and
+``trialforge reap`` (state dir) or the kernel's parent-death signal stops it after a kill -9.
+Its life in detail: docs/inference-server.md, "Training through a server: `train.inference`".
 """
 
 from __future__ import annotations

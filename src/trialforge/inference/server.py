@@ -1,28 +1,12 @@
 """An OpenAI-compatible inference server over a local transformers causal LM (``trialforge serve lm``).
 
-It speaks the subset of vLLM's HTTP API (and one route of SGLang's) that an RL trainer uses, field for field,
-so that "sample through a server, train, push new weights to the server" runs where vLLM cannot (a CPU, a
-small GPU) with the client code that talks to vLLM in production:
-
-- ``GET /health``; ``GET /v1/models``: the base model and every loaded LoRA adapter (``parent``: the base);
-- ``POST /v1/chat/completions``: ``model``, ``messages``, ``tools``, ``tool_choice`` (auto | none),
-  ``temperature``, ``max_tokens`` / ``max_completion_tokens``, ``seed``, ``logprobs`` and vLLM's
-  ``return_token_ids`` (``prompt_token_ids`` beside the choices, ``token_ids`` in the choice). One choice, no
-  streaming; a sampling option vLLM honours and this server does not (top_p, stop ...) is refused, never
-  ignored, since ignoring it would return samples of another distribution than the one asked for;
-- ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``: vLLM's runtime LoRA API;
-- ``POST /update_weights_from_disk``: SGLang's, new base weights from a directory; ``GET /get_model_info``:
-  SGLang's, the directory the base weights came from (``model_path``, absolute).
-
-Sampling is ``HFPolicy``'s: reproducible under ``seed``, and the log-probability returned for a sampled token
-is that of the distribution it was drawn from, ``log_softmax(logits / temperature)`` (vLLM's
-``--logprobs-mode processed_logprobs``): what a trainer's importance ratios need.
-
-Each name served is its own ``HFPolicy`` over the one tokenizer. An adapter is merged into a copy of the base
-weights when it loads (a model's memory, the base's speed), so requests under different names share no
-mutable state. ``update_weights_from_disk`` replaces the base alone: adapters stay merged onto the weights
-they were loaded over (load them again to move them). Requests run concurrently in FastAPI's thread pool and
-each takes its model once: a request that began on the old weights ends on them.
+It speaks the subset of vLLM's HTTP API (and two routes of SGLang's) that an RL trainer uses, field for field, so
+that "sample through a server, train, push new weights to the server" runs where vLLM cannot (a CPU, a small GPU)
+with the client code that talks to vLLM in production. Sampling is ``HFPolicy``'s: reproducible under ``seed``, each
+sampled token's log-probability that of the distribution it was drawn from (``log_softmax(logits / temperature)``).
+A sampling option it does not honour is refused, never ignored. Adapters are merged into copies of the base, so
+names share no mutable state; a request keeps the weights it began on.
+Routes, fields and weights: docs/inference-server.md, "Routes" and "Weights".
 """
 
 from __future__ import annotations
