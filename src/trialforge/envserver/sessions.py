@@ -1,15 +1,11 @@
 """Live episodes driven from outside: each runs the ordinary agent loop in a thread of its own, and the
-client's requests are its policy.
+client's requests are its policy (no second implementation of sandbox, recovery, grading or records).
 
-The loop asks its policy for an action; here the policy hands the observation to the waiting request and
-blocks until the client's next ``step``. So an episode driven through the server has exactly the sandbox,
-recovery, grading and records of one run by ``trialforge run``: there is no second implementation to drift.
-
-Limits: at most ``max_live`` episodes run at once (the next reset is refused, not queued: the client backs
-off as Retry-After says); a client silent for ``idle_timeout_s`` loses its episode (ended as
-``policy_error``, its sandbox released); the loop's own deadline (``sandbox.episode_timeout_s``) holds too.
-A verdict stays readable for ``verdict_ttl_s`` after the episode ends, so a client that retries ``close``
-gets the same answer. Every ended episode is written to the store as the usual episodes/steps Parquet.
+At most ``max_live`` episodes run at once (the next reset is refused with Retry-After, not queued); a client silent
+for ``idle_timeout_s`` loses its episode (``policy_error``, sandbox released); ``sandbox.episode_timeout_s`` holds
+too; a verdict stays readable for ``verdict_ttl_s`` so a retried ``close`` gets the same answer. Every ended episode
+is written to the store as the usual episodes/steps Parquet. Why and how: docs/env-server.md, "Recording" and
+"Limits and failure".
 """
 
 from __future__ import annotations

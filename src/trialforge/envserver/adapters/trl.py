@@ -1,24 +1,12 @@
 """TRL 1.16 integration: trialforge episodes as ``GRPOTrainer``'s tool environment (``environment_factory``).
 
-GRPOTrainer builds one environment per rollout slot and, for every batch, calls ``reset(**row)`` (a string it
-returns is appended to the prompt's last user message), offers the environment's public methods as the model's
-tools (their signatures and docstrings become the schemas in the prompt), runs each tool call the model makes, and
-calls ``get_reward()`` once per finished rollout as a reward column of its own. Here ``reset`` starts an episode
-on the server, each tool call is one ``step``, and ``get_reward`` closes the episode and returns its verdict's
-reward. No ``reward_funcs`` are needed; adding one that reads the same verdict would count it twice.
-
-Unknown rewards: ``get_reward`` returns None when the verifier could not establish one (any status but ``ok``),
-with a warning naming the episode, status and cause. GRPOTrainer turns None into NaN: the rollout is left out of
-its group's baseline and gets zero advantage; it is never scored 0.
-
-Rows: each dataset row names its task (``task_id``) or a seeded draw (``seed``, with ``split`` and ``tier``), so
-the ``num_generations`` rollouts of one row play the same task; ``task_dataset`` builds such rows. Without them
-every rollout draws a task of its own and the group baseline compares different tasks.
-
-Server limits to size the trainer by: every rollout of a generation batch holds an episode until its reward is
-read, so ``generation_batch_size`` must not exceed the server's ``max_live`` (a reset would wait for a slot that
-only this batch can free); and an episode waits while the others generate, so the server's ``idle_timeout_s``
-must outlast a generation round.
+GRPOTrainer builds one environment per rollout slot, calls ``reset(**row)``, offers its public methods as the model's
+tools and calls ``get_reward()`` once per finished rollout. Here ``reset`` starts an episode on the server, each tool
+call is one ``step`` and ``get_reward`` closes the episode and returns its verdict's reward, so no ``reward_funcs``
+are needed; an unknown reward (any status but ``ok``) is None, never 0. ``task_dataset`` builds rows that name a task
+or a seeded draw, so a group's rollouts play the same task. Size the trainer by the server: ``generation_batch_size``
+at most ``max_live``, ``idle_timeout_s`` longer than a generation round.
+Why each rule: docs/env-server.md, "Pointing a trainer at it".
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """A verifiers 0.4.0 environment (``verifiers.v1``) whose rollouts are episodes on a trialforge environment server.
 
-verifiers composes an environment from a taskset (what to solve), an env (how one task becomes an episode) and a
-harness (the agent's program). Here:
-
-- ``TrialforgeTaskset`` yields one ``TrialforgeTask`` per named task, or per seeded draw from a split and tier.
-- ``TrialforgeEnv.run`` plays the user, as verifiers' own OpenEnv env does: ``reset`` on the server, the server's
-  prompt as the agent's first turn, ``close`` when the agent is done, the verdict's reward onto the trace.
-- ``TrialforgeHarness`` is the agent's program, run in-process (verifiers allows that as long as every model call
-  goes through the rollout's interception endpoint, which records it on the trace): it asks the model, turns each
-  tool call into a ``step``, and stops when the episode is done or the model stops calling tools.
-
-A reward the server could not establish (any status but ``ok``) is never recorded as a number: ``run`` raises
-``VerifierError``, which verifiers records as the episode's error (``episode.ok`` is False, so a trainer drops it),
-and the verdict (status, cause, flags) is on ``trace.info["trialforge"]`` either way.
-
-verifiers 0.4.0 finds a taskset, its env and its default harness by plugin id: a top-level module exporting them
-in ``__all__`` (``verifiers.v1.utils.loaders``; a dotted module path fails its ``find_spec``). The package
-``trialforge_env`` re-exports this module under that name: name the taskset ``trialforge-env`` in an ``EnvConfig``
-(``{"taskset": {"id": "trialforge-env", "url": ..., "task_ids": [...]}}``) for ``vf.load_environment`` or the eval
-runner (examples/verifiers_env.py).
+``TrialforgeTaskset`` yields one task per named task or seeded draw; ``TrialforgeEnv.run`` plays the user (``reset``,
+the server's prompt as the first turn, ``close``, the verdict's reward onto the trace); ``TrialforgeHarness``, the
+agent's program run in-process, turns each tool call into a ``step``. A reward the server could not establish is
+never a number: ``run`` raises ``VerifierError``, and the verdict is on ``trace.info["trialforge"]`` either way. The
+package ``trialforge_env`` re-exports this module so that verifiers' loader finds the taskset ``trialforge-env``.
+How verifiers loads and runs it: docs/env-server.md, "Pointing a trainer at it".
 """
 
 from __future__ import annotations
