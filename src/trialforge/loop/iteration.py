@@ -9,10 +9,8 @@
     update     one GRPO-family step on the kept groups, checkpoint saved
     sync       the inference side serves the new weights (``inference.managed``, ``train.served``)
 
-and after the last update the evaluation once more, alone. ``run_iterations`` runs the iterations; each
-step is a function below. What they are built on lives elsewhere: how a round is cut into shards and
-published idempotently (``loop.shards``), how rollouts and updates overlap (``loop.staleness``), where
-the shards run (threads here, Prefect and Ray in ``orchestrate``), what is stored (``loop.records``).
+and after the last update the evaluation once more, alone; ``run_iterations`` runs them, one function a step.
+Shards, staleness and records live beside it in ``loop``; the stages in detail: docs/pipeline.md, "The stages".
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The policy the train step updates, behind one interface: the embedded demo's repair policy or a transformers LM.
 
-``train.model`` chooses: empty for the demo's small learnable policy (``rollout.repair``, trained by
-``train.repair_trainer``), or a local directory holding a transformers causal LM and its tokenizer (rolled
-out by ``rollout.hf_policy``, trained by ``train.lm``: tool and observation tokens masked out of the loss,
-CUDA with bf16 when present). Either way the learner's episodes carry its name as their policy
-(``repair`` or ``lm``: list it in ``rollout.policies``), its version ``vN`` after N updates, and a
-checkpoint named ``checkpoints/RUN/NAME-vN.pt`` follows every update, from which a rollout worker in any
-process loads the policy and the next train step resumes. The repair policy's is that one object; the LM's
-is a Hugging Face directory under ``checkpoints/RUN/lm-vN/`` (``train.hf_checkpoint``), its full weights or,
-with ``train.lora.r`` > 0, its LoRA adapters.
-
-``rollout_policy`` is what a rollout samples the learner with: with ``train.inference.url`` an inference
-server that gets each version's weights (``train.served``), so no rollout process loads the model; else the
-learner itself, in the rollout's process.
+``train.model`` chooses: empty for the demo's repair policy (``rollout.repair``, trained by ``train.repair_trainer``),
+or a local transformers causal-LM directory (rolled out by ``rollout.hf_policy``, trained by ``train.lm``). Either
+way the learner's episodes carry its name as their policy (``repair`` or ``lm``) and its version ``vN`` after N
+updates, and every update writes the checkpoint ``checkpoints/RUN/NAME-vN.pt`` (for the LM, the Hugging Face directory
+``checkpoints/RUN/lm-vN/``) from which any process loads the policy. ``rollout_policy`` is what a rollout samples the
+learner with: an inference server given each version's weights (``train.inference.url``, ``train.served``), else the
+learner itself in the rollout's process. Why and how: docs/learning.md, "The learner".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Bounded-staleness training: rollouts for the next iterations run in a background thread while the trainer updates.
 
-The trainer consumes one rollout batch per update, in order, so batch k is trained on by policy version
-``v0 + k`` (``v0`` the version at the start). The producer may start batch k only once the trainer has
-published version ``v0 + k - max_staleness``, and it always rolls out with the newest published snapshot;
-so the batch is never more than ``max_staleness`` versions behind the policy that trains on it.
-``max_staleness=0`` is the synchronous loop (rollout, update, rollout, ...); 1 overlaps one batch's
-rollout with the previous batch's update, and so on.
-
-Each batch is tagged with the version that produced it; the trainer passes that tag on
-(``LMTrainer.update(..., behaviour_version=...)``), which corrects a stale batch by truncated importance
-sampling when ``LossConfig.tis_cap`` is set. Both sides' waiting is measured: the trainer's while no
-batch is ready, the producer's while the staleness bound holds it back.
+Batch k is trained on by policy version ``v0 + k`` (``v0`` the version at the start); the producer starts it only
+once version ``v0 + k - max_staleness`` is published, and rolls out with the newest published snapshot, so a batch is
+never more than ``max_staleness`` versions behind (0: the synchronous loop). Each batch carries the version that
+produced it, which the trainer passes on (``LMTrainer.update(..., behaviour_version=...)``) for truncated importance
+sampling; both sides' waits are measured. Why and how: docs/orchestration.md, "Bounded staleness".
 """
 
 from __future__ import annotations
