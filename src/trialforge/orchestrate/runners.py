@@ -1,18 +1,12 @@
 """Where the flows' work runs, and what Prefect sees of it.
 
-- **Runtimes**: one per params per process. A flow holds it and the flows it calls reuse it; a shard
-  running in a Ray worker opens its own once per worker process.
-- **Shards**: submitted as Prefect tasks to threads here (one shard at a time: ``sandbox.concurrency``
-  bounds the sandboxes of this host) or to a Ray cluster through prefect-ray, each on a worker, spread over
-  the nodes; the worker opens the shard's sandboxes, so they live on its node (its report names it). A shard
-  retries with exponential backoff and jitter on infrastructure faults only (``SandboxError``,
-  ``StoreError``), and holds slots of the global concurrency limit ``sandboxes`` while it runs when the
-  Prefect server has one (``prefect gcl create sandboxes --limit N``); without it (ephemeral Prefect)
-  each worker is bounded by ``sandbox.concurrency`` alone.
-- **Caching**: validation verdicts persist keyed by what decides them (tasks, settings, image, code),
-  so curating the same tickets again does not validate them again.
-- **Artifacts** of each run (funnel, pass-rate and error tables, links to the Parquet data) and
-  **progress** for whoever waits (``trialforge.progress``: the CLI draws it with rich).
+One sandbox runtime per params per process (the flows a flow calls reuse it; a Ray worker opens its own). Rollout
+shards are Prefect tasks, run one at a time in a thread here or spread over a Ray cluster through prefect-ray, where
+the worker opens the shard's sandboxes on its node; a shard retries only on infrastructure faults (``SandboxError``,
+``StoreError``) and holds slots of the global concurrency limit ``sandboxes`` when the Prefect server has one.
+Validation verdicts are cached by what decides them. Each run leaves artifacts (funnel, pass rates, errors, data
+links) and progress (``trialforge.progress``) for whoever waits. Why and how: docs/orchestration.md,
+"Shards, retries, resume" and "Sandboxes across workers".
 """
 
 from __future__ import annotations
