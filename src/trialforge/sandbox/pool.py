@@ -4,7 +4,7 @@ A released sandbox is reset and kept warm for its image, so the next episode pay
 a batch from starting more than the machine can hold. The reaper removes any sandbox past its deadline, so warm ones
 start with ``warm_lifetime_s`` and are retired once an episode could outlive them. Warm capacity is fixed
 (``warm_per_image``) or elastic (``PoolConfig.elastic``: ``DemandMeter``, ``SandboxPool._wanted``). How the elastic
-pool sizes and queues: docs/scale.md, "The elastic pool".
+pool sizes and queues: docs/scale.md, "The elastic pool (`sandbox.elastic`)".
 """
 
 from __future__ import annotations

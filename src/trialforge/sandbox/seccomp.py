@@ -3,7 +3,7 @@
 A denylist mirroring what Docker's default profile keeps from containers, plus io_uring and the ptrace family; each
 entry says why. A listed call fails with EPERM (ENOSYS for ``clone3``); other ABIs (i386, x32) kill the process.
 Two renderings of the same rules: BPF handed to bwrap as an fd (``--seccomp``), and an OCI profile for the docker
-backend. docs/security.md, "kernel attack surface".
+backend. docs/security.md, the "kernel attack surface" row of "What holds, by construction".
 """
 
 from __future__ import annotations

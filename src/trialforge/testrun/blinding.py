@@ -5,7 +5,8 @@ the sandbox only its actual side runs and is reported (an *observation*); the ho
 value it kept. Every other assertion stays in the test and is judged in process. Two rewrites: ``instrument``
 (validation: observe each slot, run unchanged, to ``calibrate``) and ``blind`` (grading: slots replaced by
 observations; the host keeps a ``Blinding``: which checks each sandbox test id must pass, and its original id).
-What becomes a slot, and what the sandbox's file looks like: docs/verification.md, "By construction".
+What becomes a slot, and what the sandbox's file looks like:
+docs/verification.md, "By construction: expected values never enter the sandbox".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The host **evaluates** an expected side from the test file's syntax alone (``eva
 a short list of standard-library constructors, module constants, a parametrized row), **decodes** an observation
 into builtin values (``decode``; what it cannot rebuild exactly is ``OPAQUE``, which no check accepts) and
 **judges** (``Check.passes``) with Python's own semantics. Every value on both sides was built here from data, so no
-code of the sandbox runs. docs/verification.md, "By construction".
+code of the sandbox runs. docs/verification.md, "By construction: expected values never enter the sandbox".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Per kind: bwrap sandboxes (``reaper.reap``), labelled containers (``reap_contain
 started with their conmon processes and state (``reap_services``), processes a run started for itself
 (``owned.reap_owned``) and owner-named scratch dirs (``trialforge.scratch``). ``reap_all`` removes each kind whose
 owner is dead or whose deadline passed (everything with ``everything=True``) and reports what it removed, by kind.
-docs/security.md, "What ``trialforge reap`` removes".
+docs/security.md, "What `trialforge reap` removes".
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Every bwrap sandbox writes ``record.json`` (owner, deadline, labels, cgroups, mounts) before it holds any resource;
 the reaper removes sandboxes whose owner is gone or whose deadline passed (the pool at start, ``trialforge reap`` by
 hand). It acts only on records it can authenticate: HMAC under a key only the state dir's owner reads, naming only
-the record's own mount and cgroups; anything else is left alone and reported. docs/security.md, "planted state".
+the record's own mount and cgroups; anything else is left alone and reported.
+docs/security.md, the "planted state" row of "What holds, by construction".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Root reapers act on what they find here, so every state directory is created by us, owned by us and closed to
 others; one that exists with another owner, a looser mode or as a symlink is refused with a clear error. As root,
 the directories on the way to a sandbox's workspace and image are ``0710`` with the sandbox account's group
-(traverse, never list or write). docs/security.md, "planted state".
+(traverse, never list or write). docs/security.md, the "planted state" row of "What holds, by construction".
 """
 
 from __future__ import annotations
