@@ -10,6 +10,8 @@ import pytest
 from trialforge.errors import PatchError
 from trialforge.rollout.policies import patch_to_actions
 from trialforge.tasks.patches import apply_patch, diff_trees, filter_patch, is_test_path, vet_patch
+from trialforge.tasks.patches import test_files as files_of_tests  # not "test_*": pytest would collect it
+from trialforge.tasks.pytestconfig import python_files_of
 
 pytestmark = pytest.mark.pure
 
@@ -99,10 +101,41 @@ def test_split_code_from_tests_and_runner_config(tmp_path):
     [("tests/test_x.py", True), ("pkg/test_x.py", True), ("pkg/x_test.py", True), ("conftest.py", True),
      ("sub/conftest.py", True), ("pytest.ini", True), ("setup.cfg", True), ("pyproject.toml", True),
      ("sitecustomize.py", True), ("pkg/evil.pth", True), ("pkg/core.py", False), ("pkg/testing_utils.py", False),
-     ("pkg/distinfo.py", False), ("pkg/egg.py", False), ("pkg/pycache.py", False)],
+     ("pkg/distinfo.py", False), ("pkg/egg.py", False), ("pkg/pycache.py", False), ("test.py", True),
+     ("tests.py", True), ("app/tests.py", True), ("pkg/testing.py", False), ("contest.py", False)],
 )  # fmt: skip
 def test_is_test_path(path, is_test):
     assert is_test_path(path) is is_test
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("pytest.ini", "[pytest]\npython_files = check_*.py suites/*.py\n"),
+        (".pytest.ini", "[pytest]\npython_files = check_*.py suites/*.py\n"),
+        ("pyproject.toml", '[tool.pytest.ini_options]\npython_files = ["check_*.py", "suites/*.py"]\n'),
+        ("pyproject.toml", '[tool.pytest.ini_options]\npython_files = "check_*.py suites/*.py"\n'),
+        ("tox.ini", "[tox]\nenvlist = py311\n\n[pytest]\npython_files = check_*.py suites/*.py\n"),
+        ("setup.cfg", "[metadata]\nname = x\n\n[tool:pytest]\npython_files =\n    check_*.py\n    suites/*.py\n"),
+    ],
+)
+def test_the_repositorys_own_python_files_make_test_files(tmp_path, name, config):
+    """What the runner collects is a test file wherever the suite's pytest configuration says so."""
+    tree = _tree(tmp_path, {name: config, "check_parse.py": "", "pkg/check_io.py": "", "suites/io.py": "",
+                            "pkg/core.py": "", "pkg/suites/x.py.txt": "", "test.py": ""})  # fmt: skip
+    assert python_files_of(tree) == ("check_*.py", "suites/*.py")
+    assert files_of_tests(tree) == ["check_parse.py", "pkg/check_io.py", "suites/io.py", "test.py"]
+
+
+def test_the_first_pytest_config_decides_and_broken_ones_are_passed_over(tmp_path):
+    """pytest reads one file: a pytest.ini (even without its section) hides setup.cfg's globs; an unparsable
+    pyproject.toml is passed over; another tool's sections are not pytest's."""
+    cfg = "[tool:pytest]\npython_files = check_*.py\n"
+    assert python_files_of(_tree(tmp_path / "a", {"pytest.ini": "", "setup.cfg": cfg})) == ()
+    assert python_files_of(_tree(tmp_path / "b", {"pyproject.toml": "[tool.pytest", "setup.cfg": cfg})) == (
+        "check_*.py",
+    )
+    assert python_files_of(_tree(tmp_path / "c", {"tox.ini": "[testenv]\npython_files = x.py\n"})) == ()
 
 
 def _new_file(path: str, line: str) -> str:

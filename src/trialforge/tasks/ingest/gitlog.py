@@ -34,6 +34,7 @@ from trialforge.tasks.ingest.objects import Commit, ObjectReader
 from trialforge.tasks.ingest.records import read_json_records
 from trialforge.tasks.ingest.trees import snapshot_at
 from trialforge.tasks.patches import git_env
+from trialforge.tasks.pytestconfig import python_files
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -349,9 +350,11 @@ def ingest_git_history(
 def _commit_task(run: _Run, commit: Commit) -> tuple[Task, Statement]:
     if not commit.message.strip():
         raise RepoError(f"commit {commit.sha} has an empty message", reason="no_problem_statement")
+    collected = python_files(lambda name: run.objects.text(commit.sha, name))  # the suite's own test modules
     code, tests = commit_fix(
-        run.repo, commit, max_changed_lines=run.max_changed_lines, max_patch_bytes=run.caps.max_patch_bytes
-    )
+        run.repo, commit, max_changed_lines=run.max_changed_lines, max_patch_bytes=run.caps.max_patch_bytes,
+        collected=collected,
+    )  # fmt: skip
     statement, missing = statement_for(commit, run.issues)
     check_statement(statement, commit, missing, run.min_statement_words)
     parent = commit.parents[0]
