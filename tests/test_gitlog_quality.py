@@ -90,7 +90,7 @@ def history(tmp_path_factory) -> History:
     )  # fmt: skip
     h.commit(
         "docs_ci_packaging",
-        "Release 1.1 with more tests\n\nDocuments the helpers, runs CI on pull requests and tests the old helpers.",
+        "More tests and documentation\n\nDocuments the helpers, runs CI on pull requests and tests the old helpers.",
         {
             "tests/test_core.py": h.tests,  # the test for step4 comes here, with no code change
             "README.md": "# tool\n\nParses items.\n",

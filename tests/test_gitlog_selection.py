@@ -1,7 +1,8 @@
 """Which commits of a history are fixes with tests, judged as the runner and a person would judge them.
 
 Small repositories are built in a temporary directory, one commit per shape: test modules the runner collects
-outside pytest's default names (a root-level ``test.py``, the suite's own ``python_files``).
+outside pytest's default names (a root-level ``test.py``, the suite's own ``python_files``); commits that fix
+nothing (bots, reverts, releases, chores, comment-only and typo changes) beside real fixes that look like them.
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import pytest
 from support.history import History
 
+from trialforge.errors import RepoError
 from trialforge.store.objstore import open_store
 from trialforge.tasks.ingest.extras import split_extras
 from trialforge.tasks.ingest.gitlog import ingest_git_history
+from trialforge.tasks.ingest.nonfix import check_message
+from trialforge.tasks.ingest.objects import Commit
 from trialforge.tasks.snapshots import SnapshotStore
 
 pytestmark = pytest.mark.pure
@@ -56,3 +60,86 @@ def test_test_modules_are_what_the_runner_collects_not_only_pytests_default_name
     kept, dropped = _mine(h, snapshots)
     assert kept == ["root_test_py", "fix_checked_by_own_module"]
     assert dropped == {"root": "root_commit", "own_python_files": "no_code_changes"}
+
+
+CHECK = '\n\ndef check(value):\n    if value is None:\n        raise ValueError("bad valeu")\n    return value\n' \
+        "\n\ndef twice(value):\n    return vaule * 2\n"  # fmt: skip
+
+NON_FIXES = {
+    "pre_commit_ci": (
+        "bot_commit",
+        "[pre-commit.ci] auto fixes from pre-commit.com hooks\n\nfor more information, see https://pre-commit.ci",
+    ),
+    "dependabot": ("bot_commit", "Bump pytest from 7.0.1 to 7.4.0\n\nBumps pytest from 7.0.1 to 7.4.0."),
+    "renovate": ("bot_commit", "chore(deps): update dependency ruff to v0.4.2"),
+    "revert": ("revert_commit", 'Revert "Clamp negative totals"\n\nThis reverts commit 0123456789abcdef0123456789.'),
+    "rebased_merge": ("merge_commit", "Merge branch 'main' into feature\n\nConflicts in lib.py resolved by hand."),
+    "release": ("release_commit", "Release 2.1.0"),
+    "bump": ("release_commit", "Bump version to 2.2"),
+    "chore": ("housekeeping_commit", "chore: tidy the helpers\n\nMoves code around while the tests follow it."),
+    "docs": ("housekeeping_commit", "docs(api): describe total() and its edge cases for the reference"),
+    "ci": ("housekeeping_commit", "ci: run the suite on 3.12\n\nThe matrix missed the newest interpreter."),
+    "style": ("style_commit", "style: wrap long lines\n\nThe linter asks for 79 columns in every module."),
+    "black": ("style_commit", "Run black on the whole tree\n\nOne style for every module, tests included."),
+}
+
+
+def test_commits_that_fix_nothing_are_dropped_each_with_its_reason(tmp_path, snapshots):
+    h = History(tmp_path)
+    h.commit("root", "Initial import", {"pkg/__init__.py": "", **h.step(0)})
+    for n, (name, (_, message)) in enumerate(NON_FIXES.items(), start=1):
+        h.commit(name, message, h.step(n))  # each changes code and its test: only the message tells
+    base = len(NON_FIXES) + 1
+    documented = h.step(base)
+    h.commit("real_fix", "step shifts by the wrong amount" + WHY, documented)
+    code = documented["pkg/core.py"]
+    h.commit(
+        "comment_only",
+        "Explain step's offset\n\nA reader could not tell why the offset is added before the call returns.",
+        {"pkg/core.py": code.replace("def step1(x):", "def step1(x):\n    # the offset is the step's number\n    "
+                                     '"""Shift by one."""', 1), "tests/test_core.py": h.tests + "\n# see step1\n"},
+    )  # fmt: skip
+    code = h.core = (h.repo / "pkg/core.py").read_text() + CHECK
+    h.commit("add_check", "check() accepts None" + WHY, {"pkg/core.py": code, "tests/test_core.py": h.tests + "\n"})
+    h.commit(
+        "typo_in_text",
+        "Fix typo in the error message\n\nThe message said 'valeu' where it meant 'value', confusing users.",
+        {"pkg/core.py": code.replace("bad valeu", "bad value"), "tests/test_core.py": h.tests + "\n\n"},
+    )
+    h.commit(
+        "typo_that_broke_code",
+        "Fix typo that broke twice()\n\ntwice() named a misspelt variable, so every call raised NameError.",
+        {"pkg/core.py": code.replace("bad valeu", "bad value").replace("vaule", "value"),
+         "tests/test_core.py": h.tests + "\n\n\ndef test_twice():\n    assert core.twice(2) == 4\n"},
+    )  # fmt: skip
+    h.commit(
+        "whitespace_fix",
+        "Fix whitespace handling in parse_items\n\nItems separated by tabs kept the tab: strip() was never applied.",
+        h.step(base + 1),
+    )
+    kept, dropped = _mine(h, snapshots)
+    assert kept == ["real_fix", "add_check", "typo_that_broke_code", "whitespace_fix"]
+    assert dropped == {
+        "root": "root_commit",
+        **{name: reason for name, (reason, _) in NON_FIXES.items()},
+        "comment_only": "no_behaviour_change",
+        "typo_in_text": "typo_fix",
+    }
+
+
+@pytest.mark.parametrize(
+    "subject",
+    ["Fix whitespace handling in split", "Release the lock after 2 reads", "Revert to the old parser on errors",
+     "Format dates as ISO 8601", "Document-level merge of settings", "Merge adjacent ranges",
+     "Update the cache on writes", "Chores list keeps its order", "Bump the counter once per call",
+     "Fix the version 2 header parser"],
+)  # fmt: skip
+def test_fixes_whose_subjects_merely_contain_a_housekeeping_word_are_kept(subject):
+    check_message(Commit(sha="0" * 40, parents=(), author_date=None, message=subject + WHY))  # type: ignore[arg-type]
+
+
+def test_a_message_rule_says_what_the_commit_is():
+    with pytest.raises(RepoError) as caught:
+        check_message(Commit(sha="1" * 40, parents=(), author_date=None, message="v1.4.0"))  # type: ignore[arg-type]
+    assert caught.value.reason == "release_commit"
+    assert str(caught.value) == f"commit {'1' * 40} is a release or version bump: 'v1.4.0'"

@@ -30,10 +30,11 @@ from trialforge.tasks.ingest.extras import with_extras
 from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES, commit_fix
 from trialforge.tasks.ingest.git import GIT_TIMEOUT_S, Mirrors, RepoSource, git_argv, repo_name_of, rev_list
 from trialforge.tasks.ingest.github_rest import closing_refs
+from trialforge.tasks.ingest.nonfix import check_code_change, check_message
 from trialforge.tasks.ingest.objects import Commit, ObjectReader
 from trialforge.tasks.ingest.records import read_json_records
 from trialforge.tasks.ingest.trees import snapshot_at
-from trialforge.tasks.patches import git_env
+from trialforge.tasks.patches import git_env, touched_paths
 from trialforge.tasks.pytestconfig import python_files
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
@@ -350,11 +351,13 @@ def ingest_git_history(
 def _commit_task(run: _Run, commit: Commit) -> tuple[Task, Statement]:
     if not commit.message.strip():
         raise RepoError(f"commit {commit.sha} has an empty message", reason="no_problem_statement")
+    check_message(commit)  # bots, reverts, releases, chores: before any diff is read
     collected = python_files(lambda name: run.objects.text(commit.sha, name))  # the suite's own test modules
     code, tests = commit_fix(
         run.repo, commit, max_changed_lines=run.max_changed_lines, max_patch_bytes=run.caps.max_patch_bytes,
         collected=collected,
     )  # fmt: skip
+    check_code_change(commit, touched_paths(code), run.objects.text)
     statement, missing = statement_for(commit, run.issues)
     check_statement(statement, commit, missing, run.min_statement_words)
     parent = commit.parents[0]
