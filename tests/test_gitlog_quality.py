@@ -172,11 +172,11 @@ def test_only_commits_a_person_would_accept_are_kept(history, mined):
     assert [names[sha] for sha in kept] == ["message", "squash", "closing", "mention", "names_tested_api"]
     assert {name: reason for name, (reason, _) in _by_commit(history, funnel).items()} == {
         "root": "root_commit",
-        "subject_only": "statement_too_short",
-        "trailers": "statement_too_short",
+        "subject_only": "subject_only",
+        "trailers": "subject_only",
         "runner_config": "no_test_changes",
         "docs_ci_packaging": "no_code_changes",
-        "unknown_issue": "statement_too_short",
+        "unknown_issue": "subject_only",
         "short_issue": "statement_too_short",
         "leak": "statement_leaks_fix",
         "long": "oversize_statement",
@@ -260,7 +260,7 @@ def test_without_an_issues_file_linked_commits_fall_back_to_their_message(histor
     names = {sha: name for name, sha in history.sha.items()}
     assert [names[split_extras(t.source.ref)[0]] for t in tasks] == ["message", "names_tested_api"]
     assert all(t.source.link_confidence == GITLOG_CONFIDENCE for t in tasks)
-    assert drops["squash"][0] == drops["mention"][0] == "statement_too_short"
+    assert (drops["squash"][0], drops["mention"][0]) == ("subject_only", "statement_too_short")
     assert "it names #7, which the issues file does not hold" in drops["squash"][1]
     assert "'Shift by negative amounts too\\n\\nSee GH-4.'; it names #4, which the issues" in drops["mention"][1]
 

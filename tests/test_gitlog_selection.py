@@ -2,12 +2,16 @@
 
 Small repositories are built in a temporary directory, one commit per shape: test modules the runner collects
 outside pytest's default names (a root-level ``test.py``, the suite's own ``python_files``); commits that fix
-nothing (bots, reverts, releases, chores, comment-only and typo changes) beside real fixes that look like them.
+nothing (bots, reverts, releases, chores, comment-only and typo changes) beside real fixes that look like them;
+subject-only messages, kept only where a linked issue says what was wrong or the user asks for them.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from support.cli_runner import invoke
 from support.history import History
 
 from trialforge.errors import RepoError
@@ -143,3 +147,38 @@ def test_a_message_rule_says_what_the_commit_is():
         check_message(Commit(sha="1" * 40, parents=(), author_date=None, message="v1.4.0"))  # type: ignore[arg-type]
     assert caught.value.reason == "release_commit"
     assert str(caught.value) == f"commit {'1' * 40} is a release or version bump: 'v1.4.0'"
+
+
+SUBJECT = "Return zero for the total of an empty list of values"  # ten words: only the body rule drops it
+
+
+@pytest.fixture(scope="module")
+def subjects(tmp_path_factory) -> History:
+    h = History(tmp_path_factory.mktemp("subjects"))
+    h.commit("root", "Initial import", {"pkg/__init__.py": "", **h.step(0)})
+    h.commit("subject_only", SUBJECT, h.step(1))
+    h.commit("subject_with_issue", "Handle negative steps (#12)", h.step(2))
+    h.commit("with_body", "step3 is off by one" + WHY, h.step(3))
+    return h
+
+
+def test_a_subject_only_commit_is_dropped_unless_a_linked_issue_states_the_problem(subjects, snapshots, tmp_path):
+    issues = tmp_path / "issues.jsonl"
+    body = "Stepping by a negative amount returns the input unchanged; it should shift the value down."
+    issues.write_text(json.dumps({"number": 12, "title": "Negative steps ignored", "body": body}) + "\n")
+    kept, dropped = _mine(subjects, snapshots, issues=issues)
+    assert kept == ["subject_with_issue", "with_body"]
+    assert dropped == {"root": "root_commit", "subject_only": "subject_only"}
+    assert _mine(subjects, snapshots)[1]["subject_with_issue"] == "subject_only"  # the issue's text is not at hand
+
+
+def test_keep_subject_only_keeps_them_from_the_command_line(subjects, tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text(f"run:\n  store: file://{tmp_path / 'store'}\n  out_dir: {tmp_path / 'out'}\n")
+    argv = ["ingest", "gitlog", "--repo", f"lib={subjects.repo}", "--params", str(params)]
+    dropped, kept = invoke(*argv), invoke(*argv, "--keep-subject-only")
+    assert dropped.exit_code == kept.exit_code == 0, dropped.output + kept.output
+    assert dropped.stdout.splitlines()[0] == "ingest.gitlog: kept 1 of 4"
+    assert "  dropped 2 subject_only" in dropped.stdout.splitlines()
+    assert kept.stdout.splitlines()[0] == "ingest.gitlog: kept 2 of 4"  # SUBJECT's ten words are kept
+    assert "  dropped 1 statement_too_short" in kept.stdout.splitlines()  # "Handle negative steps (#12)": 4 words
