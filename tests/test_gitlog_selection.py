@@ -80,6 +80,7 @@ NON_FIXES = {
     "rebased_merge": ("merge_commit", "Merge branch 'main' into feature\n\nConflicts in lib.py resolved by hand."),
     "release": ("release_commit", "Release 2.1.0"),
     "bump": ("release_commit", "Bump version to 2.2"),
+    "tag": ("release_commit", "v2.3.0\n\nSee CHANGES for what is new in this release."),
     "chore": ("housekeeping_commit", "chore: tidy the helpers\n\nMoves code around while the tests follow it."),
     "docs": ("housekeeping_commit", "docs(api): describe total() and its edge cases for the reference"),
     "ci": ("housekeeping_commit", "ci: run the suite on 3.12\n\nThe matrix missed the newest interpreter."),

@@ -17,8 +17,9 @@ def test_parse_items():
 """
 
 
-def git(repo: Path, *args: str, stdin: str | None = None, date: str = "2024-01-01T00:00:00+00:00") -> str:
-    env = {
+def git_env(repo: Path, date: str) -> dict[str, str]:
+    """No host config, a fixed date: the same history, and the same shas, on every machine."""
+    return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(repo),
         "GIT_CONFIG_GLOBAL": "/dev/null",
@@ -26,9 +27,12 @@ def git(repo: Path, *args: str, stdin: str | None = None, date: str = "2024-01-0
         "GIT_AUTHOR_DATE": date,
         "GIT_COMMITTER_DATE": date,
     }
+
+
+def git(repo: Path, *args: str, stdin: str | None = None, date: str = "2024-01-01T00:00:00+00:00") -> str:
     done = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo, input=stdin, capture_output=True, text=True, env=env, check=True,
+        cwd=repo, input=stdin, capture_output=True, text=True, env=git_env(repo, date), check=True,
     )  # fmt: skip
     return done.stdout.strip()
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import PurePosixPath
 
 from trialforge.errors import RepoError
@@ -17,26 +19,48 @@ from trialforge.pyast import parse
 from trialforge.tasks.ingest.fixes import is_support_file
 from trialforge.tasks.ingest.objects import Commit
 
-# (reason, what it is, subject or message pattern): the first that matches names the commit. Narrow on purpose: a
-# real fix whose subject merely contains a word ("Fix whitespace handling") must pass; the diff rules catch the rest.
-_FLAGS = re.IGNORECASE | re.MULTILINE
-MESSAGE_RULES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
-    ("bot_commit", "a bot's commit (pre-commit.ci, Dependabot, Renovate)", re.compile(
-        r"\A(?:\[pre-commit\.ci\]|pre-commit autoupdate|\[(?:dependabot|renovate|bot)\]|bump \S+ from \S+ to \S+"
-        r"|(?:chore|build|fix)\(deps(?:-dev)?\)|update (?:dependency|module|pre-commit hook) \S+ to )", _FLAGS)),
-    ("revert_commit", "a revert", re.compile(
-        r"\Arevert\s+(?:\"|[0-9a-f]{7,40}\b)|^this reverts commit [0-9a-f]{7,40}\b", _FLAGS)),
-    ("merge_commit", "a merge rebased to one parent", re.compile(
-        r"\Amerge (?:branch|pull request|remote-tracking branch|tag|(?:the )?changes from) ", _FLAGS)),
-    ("release_commit", "a release or version bump", re.compile(
-        r"\A(?:(?:chore\()?release\)?!?:|(?:release|prepare(?: for)?(?: release)?|bump(?: version)?(?: to)?|version)"
-        r"\s+v?\d+\.\d+|v?\d+\.\d+(?:\.\d+)*[\w.+-]*\s*$)", _FLAGS)),
-    ("housekeeping_commit", "a chore, docs, CI or build commit (its conventional-commit type)", re.compile(
-        r"\A(?:chore|docs?|ci|build|deps)(?:\([^)]*\))?!?:", _FLAGS)),
-    ("style_commit", "a formatting or lint commit", re.compile(
-        r"\A(?:style(?:\([^)]*\))?!?:|(?:apply|run|ran|use)\s+(?:black|isort|ruff|pyupgrade|autopep8|yapf|flake8"
-        r"|pre-commit|codespell)\b|(?:fix(?:ed)?\s+)?(?:lint|linting|linter|flake8|pylint|ruff)\s+(?:errors?|warnings?"
-        r"|issues?|complaints?)\s*$|(?:re)?format(?:ted)?\s+(?:the\s+)?(?:code|codebase|sources?|files?)\b)", _FLAGS)),
+
+@dataclass(frozen=True)
+class MessageRule:
+    """A kind of commit that fixes nothing, told by how its subject opens (case-insensitive), or by a line of its
+    message (``line``). Anchored on purpose: a fix whose subject merely contains a word ("Fix whitespace
+    handling") passes; the diff rules catch the rest."""
+
+    reason: str
+    what: str
+    opens: tuple[str, ...]
+    line: str = ""
+
+    @cached_property
+    def _pattern(self) -> re.Pattern[str]:
+        line = f"|^(?:{self.line})" if self.line else ""
+        return re.compile(rf"\A(?:{'|'.join(self.opens)}){line}", re.IGNORECASE | re.MULTILINE)
+
+    def matches(self, message: str) -> bool:
+        return self._pattern.search(message) is not None
+
+
+_CONVENTIONAL = r"(?:\([^)]*\))?!?:"  # a conventional commit's optional scope, breaking mark and colon
+_TOOLS = r"(?:black|isort|ruff|pyupgrade|autopep8|yapf|flake8|pre-commit|codespell)\b"
+MESSAGE_RULES = (  # the first that matches names the commit
+    MessageRule("bot_commit", "a bot's commit (pre-commit.ci, Dependabot, Renovate)", (
+        r"\[pre-commit\.ci\]", r"pre-commit autoupdate", r"\[(?:dependabot|renovate|bot)\]",
+        r"bump \S+ from \S+ to \S+", r"(?:chore|build|fix)\(deps(?:-dev)?\)",
+        r"update (?:dependency|module|pre-commit hook) \S+ to ")),
+    MessageRule("revert_commit", "a revert", (r'revert\s+(?:"|[0-9a-f]{7,40}\b)',),
+                line=r"this reverts commit [0-9a-f]{7,40}\b"),
+    MessageRule("merge_commit", "a merge rebased to one parent",
+                (r"merge (?:branch|pull request|remote-tracking branch|tag|(?:the )?changes from) ",)),
+    MessageRule("release_commit", "a release or version bump", (
+        rf"(?:chore\()?release\)?{_CONVENTIONAL}",
+        r"(?:release|prepare(?: for)?(?: release)?|bump(?: version)?(?: to)?|version)\s+v?\d+\.\d+",
+        r"v?\d+\.\d+(?:\.\d+)*[\w.+-]*\s*$")),
+    MessageRule("housekeeping_commit", "a chore, docs, CI or build commit (its conventional-commit type)",
+                (rf"(?:chore|docs?|ci|build|deps){_CONVENTIONAL}",)),
+    MessageRule("style_commit", "a formatting or lint commit", (
+        rf"style{_CONVENTIONAL}", rf"(?:apply|run|ran|use)\s+{_TOOLS}",
+        r"(?:fix(?:ed)?\s+)?(?:lint|linting|linter|flake8|pylint|ruff)\s+(?:errors?|warnings?|issues?|complaints?)\s*$",
+        r"(?:re)?format(?:ted)?\s+(?:the\s+)?(?:code|codebase|sources?|files?)\b")),
 )  # fmt: skip
 _TYPO = re.compile(r"\b(?:typos?|spelling|misspel\w*|mis-spel\w*|spelled|grammar)\b", re.IGNORECASE)
 
@@ -45,9 +69,9 @@ Source = Callable[[str, str], str | None]  # (commit, path) -> the file's text t
 
 def check_message(commit: Commit) -> None:
     """The first of ``MESSAGE_RULES`` the message matches, as a ``RepoError`` with that rule's reason."""
-    for reason, what, pattern in MESSAGE_RULES:
-        if pattern.search(commit.message):
-            raise RepoError(f"commit {commit.sha} is {what}: {commit.subject!r}", reason=reason)
+    for rule in MESSAGE_RULES:
+        if rule.matches(commit.message):
+            raise RepoError(f"commit {commit.sha} is {rule.what}: {commit.subject!r}", reason=rule.reason)
 
 
 def check_code_change(commit: Commit, code_paths: Sequence[str], source: Source) -> None:
