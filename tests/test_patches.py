@@ -12,6 +12,7 @@ from trialforge.rollout.policies import patch_to_actions
 from trialforge.tasks.patches import apply_patch, diff_trees, filter_patch, is_test_path, vet_patch
 from trialforge.tasks.patches import test_files as files_of_tests  # not "test_*": pytest would collect it
 from trialforge.tasks.pytestconfig import python_files_of
+from trialforge.verify.grader import code_only
 
 pytestmark = pytest.mark.pure
 
@@ -173,3 +174,24 @@ def test_gold_patch_replays_as_tool_calls(tmp_path):
             assert text.count(action.args["old"]) == 1
             path.write_text(text.replace(action.args["old"], action.args["new"]))
     assert diff_trees(tmp_path / "b", after) == ""
+
+
+def test_grading_restores_the_tests_a_repositorys_own_python_files_names(tmp_path):
+    """A repository whose tests are check_*.py: the policy's edit of one is dropped like an edit of test_x.py,
+    judged by the pristine tree's configuration (which the policy cannot change: pytest.ini is dropped too)."""
+    base = tmp_path / "base"
+    (base / "pkg").mkdir(parents=True)
+    (base / "pytest.ini").write_text("[pytest]\npython_files = check_*.py\n")
+    (base / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (base / "check_calc.py").write_text("from pkg.calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    after = tmp_path / "after"
+    shutil.copytree(base, after)
+    (after / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (after / "check_calc.py").write_text("def test_add():\n    assert True\n")
+    (after / "pytest.ini").write_text("[pytest]\npython_files = nothing_*.py\n")
+    diff = diff_trees(base, after)
+
+    code, dropped = code_only(diff, python_files_of(base))
+    assert sorted(dropped) == ["check_calc.py", "pytest.ini"]
+    assert "return a + b" in code and "assert True" not in code
+    assert "check_calc.py" not in code_only(diff)[1]  # the control: by name alone it would have stayed
