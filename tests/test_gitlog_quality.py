@@ -11,11 +11,10 @@ image meets.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from support.history import CORE, TESTS, History
 
 from trialforge.errors import RepoError
 from trialforge.store.objstore import open_store
@@ -36,15 +35,6 @@ from trialforge.tasks.snapshots import SnapshotStore
 
 pytestmark = pytest.mark.pure
 
-CORE = """def parse_items(text):
-    return [item.strip() for item in text.split(",")]
-"""
-TESTS = """from pkg import core
-
-
-def test_parse_items():
-    assert core.parse_items("a, b") == ["a", "b"]
-"""
 SETUP = 'from setuptools import setup\n\nsetup(name="tool", version="{version}"{extra})\n'
 URL = "https://github.com/acme/tool"
 ISSUES = [
@@ -70,45 +60,6 @@ ISSUES = [
     },
     {"number": 8, "title": "Bug", "body": "", "html_url": f"{URL}/issues/8"},
 ]
-
-
-def _git(repo: Path, *args: str, stdin: str | None = None, date: str = "2024-01-01T00:00:00+00:00") -> str:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(repo),
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_DATE": date,
-    }
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo, input=stdin, capture_output=True, text=True, env=env, check=True,
-    )  # fmt: skip
-    return done.stdout.strip()
-
-
-class History:
-    """A repository grown one commit at a time; ``step(n)`` adds function ``stepN`` and its test."""
-
-    def __init__(self, repo: Path) -> None:
-        self.repo = repo
-        self.core, self.tests = CORE, TESTS
-        self.sha: dict[str, str] = {}
-        _git(repo, "init", "-q", "-b", "main")
-
-    def commit(self, name: str, message: str, files: dict[str, str], year: int = 2024) -> None:
-        for rel, text in files.items():
-            (self.repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.repo / rel).write_text(text)
-        _git(self.repo, "add", "-A")
-        _git(self.repo, "commit", "-q", "-F", "-", stdin=message, date=f"{year}-03-{len(self.sha) + 1:02d}T10:00:00Z")
-        self.sha[name] = _git(self.repo, "rev-parse", "HEAD")
-
-    def step(self, n: int, extra_code: str = "") -> dict[str, str]:
-        self.core += f"\n\n{extra_code}def step{n}(x):\n    return x + {n}\n"
-        self.tests += f"\n\ndef test_step{n}():\n    assert core.step{n}(1) == {n + 1}\n"
-        return {"pkg/core.py": self.core, "tests/test_core.py": self.tests}
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +90,7 @@ def history(tmp_path_factory) -> History:
     )  # fmt: skip
     h.commit(
         "docs_ci_packaging",
-        "Release 1.1 with more tests\n\nDocuments the helpers, runs CI on pull requests and tests the old helpers.",
+        "More tests and documentation\n\nDocuments the helpers, runs CI on pull requests and tests the old helpers.",
         {
             "tests/test_core.py": h.tests,  # the test for step4 comes here, with no code change
             "README.md": "# tool\n\nParses items.\n",
@@ -221,11 +172,11 @@ def test_only_commits_a_person_would_accept_are_kept(history, mined):
     assert [names[sha] for sha in kept] == ["message", "squash", "closing", "mention", "names_tested_api"]
     assert {name: reason for name, (reason, _) in _by_commit(history, funnel).items()} == {
         "root": "root_commit",
-        "subject_only": "statement_too_short",
-        "trailers": "statement_too_short",
+        "subject_only": "subject_only",
+        "trailers": "subject_only",
         "runner_config": "no_test_changes",
         "docs_ci_packaging": "no_code_changes",
-        "unknown_issue": "statement_too_short",
+        "unknown_issue": "subject_only",
         "short_issue": "statement_too_short",
         "leak": "statement_leaks_fix",
         "long": "oversize_statement",
@@ -309,7 +260,7 @@ def test_without_an_issues_file_linked_commits_fall_back_to_their_message(histor
     names = {sha: name for name, sha in history.sha.items()}
     assert [names[split_extras(t.source.ref)[0]] for t in tasks] == ["message", "names_tested_api"]
     assert all(t.source.link_confidence == GITLOG_CONFIDENCE for t in tasks)
-    assert drops["squash"][0] == drops["mention"][0] == "statement_too_short"
+    assert (drops["squash"][0], drops["mention"][0]) == ("subject_only", "statement_too_short")
     assert "it names #7, which the issues file does not hold" in drops["squash"][1]
     assert "'Shift by negative amounts too\\n\\nSee GH-4.'; it names #4, which the issues" in drops["mention"][1]
 

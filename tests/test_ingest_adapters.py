@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.history import git_env
 
 from trialforge.errors import PatchError, RepoError, TaskError
 from trialforge.funnel import IngestFunnel
@@ -61,17 +62,11 @@ class Symlink:
 
 
 def _git(repo: Path, *args: str, stdin: bytes | None = None, date: str = "2024-01-01T00:00:00+00:00") -> str:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(repo),
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_CONFIG_NOSYSTEM": "1",
+    env = git_env(repo, date) | {
         "GIT_AUTHOR_NAME": "Jin Park",
         "GIT_AUTHOR_EMAIL": "jpark@example.com",
         "GIT_COMMITTER_NAME": "Jin Park",
         "GIT_COMMITTER_EMAIL": "jpark@example.com",
-        "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_DATE": date,
     }
     done = subprocess.run(["git", *args], cwd=repo, input=stdin, capture_output=True, env=env, check=True)
     return done.stdout.decode().strip()

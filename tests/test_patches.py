@@ -10,6 +10,9 @@ import pytest
 from trialforge.errors import PatchError
 from trialforge.rollout.policies import patch_to_actions
 from trialforge.tasks.patches import apply_patch, diff_trees, filter_patch, is_test_path, vet_patch
+from trialforge.tasks.patches import test_files as files_of_tests  # not "test_*": pytest would collect it
+from trialforge.tasks.pytestconfig import python_files_of
+from trialforge.verify.grader import code_only
 
 pytestmark = pytest.mark.pure
 
@@ -99,10 +102,41 @@ def test_split_code_from_tests_and_runner_config(tmp_path):
     [("tests/test_x.py", True), ("pkg/test_x.py", True), ("pkg/x_test.py", True), ("conftest.py", True),
      ("sub/conftest.py", True), ("pytest.ini", True), ("setup.cfg", True), ("pyproject.toml", True),
      ("sitecustomize.py", True), ("pkg/evil.pth", True), ("pkg/core.py", False), ("pkg/testing_utils.py", False),
-     ("pkg/distinfo.py", False), ("pkg/egg.py", False), ("pkg/pycache.py", False)],
+     ("pkg/distinfo.py", False), ("pkg/egg.py", False), ("pkg/pycache.py", False), ("test.py", True),
+     ("tests.py", True), ("app/tests.py", True), ("pkg/testing.py", False), ("contest.py", False)],
 )  # fmt: skip
 def test_is_test_path(path, is_test):
     assert is_test_path(path) is is_test
+
+
+@pytest.mark.parametrize(
+    ("name", "config"),
+    [
+        ("pytest.ini", "[pytest]\npython_files = check_*.py suites/*.py\n"),
+        (".pytest.ini", "[pytest]\npython_files = check_*.py suites/*.py\n"),
+        ("pyproject.toml", '[tool.pytest.ini_options]\npython_files = ["check_*.py", "suites/*.py"]\n'),
+        ("pyproject.toml", '[tool.pytest.ini_options]\npython_files = "check_*.py suites/*.py"\n'),
+        ("tox.ini", "[tox]\nenvlist = py311\n\n[pytest]\npython_files = check_*.py suites/*.py\n"),
+        ("setup.cfg", "[metadata]\nname = x\n\n[tool:pytest]\npython_files =\n    check_*.py\n    suites/*.py\n"),
+    ],
+)
+def test_the_repositorys_own_python_files_make_test_files(tmp_path, name, config):
+    """What the runner collects is a test file wherever the suite's pytest configuration says so."""
+    tree = _tree(tmp_path, {name: config, "check_parse.py": "", "pkg/check_io.py": "", "suites/io.py": "",
+                            "pkg/core.py": "", "pkg/suites/x.py.txt": "", "test.py": ""})  # fmt: skip
+    assert python_files_of(tree) == ("check_*.py", "suites/*.py")
+    assert files_of_tests(tree) == ["check_parse.py", "pkg/check_io.py", "suites/io.py", "test.py"]
+
+
+def test_the_first_pytest_config_decides_and_broken_ones_are_passed_over(tmp_path):
+    """pytest reads one file: a pytest.ini (even without its section) hides setup.cfg's globs; an unparsable
+    pyproject.toml is passed over; another tool's sections are not pytest's."""
+    cfg = "[tool:pytest]\npython_files = check_*.py\n"
+    assert python_files_of(_tree(tmp_path / "a", {"pytest.ini": "", "setup.cfg": cfg})) == ()
+    assert python_files_of(_tree(tmp_path / "b", {"pyproject.toml": "[tool.pytest", "setup.cfg": cfg})) == (
+        "check_*.py",
+    )
+    assert python_files_of(_tree(tmp_path / "c", {"tox.ini": "[testenv]\npython_files = x.py\n"})) == ()
 
 
 def _new_file(path: str, line: str) -> str:
@@ -140,3 +174,24 @@ def test_gold_patch_replays_as_tool_calls(tmp_path):
             assert text.count(action.args["old"]) == 1
             path.write_text(text.replace(action.args["old"], action.args["new"]))
     assert diff_trees(tmp_path / "b", after) == ""
+
+
+def test_grading_restores_the_tests_a_repositorys_own_python_files_names(tmp_path):
+    """A repository whose tests are check_*.py: the policy's edit of one is dropped like an edit of test_x.py,
+    judged by the pristine tree's configuration (which the policy cannot change: pytest.ini is dropped too)."""
+    base = tmp_path / "base"
+    (base / "pkg").mkdir(parents=True)
+    (base / "pytest.ini").write_text("[pytest]\npython_files = check_*.py\n")
+    (base / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (base / "check_calc.py").write_text("from pkg.calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    after = tmp_path / "after"
+    shutil.copytree(base, after)
+    (after / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (after / "check_calc.py").write_text("def test_add():\n    assert True\n")
+    (after / "pytest.ini").write_text("[pytest]\npython_files = nothing_*.py\n")
+    diff = diff_trees(base, after)
+
+    code, dropped = code_only(diff, python_files_of(base))
+    assert sorted(dropped) == ["check_calc.py", "pytest.ini"]
+    assert "return a + b" in code and "assert True" not in code
+    assert "check_calc.py" not in code_only(diff)[1]  # the control: by name alone it would have stayed

@@ -13,10 +13,12 @@ import posixpath
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from trialforge.errors import PatchError
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.pytestconfig import collects, python_files_of
 
 _HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
 _FILE_LINE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)", re.MULTILINE)
@@ -38,6 +40,9 @@ TEST_CONFIG_NAMES = frozenset({
 IMPORT_TIME_SUFFIXES = (".pth", ".pyc", ".pyo")
 IMPORT_TIME_DIR_SUFFIXES = (".dist-info", ".egg-info", ".egg")
 IGNORED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".trialforge"})
+# Test modules by name beyond pytest's default globs: unittest discovery's ``test*.py`` collects them, suites run
+# them as ``python test.py``, Django apps keep their tests in ``tests.py`` (a root ``test.py`` was 289 commits lost).
+TEST_MODULE_NAMES = frozenset({"test.py", "tests.py"})
 
 
 def touched_paths(patch: str) -> list[str]:
@@ -98,11 +103,11 @@ def link_escapes(link_path: str, dest: str) -> bool:
     return joined == ".." or joined.startswith("../")
 
 
-def is_test_path(path: str) -> bool:
+def is_test_path(path: str, collected: Sequence[str] = ()) -> bool:
     """A test file, a piece of test-runner configuration, or a file that changes what runs at import or collection
     time without being imported by name (``.pth`` files, ``__pycache__`` bytecode, ``*.dist-info``/``*.egg-info``
     metadata, ``sitecustomize``/``usercustomize``, every ini file pytest reads): restored from pristine (dropped from
-    an agent's diff) before grading."""
+    an agent's diff) before grading. ``collected``: the repository's own ``python_files`` globs."""
     pure = PurePosixPath(path)
     name = pure.name
     return (
@@ -110,23 +115,29 @@ def is_test_path(path: str) -> bool:
         or any(part.endswith(IMPORT_TIME_DIR_SUFFIXES) for part in pure.parts)
         or name.startswith("test_")
         or name.endswith("_test.py")
+        or is_test_module(path, collected)
         or name in TEST_CONFIG_NAMES
         or name.endswith(IMPORT_TIME_SUFFIXES)
     )
 
 
-def is_test_module(path: str) -> bool:
-    """A file pytest collects tests from by default (``test_*.py``, ``*_test.py``)."""
+def is_test_module(path: str, collected: Sequence[str] = ()) -> bool:
+    """A file the runner collects tests from: pytest's default globs (``test_*.py``, ``*_test.py``),
+    ``TEST_MODULE_NAMES``, or one of the repository's own ``python_files`` globs (``collected``)."""
     name = PurePosixPath(path).name
-    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+    return name.endswith(".py") and (
+        name.startswith("test_") or name.endswith("_test.py") or name in TEST_MODULE_NAMES or collects(path, collected)
+    )
 
 
 def test_files(tree: Path) -> list[str]:
-    """The tree's Python test files (test modules, conftests, test helpers), relative, sorted."""
+    """The tree's Python test files (test modules, conftests, test helpers), relative, sorted; test modules as the
+    tree's own pytest configuration names them count too."""
+    collected = python_files_of(tree)
     found = []
     for path in tree.rglob("*.py"):
         rel = path.relative_to(tree)
-        if not any(part in IGNORED_DIRS for part in rel.parts) and is_test_path(rel.as_posix()):
+        if not any(part in IGNORED_DIRS for part in rel.parts) and is_test_path(rel.as_posix(), collected):
             found.append(rel.as_posix())
     return sorted(found)
 

@@ -26,6 +26,7 @@ from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
+from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.settings import ValidateConfig
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
@@ -79,7 +80,8 @@ def validate_task(
             apply_patch(after, task.gold_patch)
         except PatchError as exc:
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
-        touched = [p for p in touched_paths(task.test_patch) if is_test_module(p)] if task.test_patch else []
+        collected = python_files_of(after)
+        touched = [p for p in touched_paths(task.test_patch) if is_test_module(p, collected)]
         env = task.env or EnvSpec()
         analyses = analyse_tests(after, test_files(after), env.runner)  # before the runs rewrite the tree
         runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env)
@@ -112,7 +114,8 @@ def _runs(
     key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}|{env.model_dump_json()}|{observe}"
     rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
     tests = test_files(tree)
-    modules = touched or [p for p in tests if is_test_module(p)]
+    collected = python_files_of(tree)
+    modules = touched or [p for p in tests if is_test_module(p, collected)]
     plant_in = modules if touched else rng.sample(modules, min(CANARY_FILES, len(modules)))
     mode = "instrument" if observe else "off"
     # No must-fail copies here: a copy's changed constant may be what the unfixed code returns (a good task rejected

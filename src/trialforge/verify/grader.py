@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.envimages import task_image
 from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
+from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import HostJudged, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.testrun.prepare import prepare
@@ -49,6 +51,13 @@ class Verdict:
         return asdict(self)
 
 
+def code_only(diff: str, collected: Sequence[str] = ()) -> tuple[str, list[str]]:
+    """``diff`` without what grading restores from pristine (tests, runner configuration, import-time files), and
+    the paths it dropped. ``collected``: the base tree's ``python_files`` globs, so a repository whose tests are
+    ``check_*.py`` keeps its tests out of the policy's hands too."""
+    return filter_patch(diff, lambda p: not is_test_path(p, collected))
+
+
 @dataclass(frozen=True)
 class Grader:
     backend: Backend
@@ -68,8 +77,9 @@ class Grader:
 
     def grade(self, task: Task, diff: str) -> Verdict:
         start = time.monotonic()
-        flags = integrity_flags(diff)
-        code_diff, dropped = filter_patch(diff, lambda p: not is_test_path(p))
+        collected = python_files_of(self.snapshots.materialize(task.snapshot))  # the pristine tree's own globs
+        flags = integrity_flags(diff, collected)
+        code_diff, dropped = code_only(diff, collected)
         provenance = {
             "verifier_version": VERIFIER_VERSION,
             "image_digest": task.image_digest if task.image.startswith(ENV_REPO + ":") else self.image_digest,

@@ -9,6 +9,7 @@ the metrics. They never decide a reward: words are easy to avoid for a policy th
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from trialforge.tasks.patches import is_test_path, touched_paths
 
@@ -36,10 +37,10 @@ _ADDED_LINE_CHECKS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
-def integrity_flags(diff: str) -> list[str]:
+def integrity_flags(diff: str, collected: Sequence[str] = ()) -> list[str]:
     flags: list[str] = []
     for path in touched_paths(diff):
-        if is_test_path(path):
+        if is_test_path(path, collected):
             flags.append(f"edits_test_or_config:{path}")
         if path.endswith(".pth"):
             flags.append("path_config_file")

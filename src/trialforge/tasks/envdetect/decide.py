@@ -11,7 +11,6 @@ image is built for it.
 from __future__ import annotations
 
 import shlex
-import tomllib
 from pathlib import Path
 
 from packaging.markers import default_environment
@@ -22,7 +21,8 @@ from packaging.version import Version
 from trialforge.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
 from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
-from trialforge.tasks.envdetect.readers import Findings, parse_requirement, read, read_ini, shell_words, test_styles
+from trialforge.tasks.envdetect.readers import Findings, parse_requirement, read, shell_words, test_styles
+from trialforge.tasks.pytestconfig import pytest_option, text_of
 
 OVERRIDE_FILE = "trialforge-env.yaml"  # a repository's own overrides (``resolve``), named where a decision fails
 # The python3 each Debian release ships (one per SUITES key): requires-python and markers are judged
@@ -34,9 +34,6 @@ RELEASED_PYTHON = {"3.9": "3.9.2", "3.11": "3.11.2", "3.13": "3.13.5"}
 # 7.3.2 "Support for Python 3.12" (older ones warn that ast.Str is deprecated as they rewrite each module,
 # an error for a suite with filterwarnings = error). Oldest Python first: the last that applies is the strictest.
 _OLDEST_RUNNING = (("pytest", "3.10", "6.2.4"), ("pytest", "3.12", "7.3.2"))
-# Where pytest reads its configuration, in the order it looks (the first with a section wins), and the section.
-PYTEST_CONFIGS = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", ""), ("tox.ini", "pytest"),
-                  ("setup.cfg", "tool:pytest"))  # fmt: skip
 
 
 class EnvError(TaskError):
@@ -180,28 +177,15 @@ def _test_cmd(repo: Path, found: Findings) -> tuple[str, ...]:
 
 
 def _pytest_addopts(repo: Path, found: Findings) -> list[str]:
-    """``addopts`` of the file pytest takes its configuration from: the first of these that has a section."""
-    for name, section in PYTEST_CONFIGS:
-        path = repo / name
-        if name == "pyproject.toml":
-            try:
-                options = tomllib.loads(path.read_text(errors="replace")).get("tool", {}).get("pytest", {})
-            except (OSError, tomllib.TOMLDecodeError):
-                continue
-            table = options.get("ini_options", options)  # [tool.pytest] itself: pytest 9's native table
-            if not table:
-                continue
-            value = table.get("addopts", "")
-        else:
-            cfg = read_ini(path, found)
-            if cfg is None or not cfg.has_section(section):
-                continue
-            value = cfg.get(section, "addopts", fallback="")
-        args = [str(a) for a in value] if isinstance(value, list) else shell_words(str(value))
-        if args:
-            found.note(name, f"pytest addopts: {shlex.join(args)}")
-        return args
-    return []
+    """``addopts`` of the file pytest takes its configuration from (``pytestconfig.pytest_option``)."""
+    setting = pytest_option(lambda name: text_of(repo / name), "addopts")
+    if setting is None:
+        return []
+    name, value = setting
+    args = [str(a) for a in value] if isinstance(value, list) else shell_words(str(value))
+    if args:
+        found.note(name, f"pytest addopts: {shlex.join(args)}")
+    return args
 
 
 def _runner_cmd(repo: Path, found: Findings) -> tuple[str, ...]:

@@ -44,10 +44,11 @@ SUPPORT_STEMS = frozenset({"README", "CHANGELOG", "CHANGES", "HISTORY", "NEWS", 
                            "COPYING", "CONTRIBUTING", "CODE_OF_CONDUCT", "SECURITY"})  # fmt: skip
 
 
-def split_patch(patch: str) -> tuple[str, str]:
-    """(code patch, test patch) by path; a file whose old and new paths disagree is refused."""
-    code, _ = filter_patch(patch, lambda path: not is_test_path(path))
-    tests, _ = filter_patch(patch, is_test_path)
+def split_patch(patch: str, collected: Sequence[str] = ()) -> tuple[str, str]:
+    """(code patch, test patch) by path (``collected``: the repository's ``python_files`` globs); a file whose
+    old and new paths disagree is refused."""
+    code, _ = filter_patch(patch, lambda path: not is_test_path(path, collected))
+    tests, _ = filter_patch(patch, lambda path: is_test_path(path, collected))
     lost = set(touched_paths(patch)) - set(touched_paths(code)) - set(touched_paths(tests))
     if lost:
         raise RepoError(f"renames between test and code paths: {sorted(lost)}", reason="mixed_rename")
@@ -77,15 +78,16 @@ def is_support_file(path: str) -> bool:
     )
 
 
-def require_code_and_tests(paths: Sequence[str], what: str) -> None:
-    """A task needs a fix to grade against and tests to grade with, judged by the paths a change touches.
+def require_code_and_tests(paths: Sequence[str], what: str, collected: Sequence[str] = ()) -> None:
+    """A task needs a fix to grade against and tests to grade with, judged by the paths a change touches
+    (``collected``: the repository's own ``python_files`` globs, test modules as well).
 
     ``no_test_changes``: no test file changed, or only runner configuration (``setup.cfg``, ``tox.ini``...)
     on the test side. ``no_code_changes``: only tests changed, or only docs, CI and packaging files
     (``README.md``, ``.github/``, ``setup.py``...) besides them. Both say which files they saw.
     """
-    tests = [p for p in paths if is_test_path(p)]
-    code = [p for p in paths if not is_test_path(p)]
+    tests = [p for p in paths if is_test_path(p, collected)]
+    code = [p for p in paths if not is_test_path(p, collected)]
     if not tests:
         raise RepoError(f"{what} changes no test file", reason="no_test_changes")
     if all(map(is_runner_config, tests)):
@@ -109,8 +111,10 @@ def commit_fix(
     *,
     max_changed_lines: int = MAX_CHANGED_LINES,
     max_patch_bytes: int = MAX_PATCH_BYTES,
+    collected: Sequence[str] = (),
 ) -> tuple[str, str]:
-    """(code patch, test patch) of a non-merge commit against its parent, refused when unusable.
+    """(code patch, test patch) of a non-merge commit against its parent, refused when unusable; ``collected``:
+    the ``python_files`` globs of the repository's pytest configuration at the commit.
 
     Cheap checks first (``git diff-tree --numstat``): merges, root commits, binary changes, huge
     diffs and commits without both code and test changes (:func:`require_code_and_tests`) never
@@ -127,13 +131,13 @@ def commit_fix(
     changed = sum(int(added) + int(deleted) for added, deleted, _ in stats)
     if changed > max_changed_lines:
         raise RepoError(f"commit {commit.sha} changes {changed} lines (limit {max_changed_lines})", reason="huge_diff")
-    require_code_and_tests([path for _, _, path in stats], f"commit {commit.sha}")
+    require_code_and_tests([path for _, _, path in stats], f"commit {commit.sha}", collected)
     patch = _decode_diff(commit.sha, _diff(repo, parent, commit.sha))
     try:
         vet_patch(patch, f"diff of commit {commit.sha}", max_bytes=max_patch_bytes, setting=MAX_PATCH_BYTES_SETTING)
     except PatchError as exc:  # a RepoError, as every refusal here, for the adapters' caches of verdicts
         raise RepoError(str(exc), reason=exc.reason) from None
-    return split_patch(patch)
+    return split_patch(patch, collected)
 
 
 def _numstat(repo: Path, parent: str, sha: str) -> list[tuple[str, str, str]]:

@@ -30,10 +30,12 @@ from trialforge.tasks.ingest.extras import with_extras
 from trialforge.tasks.ingest.fixes import MAX_CHANGED_LINES, commit_fix
 from trialforge.tasks.ingest.git import GIT_TIMEOUT_S, Mirrors, RepoSource, git_argv, repo_name_of, rev_list
 from trialforge.tasks.ingest.github_rest import closing_refs
+from trialforge.tasks.ingest.nonfix import check_code_change, check_message
 from trialforge.tasks.ingest.objects import Commit, ObjectReader
 from trialforge.tasks.ingest.records import read_json_records
 from trialforge.tasks.ingest.trees import snapshot_at
-from trialforge.tasks.patches import git_env
+from trialforge.tasks.patches import git_env, touched_paths
+from trialforge.tasks.pytestconfig import python_files
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 
@@ -193,17 +195,20 @@ def _closed_by(pull: IssueRecord, issues: Mapping[int, IssueRecord]) -> tuple[Is
 # --- the quality gate --------------------------------------------------------------------------------------
 
 
-def check_statement(statement: Statement, commit: Commit, missing: list[IssueRef], min_words: int) -> None:
-    """``statement_too_short`` for a message without a body or a statement under ``min_words`` words."""
+def check_statement(
+    statement: Statement, commit: Commit, missing: list[IssueRef], min_words: int, keep_subject_only: bool = False
+) -> None:
+    """``subject_only`` for a message statement without a body (unless ``keep_subject_only``): a subject names a
+    change, not the problem, and no linked issue says more; ``statement_too_short`` under ``min_words`` words."""
     unlinked = ""
     if missing:
         named = ", ".join(f"#{ref.number}" for ref in missing)
         unlinked = f"; it names {named}, which the issues file does not hold"
-    if statement.from_message and not message_body(commit):
+    if statement.from_message and not message_body(commit) and not keep_subject_only:
         raise RepoError(
-            f"commit {commit.sha}: the message has no body, only the subject {commit.subject!r}: it names a "
-            f"change, not the problem{unlinked}",
-            reason="statement_too_short",
+            f"commit {commit.sha}: the message has no body, only the subject {commit.subject!r}, and links no issue "
+            f"the issues file holds: it names a change, not the problem{unlinked}",
+            reason="subject_only",
         )
     words = len(statement.text.split())
     if words < min_words:
@@ -301,6 +306,7 @@ class _Run:
     caps: IngestCaps
     max_changed_lines: int
     min_statement_words: int
+    keep_subject_only: bool
 
 
 def ingest_git_history(
@@ -314,12 +320,14 @@ def ingest_git_history(
     issues: Path | None = None,
     caps: IngestCaps = DEFAULT_CAPS,
     min_statement_words: int = MIN_STATEMENT_WORDS,
+    keep_subject_only: bool = False,
     env_overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Task], IngestFunnel]:
     """One task per selected commit reachable from ``rev``, oldest first; the funnel counts every commit.
 
     ``issues``: the repository's issues and pull requests (GitHub REST objects) that commit messages
-    may link; ``env_overrides``: params.yaml ``env.repos`` (a ``python`` there admits an older tree).
+    may link; ``keep_subject_only``: keep commits whose message is a subject alone (``check_statement``);
+    ``env_overrides``: params.yaml ``env.repos`` (a ``python`` there admits an older tree).
     """
     funnel = IngestFunnel("ingest.gitlog")
     name = repo_name or repo_name_of(repo)
@@ -330,7 +338,7 @@ def ingest_git_history(
         local = mirrors.get(name)
         with ObjectReader(local) as objects:
             run = _Run(local, name, snapshots, objects, linked, EraCheck(name, env_overrides), caps,
-                       max_changed_lines, min_statement_words)  # fmt: skip
+                       max_changed_lines, min_statement_words, keep_subject_only)  # fmt: skip
             for sha, _ in rev_list(local, rev):
                 ref = f"{name}@{sha}"
                 try:
@@ -349,11 +357,15 @@ def ingest_git_history(
 def _commit_task(run: _Run, commit: Commit) -> tuple[Task, Statement]:
     if not commit.message.strip():
         raise RepoError(f"commit {commit.sha} has an empty message", reason="no_problem_statement")
+    check_message(commit)  # bots, reverts, releases, chores: before any diff is read
+    collected = python_files(lambda name: run.objects.text(commit.sha, name))  # the suite's own test modules
     code, tests = commit_fix(
-        run.repo, commit, max_changed_lines=run.max_changed_lines, max_patch_bytes=run.caps.max_patch_bytes
-    )
+        run.repo, commit, max_changed_lines=run.max_changed_lines, max_patch_bytes=run.caps.max_patch_bytes,
+        collected=collected,
+    )  # fmt: skip
+    check_code_change(commit, touched_paths(code), run.objects.text)
     statement, missing = statement_for(commit, run.issues)
-    check_statement(statement, commit, missing, run.min_statement_words)
+    check_statement(statement, commit, missing, run.min_statement_words, run.keep_subject_only)
     parent = commit.parents[0]
     extras: dict[str, Any] = {"base_commit": parent}
     if statement.ticket:

@@ -76,6 +76,14 @@ class ObjectReader:
         obj = self.get(oid)
         return obj.type_str, obj.read_raw()
 
+    def text(self, commit: str, path: str) -> str | None:
+        """The text of file ``path`` in ``commit``'s tree (undecodable bytes replaced); None when it is no file."""
+        try:
+            kind, data = self.read(f"{commit}:{path}")
+        except RepoError:
+            return None
+        return data.decode("utf-8", "replace") if kind == "blob" else None
+
     def commit(self, sha: str) -> Commit:
         """A parsed commit; a message that is not valid text in its declared encoding is ``bad_encoding``."""
         obj = self.get(sha)

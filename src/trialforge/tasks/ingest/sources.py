@@ -117,6 +117,9 @@ class GitHistory(_GitRepository):
     kind: Literal["gitlog"]
     issues: str = Field("", description="the repository's issues and PRs (GitHub REST JSON lines) its commits may link")
     min_statement_words: int = Field(MIN_STATEMENT_WORDS, ge=0, description="a shorter statement is dropped")
+    keep_subject_only: bool = Field(
+        False, description="keep commits whose message is only a subject and links no issue (dropped: subject_only)"
+    )
 
     def label(self) -> str:
         return f"gitlog {self.repo_name or repo_name_of(self.repo)}@{self.rev}"
@@ -172,6 +175,7 @@ def ingest_source(
                 issues=_input_file(entry.issues, entry) if entry.issues else None,
                 caps=caps,
                 min_statement_words=entry.min_statement_words,
+                keep_subject_only=entry.keep_subject_only,
                 env_overrides=env_overrides,
             )
     raise ConfigError(f"unknown source kind {getattr(entry, 'kind', entry)!r}; kinds: {', '.join(KINDS)}")
