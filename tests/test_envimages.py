@@ -170,8 +170,9 @@ def _calc_task(
     )
 
 
-def _provide(tasks: list[Task], snapshots: SnapshotStore, index: str, built_images: list[Path]):
-    overrides = {"calc": {"pip_args": ["--no-index", "--find-links", index]}}
+def _provide(tasks: list[Task], snapshots: SnapshotStore, index: str, built_images: list[Path], *, offline=True):
+    """``offline``: the test index alone; else it and the package index (a real release of a test tool)."""
+    overrides = {"calc": {"pip_args": [*(["--no-index"] if offline else []), "--find-links", index]}}
     provided, funnel, built = provide_images(tasks, snapshots, overrides)
     built_images += [b.image.rootfs.parent for b in built if b.image.name.startswith(ENV_REPO)]
     return provided, funnel, built
@@ -395,20 +396,26 @@ COMPUTED_SETUP = {
 }
 
 
+def _provided_and_validated(task, snapshots, index, built_images, backend, *, offline=True) -> tuple[Task, Task]:
+    """``task`` given its image, and validated there: it must validate."""
+    (provided,), funnel, _ = _provide([task], snapshots, index, built_images, offline=offline)
+    assert funnel.kept == 1, funnel.details
+    image = task_image(provided, backend, BASE_NAME).name
+    checked = validate_task(provided, backend, image, snapshots, Limits(), ValidateConfig(runs=1))
+    assert checked.validation.valid, checked.validation.reason
+    return provided, checked
+
+
 @pytest.mark.sandbox
 @pytest.mark.slow
 def test_a_setup_py_that_computes_its_test_extras_gets_them_installed_and_its_conftest_imports(
     tmp_path, snapshots, index, built_images, bwrap_backend
 ):
     task = _calc_task(tmp_path, snapshots, "calc-setup", files=COMPUTED_SETUP)
-    (provided,), funnel, _ = _provide([task], snapshots, index, built_images)
-    assert funnel.kept == 1, funnel.details
+    provided, checked = _provided_and_validated(task, snapshots, index, built_images, bwrap_backend)
     env = provided.env
     assert env is not None and set(env.requirements) == {"tfpure==1.0", "tfcext==1.0"}
     assert "setup.py (setup() arguments evaluated in a sandbox)" in env.detected_from
-    image = task_image(provided, bwrap_backend, BASE_NAME).name
-    checked = validate_task(provided, bwrap_backend, image, snapshots, Limits(), ValidateConfig(runs=1))
-    assert checked.validation.valid, checked.validation.reason
     assert checked.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]
 
 
@@ -466,13 +473,8 @@ def test_an_old_pytest_pin_is_relaxed_recorded_and_pytest_starts_in_the_image(
     tmp_path, snapshots, index, built_images, bwrap_backend
 ):
     task = _calc_task(tmp_path, snapshots, "calc-pins", files=OLD_PINS)
-    overrides = {"calc": {"pip_args": ["--find-links", index]}}  # pytest from the package index
-    (provided,), funnel, built = provide_images([task], snapshots, overrides)
-    built_images += [b.image.rootfs.parent for b in built if b.image.name.startswith(ENV_REPO)]
-    assert funnel.kept == 1, funnel.details
+    provided, checked = _provided_and_validated(task, snapshots, index, built_images, bwrap_backend, offline=False)
     env = provided.env
     assert env is not None and env.python == "3.11" and "pytest==6.2.4" in env.requirements
     assert any("pytest==3.0.7 relaxed to pytest==6.2.4" in line for line in env.detected_from)
-    image = task_image(provided, bwrap_backend, BASE_NAME).name
-    checked = validate_task(provided, bwrap_backend, image, snapshots, Limits(), ValidateConfig(runs=1))
-    assert checked.validation.valid, checked.validation.reason
+    assert checked.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]
