@@ -43,6 +43,7 @@ from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
 
+TEST_WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "test-wheels"  # Makefile: TEST_WHEELS
 PURE = {"tfpure/__init__.py": "def scale(x, k):\n    return x * k\n"}
 CEXT = """#include <Python.h>
 static PyObject *twice(PyObject *self, PyObject *args) {
@@ -104,6 +105,12 @@ def _compiled_wheel(dest: Path, work: Path) -> None:
     )  # fmt: skip
 
 
+def _old_test_tools(dest: Path) -> None:
+    """Real old releases (pytest 6.2.4 and what it needs beyond the image) that `make test` fetched by hash."""
+    for wheel in TEST_WHEELS.glob("*.whl"):
+        shutil.copy(wheel, dest)
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -117,6 +124,7 @@ def index(tmp_path_factory) -> Iterator[str]:
     wheels.mkdir()
     _pure_wheel(wheels)
     _compiled_wheel(wheels, root)
+    _old_test_tools(wheels)
     handler = partial(_QuietHandler, directory=str(wheels))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -170,9 +178,8 @@ def _calc_task(
     )
 
 
-def _provide(tasks: list[Task], snapshots: SnapshotStore, index: str, built_images: list[Path], *, offline=True):
-    """``offline``: the test index alone; else it and the package index (a real release of a test tool)."""
-    overrides = {"calc": {"pip_args": [*(["--no-index"] if offline else []), "--find-links", index]}}
+def _provide(tasks: list[Task], snapshots: SnapshotStore, index: str, built_images: list[Path]):
+    overrides = {"calc": {"pip_args": ["--no-index", "--find-links", index]}}
     provided, funnel, built = provide_images(tasks, snapshots, overrides)
     built_images += [b.image.rootfs.parent for b in built if b.image.name.startswith(ENV_REPO)]
     return provided, funnel, built
@@ -396,9 +403,9 @@ COMPUTED_SETUP = {
 }
 
 
-def _provided_and_validated(task, snapshots, index, built_images, backend, *, offline=True) -> tuple[Task, Task]:
+def _provided_and_validated(task, snapshots, index, built_images, backend) -> tuple[Task, Task]:
     """``task`` given its image, and validated there: it must validate."""
-    (provided,), funnel, _ = _provide([task], snapshots, index, built_images, offline=offline)
+    (provided,), funnel, _ = _provide([task], snapshots, index, built_images)
     assert funnel.kept == 1, funnel.details
     image = task_image(provided, backend, BASE_NAME).name
     checked = validate_task(provided, backend, image, snapshots, Limits(), ValidateConfig(runs=1))
@@ -472,8 +479,10 @@ OLD_PINS = {
 def test_an_old_pytest_pin_is_relaxed_recorded_and_pytest_starts_in_the_image(
     tmp_path, snapshots, index, built_images, bwrap_backend
 ):
+    if not (TEST_WHEELS / ".fetched").is_file():
+        pytest.fail(f"{TEST_WHEELS} is missing: `make test` fetches tests/fixtures/old-test-tools.txt there")
     task = _calc_task(tmp_path, snapshots, "calc-pins", files=OLD_PINS)
-    provided, checked = _provided_and_validated(task, snapshots, index, built_images, bwrap_backend, offline=False)
+    provided, checked = _provided_and_validated(task, snapshots, index, built_images, bwrap_backend)
     env = provided.env
     assert env is not None and env.python == "3.11" and "pytest==6.2.4" in env.requirements
     assert any("pytest==3.0.7 relaxed to pytest==6.2.4" in line for line in env.detected_from)
