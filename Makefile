@@ -37,13 +37,20 @@ $(MLFLOW_STAMP): requirements-mlflow.lock
 	$(MLFLOW_VENV)/bin/python -m pip check
 	touch $@
 
+# Old releases of test tooling a test installs into an image (tests/fixtures/old-test-tools.txt): fetched here, by
+# hash, so the suite itself sends nothing past loopback.
+TEST_WHEELS := .cache/test-wheels
+$(TEST_WHEELS)/.fetched: tests/fixtures/old-test-tools.txt $(STAMP)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --require-hashes -d $(TEST_WHEELS) -r $<
+	touch $@
+
 image: $(STAMP)
 	@$(VENV)/bin/trialforge image build
 
 demo: setup
 	$(VENV)/bin/trialforge run
 
-test: setup
+test: setup $(TEST_WHEELS)/.fetched
 	$(PY) -m pytest
 
 # The loop while working: every test that starts no server and takes no minutes (docs/testing.md). `make test`
@@ -77,4 +84,4 @@ lock-mlflow:
 	rm -rf .lockenv-mlflow
 
 clean:
-	rm -rf out .trialforge $(VENV) $(MLFLOW_VENV)
+	rm -rf out .trialforge .cache $(VENV) $(MLFLOW_VENV)

@@ -493,14 +493,32 @@ def test_python_allowed_by_the_pytest_pin(tmp_path: Path, pin: str, requires: st
     assert detect(repo).python == python
 
 
-def test_pytest_pin_no_allowed_python_runs_is_an_error_naming_pin_and_pythons(tmp_path: Path) -> None:
+def test_pytest_pin_no_allowed_python_runs_is_relaxed_and_recorded(tmp_path: Path) -> None:
     setup_py = YAMALE_2021["setup.py"].replace(">=3.6", ">=3.10")
-    with pytest.raises(EnvError) as caught:
-        detect(make(tmp_path, YAMALE_2021 | {"setup.py": setup_py}))
-    message = str(caught.value)
-    assert "requires-python allows (3.11, 3.13)" in message
-    assert "pytest<6 in tox.ini: no pytest it allows runs on Python 3.10+, 6.2.4 is the first" in message
-    assert "trialforge-env.yaml" in message
+    spec = detect(make(tmp_path, YAMALE_2021 | {"setup.py": setup_py}))
+    assert spec.python == "3.11"
+    assert spec.requirements == ("pyyaml", "ruamel.yaml<1", "pytest==6.2.4", "pytest-cov<3")
+    assert spec.detected_from[-1] == (
+        "tox.ini (pytest<6 relaxed to pytest==6.2.4: no pytest it allows runs on Python 3.10+, 6.2.4 is the first: "
+        "Python 3.11)"
+    )
+
+
+def test_relaxed_pin_keeps_its_marker_and_extras(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "pyproject.toml": '[project]\nname = "p"\nrequires-python = ">=3.12"\n',
+            "requirements-test.txt": 'pytest[testing]==3.0.7; sys_platform != "win32"\n',
+        },
+    )
+    spec = detect(repo)
+    assert (spec.python, spec.requirements) == ("3.13", ('pytest[testing]==7.3.2; sys_platform != "win32"',))
+
+
+def test_forced_python_leaves_pins_as_written(tmp_path: Path) -> None:
+    repo = make(tmp_path, {"requirements-test.txt": "pytest==3.0.7\n"})
+    assert detect(repo, "3.11").requirements == ("pytest==3.0.7",)
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from trialforge.sandbox import images
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.sandbox.images import BASE_NAME, ENV_REPO, base_key, find_image
 from trialforge.store.objstore import open_store
+from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.envimages import (
     env_image,
     env_key,
@@ -37,10 +38,12 @@ from trialforge.tasks.envimages import (
 )
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.setupeval import setup_arguments
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
 
+TEST_WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "test-wheels"  # Makefile: TEST_WHEELS
 PURE = {"tfpure/__init__.py": "def scale(x, k):\n    return x * k\n"}
 CEXT = """#include <Python.h>
 static PyObject *twice(PyObject *self, PyObject *args) {
@@ -102,6 +105,12 @@ def _compiled_wheel(dest: Path, work: Path) -> None:
     )  # fmt: skip
 
 
+def _old_test_tools(dest: Path) -> None:
+    """Real old releases (pytest 6.2.4 and what it needs beyond the image) that `make test` fetched by hash."""
+    for wheel in TEST_WHEELS.glob("*.whl"):
+        shutil.copy(wheel, dest)
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -115,6 +124,7 @@ def index(tmp_path_factory) -> Iterator[str]:
     wheels.mkdir()
     _pure_wheel(wheels)
     _compiled_wheel(wheels, root)
+    _old_test_tools(wheels)
     handler = partial(_QuietHandler, directory=str(wheels))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -138,13 +148,21 @@ def snapshots(tmp_path):
     return SnapshotStore(open_store(f"file://{tmp_path / 'store'}"), tmp_path / "cache")
 
 
-def _calc_task(tmp_path: Path, snapshots: SnapshotStore, task_id: str = "calc-1", deps: str = PYPROJECT) -> Task:
+def _calc_task(
+    tmp_path: Path,
+    snapshots: SnapshotStore,
+    task_id: str = "calc-1",
+    deps: str = PYPROJECT,
+    files: dict[str, str] | None = None,
+) -> Task:
+    """``calc`` with its dependencies declared in ``deps`` (a pyproject.toml), or in ``files`` instead."""
     trees = {}
     for state, code in (("base", BUGGY), ("fixed", FIXED)):
         tree = tmp_path / task_id / state
         (tree / "src" / "calc").mkdir(parents=True)
         (tree / "src" / "calc" / "__init__.py").write_text(code)
-        (tree / "pyproject.toml").write_text(deps)
+        for name, text in (files or {"pyproject.toml": deps}).items():
+            (tree / name).write_text(text)
         trees[state] = tree
     (trees["fixed"] / "tests").mkdir()
     (trees["fixed"] / "tests" / "test_calc.py").write_text(TESTS)
@@ -369,3 +387,103 @@ def test_a_machine_that_did_not_build_an_image_takes_it_from_the_store_by_its_di
     with pytest.raises(SandboxError, match=f"is sha256:[0-9a-f]{{64}}, not {provided.image_digest}"):
         obtain_images(store, [provided], cache_dir=tmp_path / "a-third-machine")
     assert not (tmp_path / "a-third-machine" / "envs" / provided.image.rpartition(":")[2] / "digest").exists()
+
+
+# An older setup.py (issue #45): its requirements are computed, so no literal reading finds them, and its
+# conftest imports a test dependency. Evaluated in a sandbox, both the runtime and the test extra are installed.
+COMPUTED_SETUP = {
+    "setup.py": (
+        "from setuptools import setup\n"
+        "runtime = ['tfpure==1.0']\n"
+        "tests_require = ['tfcext==1.0']\n"
+        "extras = {'test': tests_require}\n"
+        "setup(name='calc', install_requires=runtime + [], extras_require=extras, package_dir={'': 'src'})\n"
+    ),
+    "conftest.py": "import tfcext  # noqa: F401\n",
+}
+
+
+def _provided_and_validated(task, snapshots, index, built_images, backend) -> tuple[Task, Task]:
+    """``task`` given its image, and validated there: it must validate."""
+    (provided,), funnel, _ = _provide([task], snapshots, index, built_images)
+    assert funnel.kept == 1, funnel.details
+    image = task_image(provided, backend, BASE_NAME).name
+    checked = validate_task(provided, backend, image, snapshots, Limits(), ValidateConfig(runs=1))
+    assert checked.validation.valid, checked.validation.reason
+    return provided, checked
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_setup_py_that_computes_its_test_extras_gets_them_installed_and_its_conftest_imports(
+    tmp_path, snapshots, index, built_images, bwrap_backend
+):
+    task = _calc_task(tmp_path, snapshots, "calc-setup", files=COMPUTED_SETUP)
+    provided, checked = _provided_and_validated(task, snapshots, index, built_images, bwrap_backend)
+    env = provided.env
+    assert env is not None and set(env.requirements) == {"tfpure==1.0", "tfcext==1.0"}
+    assert "setup.py (setup() arguments evaluated in a sandbox)" in env.detected_from
+    assert checked.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_setup_py_that_fails_in_the_sandbox_falls_back_to_its_literal_arguments(tmp_path):
+    failing = "import nowhere_to_be_found\nfrom setuptools import setup\nsetup(install_requires=['x' + 'y'])\n"
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "setup.py").write_text(failing)
+    spec = resolve_env(tree, "calc", evaluate=setup_arguments)
+    assert spec.requirements == ()
+    assert spec.detected_from[-1].startswith("setup.py (evaluation failed, literal arguments read: setup.py failed: ")
+    assert "No module named 'nowhere_to_be_found'" in spec.detected_from[-1]
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_the_evaluated_setup_py_has_no_network_and_cannot_write_outside_its_copy(tmp_path, index):
+    probe = (
+        "import pathlib, urllib.request\n"
+        "from setuptools import setup\n"
+        "reached = []\n"
+        "try:\n"
+        f"    urllib.request.urlopen({index!r}, timeout=5)\n"
+        "    reached.append('network')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "for path in ('/usr/marker', '/etc/marker'):\n"
+        "    try:\n"
+        "        pathlib.Path(path).write_text('x')\n"
+        "        reached.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "pathlib.Path('written.txt').write_text('x')\n"
+        "setup(name='probe', install_requires=reached)\n"
+    )
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "setup.py").write_text(probe)
+    assert setup_arguments(tree) == {"name": "probe", "install_requires": []}
+    assert sorted(p.name for p in tree.iterdir()) == ["setup.py"]  # the evaluation wrote into a copy
+
+
+# A years-old test requirements file (issue #45): pytest==3.0.7 cannot start on any Python requires-python allows.
+OLD_PINS = {
+    "pyproject.toml": PYPROJECT.replace(">=3.9", ">=3.10"),
+    "requirements-test.txt": "pytest==3.0.7\n",
+}
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_an_old_pytest_pin_is_relaxed_recorded_and_pytest_starts_in_the_image(
+    tmp_path, snapshots, index, built_images, bwrap_backend
+):
+    if not (TEST_WHEELS / ".fetched").is_file():
+        pytest.fail(f"{TEST_WHEELS} is missing: `make test` fetches tests/fixtures/old-test-tools.txt there")
+    task = _calc_task(tmp_path, snapshots, "calc-pins", files=OLD_PINS)
+    provided, checked = _provided_and_validated(task, snapshots, index, built_images, bwrap_backend)
+    env = provided.env
+    assert env is not None and env.python == "3.11" and "pytest==6.2.4" in env.requirements
+    assert any("pytest==3.0.7 relaxed to pytest==6.2.4" in line for line in env.detected_from)
+    assert checked.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]

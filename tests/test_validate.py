@@ -318,3 +318,28 @@ def test_a_suite_whose_report_overflows_says_so_rather_than_quoting_its_log():
     )  # fmt: skip
     judged = _judge(task, [silent], [silent], ValidateConfig(runs=1), 0.0)
     assert judged.validation.reason == f"tests_did_not_run: {OVERFLOWED} ({REPORT_CAP_BYTES >> 20} MiB)"
+
+
+@pytest.mark.sandbox
+def test_a_base_tree_that_does_not_compile_on_the_python_is_an_environment_problem(
+    tmp_path, snapshots, bwrap_backend, base_image
+):
+    """A module of another era (Python 2's print statement) that the fix leaves alone breaks the test patch's
+    module before and after the fix: the environment's Python is at fault, not the fix (issue #45)."""
+    base = {"calc.py": BUGGY + "\n\nfrom legacy import shout\n", "legacy.py": 'def shout():\n    print "hi"\n'}
+    fixed = {**base, "calc.py": FIXED + "\n\nfrom legacy import shout\n", "tests/test_double.py": STEADY}
+    checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    reason = checked.validation.reason
+    assert not checked.validation.valid
+    assert reason.startswith("env_incompatible_python: the base tree does not compile on Python 3.11"), reason
+    assert "tests/test_double.py: SyntaxError: Missing parentheses in call to 'print'" in reason, reason
+
+
+@pytest.mark.sandbox
+def test_a_fix_that_does_not_compile_is_still_the_fixs_fault(tmp_path, snapshots, bwrap_backend, base_image):
+    base = {"calc.py": BUGGY, "tests/test_other.py": "def test_one():\n    pass\n"}
+    fixed = {**base, "calc.py": FIXED + "\n\ndef broken(:\n    pass\n", "tests/test_double.py": STEADY}
+    checked = _validate(_task_from(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    assert checked.validation.reason.startswith("collection_error_after_fix: tests/test_double.py: "), (
+        checked.validation.reason
+    )

@@ -125,13 +125,14 @@ def image_build(
     from trialforge.sandbox.images import base_image
     from trialforge.tasks.envdetect.resolve import resolve_env
     from trialforge.tasks.envimages import env_image
+    from trialforge.tasks.setupeval import setup_arguments
 
     loaded = load_params(params)
     image = base_image()
     typer.echo(json.dumps({"name": image.name, "digest": image.digest, "rootfs": str(image.rootfs)}))
     built: list[BuiltImage] = []
     for name, path in key_values(repo, "--repo").items():
-        spec = resolve_env(Path(str(path)), name, loaded.env.repos)
+        spec = resolve_env(Path(str(path)), name, loaded.env.repos, evaluate=setup_arguments)
         built.append(env_image(spec, timeout_s=loaded.env.build_timeout_s))
     if tasks is not None:
         built += _task_images(tasks, out, loaded)
@@ -174,9 +175,10 @@ def image_spec(
     """Print the environment spec detected in a repository (with params.yaml's ``env.repos`` over it)."""
     from trialforge.tasks.envdetect.resolve import resolve_env
     from trialforge.tasks.envimages import env_key
+    from trialforge.tasks.setupeval import setup_arguments
 
     ((name, path),) = key_values([repo], "repo").items()
-    spec = resolve_env(Path(str(path)), name, load_params(params).env.repos)
+    spec = resolve_env(Path(str(path)), name, load_params(params).env.repos, evaluate=setup_arguments)
     typer.echo(json.dumps(spec.model_dump(mode="json") | {"image_key": env_key(spec)}, indent=2))
 
 

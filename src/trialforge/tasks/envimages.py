@@ -41,6 +41,7 @@ from trialforge.store.objstore import ObjectStore
 from trialforge.tasks.envdetect.decide import EnvError
 from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.schema import Task
+from trialforge.tasks.setupeval import setup_arguments
 from trialforge.tasks.snapshots import SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,8 @@ def provide_images(
     """Give every task its environment spec and a built image; return the tasks, the funnel and the images.
 
     A task without a spec gets the one detected in its base tree (``envdetect.resolve.resolve_env``: the
-    repository's files, its ``trialforge-env.yaml``, then ``overrides``, params.yaml's ``env.repos``).
+    repository's files, a computing ``setup.py`` run in a sandbox, its ``trialforge-env.yaml``, then
+    ``overrides``, params.yaml's ``env.repos``).
     Each distinct spec is built once and, with ``store``, published there by digest (``publish_image``)
     for the machines that run the tasks later. A task whose spec cannot be resolved or whose image fails
     to build is dropped with the reason; the others go on.
@@ -232,7 +234,7 @@ def provide_images(
 
 def _detect(tree: Path, repo: str, overrides: Mapping[str, Mapping[str, Any]] | None) -> EnvSpec | EnvError:
     try:
-        return resolve_env(tree, repo, overrides)
+        return resolve_env(tree, repo, overrides, evaluate=setup_arguments)
     except EnvError as exc:
         return exc
 

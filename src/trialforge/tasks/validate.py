@@ -25,6 +25,7 @@ from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.calibration import calibrate
+from trialforge.tasks.envdetect.decide import OVERRIDE_FILE
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import Task, Validation
@@ -41,6 +42,7 @@ CANARY_FILES = 2  # test modules that get canaries when the test patch names non
 REASON_LINES = 3  # distinct error lines a rejection quotes
 REASON_LINE_CAP = 160
 REASON_CAP = 500
+_COMPILE_ERROR = re.compile(r"^(?:SyntaxError|IndentationError|TabError)\b")  # a module that cannot compile
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([\w.]*(?:Error|Exception|Exit)\b.*)$")
 
 
@@ -187,8 +189,13 @@ def _judge(
     )
     reason = ""
     broken_by_fix = _not_importing(after) - (_not_importing(before) - set(touched))
-    if broken_by_fix:
+    uncompilable = _uncompilable(before, after)
+    if broken_by_fix and broken_by_fix <= uncompilable:
+        reason = _incompatible_python(task, after, broken_by_fix)
+    elif broken_by_fix:
         reason = f"collection_error_after_fix: {_errors(after, broken_by_fix)}"
+    elif _cannot_start(before, touched) and _not_importing(before) and _not_importing(before) <= uncompilable:
+        reason = _incompatible_python(task, before, _not_importing(before))
     elif _cannot_start(before, touched):
         reason = f"collection_error_before_fix: {_errors(before)}"
     elif not now:
@@ -219,6 +226,22 @@ def _cannot_start(before: list[TestReport], touched: Sequence[str]) -> bool:
     if errors:
         return not touched or not errors <= set(touched)
     return any(r.exit_code not in (0, 1, 5) for r in before)  # the runner did not start (a conftest, a usage error)
+
+
+def _uncompilable(before: list[TestReport], after: list[TestReport]) -> set[str]:
+    """The test modules that fail to import with the same compile error before and after the fix: code the fix
+    leaves as it was does not compile on the image's Python (a tree of another era), whatever the fix does."""
+    was = {(m, e) for r in before for m, e in r.collection_errors.items() if _COMPILE_ERROR.match(e)}
+    return {m for r in after for m, e in r.collection_errors.items() if (m, e) in was}
+
+
+def _incompatible_python(task: Task, reports: list[TestReport], modules: set[str]) -> str:
+    """An environment problem, not the fix's: the reason names the Python and how to choose another."""
+    python = (task.env or EnvSpec()).python
+    return (
+        f"env_incompatible_python: the base tree does not compile on Python {python} (set `python:` in "
+        f"{OVERRIDE_FILE} or params.yaml env.repos): {_errors(reports, modules)}"
+    )
 
 
 def _not_importing(reports: list[TestReport]) -> set[str]:

@@ -1,17 +1,20 @@
 """From what a repository's files declare to its ``EnvSpec``: the Python, the requirements, the test command.
 
-The Python is the newest Debian ``python3`` that ``requires-python`` allows and the pinned pytest runs on,
-3.11 when it may; the requirements are the declared ones that apply under it (runtime, one file or group of
-test requirements, no developer tools; the image build records what they resolved to); the test runner and
-its options come from the repository's own configuration, and ``PYTHONPATH`` from a ``src/`` layout. A
-repository the base image already serves (no requirements, Python 3.11, flat layout) gets a base spec, so no
-image is built for it.
+The Python is the newest Debian ``python3`` that ``requires-python`` allows and the pinned pytest runs on, 3.11 when
+it may (where none allowed runs the pin, the pin is relaxed to the oldest release that runs on it); the
+requirements are the declared ones that apply under it (runtime, one file or group of test requirements, no
+developer tools; the image build records what they resolved to); the test runner and its options come from the
+repository's own configuration, and ``PYTHONPATH`` from a ``src/`` layout. A repository the base image already
+serves (no requirements, Python 3.11, flat layout) gets a base spec, so no image is built for it.
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from packaging.markers import default_environment
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -23,6 +26,8 @@ from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
 from trialforge.tasks.envdetect.readers import Findings, parse_requirement, read, shell_words, test_styles
 from trialforge.tasks.pytestconfig import pytest_option, text_of
+
+log = logging.getLogger(__name__)
 
 OVERRIDE_FILE = "trialforge-env.yaml"  # a repository's own overrides (``resolve``), named where a decision fails
 # The python3 each Debian release ships (one per SUITES key): requires-python and markers are judged
@@ -40,15 +45,17 @@ class EnvError(TaskError):
     """A repository's environment cannot be resolved: an impossible Python, an invalid override."""
 
 
-def detect(repo: Path, python: str | None = None) -> EnvSpec:
-    """The environment ``repo``'s own files declare; ``EnvError`` when no image's Python is allowed (by
-    ``requires-python`` and the pinned pytest). With ``python`` forced (an override), markers are judged for
-    it, unchecked."""
-    why: tuple[str, ...] = ()
+def detect(repo: Path, python: str | None = None, setup_args: Mapping[str, Any] | None = None) -> EnvSpec:
+    """The environment ``repo``'s own files declare; ``EnvError`` when no image's Python is allowed by
+    ``requires-python``. With ``python`` forced (an override), markers are judged for it, unchecked.
+    ``setup_args``: what ``setup.py`` passes to ``setup()``, evaluated in a sandbox (``tasks.setupeval``)."""
     if python is None:
         # Chosen from what holds for any Python, then read again for it: a requirements file may be named for it.
-        python, why = _choose_python(read(repo, None))
-    found = read(repo, python)
+        python, why = _choose_python(read(repo, None, setup_args))
+        found = read(repo, python, setup_args)
+        why += _relax(found, python)
+    else:
+        found, why = read(repo, python, setup_args), ()
     root = found.package_root or _src_root(repo, found)
     test_cmd = _test_cmd(repo, found)
     return EnvSpec(
@@ -63,7 +70,8 @@ def detect(repo: Path, python: str | None = None) -> EnvSpec:
 
 def _choose_python(found: Findings) -> tuple[str, tuple[str, ...]]:
     """3.11 when ``requires-python`` and the pinned test tools allow it, else the newest image Python they
-    allow; and, as provenance, the pins that ruled out a Python ``requires-python`` allows."""
+    allow, else 3.11 (or the newest allowed) with the pins relaxed (``_relax``); and, as provenance, the pins
+    that ruled out a Python ``requires-python`` allows."""
     candidates = _allowed_pythons(found.python)
     reasons: dict[tuple[str, str], str] = {}  # (file, requirement): why it ruled out the first Python it did
     for version in candidates:
@@ -72,13 +80,26 @@ def _choose_python(found: Findings) -> tuple[str, tuple[str, ...]]:
             return version, tuple(
                 f"{where} ({text}: {why}: Python {version})" for (where, text), why in reasons.items()
             )
-        for where, text, why in blockers:
+        for where, text, why, _ in blockers:
             reasons.setdefault((where, text), why)
-    pins = "; ".join(f"{text} in {where}: {why}" for (where, text), why in reasons.items())
-    raise EnvError(
-        f"the pinned test tools run on none of the Pythons requires-python allows ({', '.join(candidates)}): "
-        f"{pins}; set `python:` in {OVERRIDE_FILE} or params.yaml env.repos, or `requirements:` with a newer pin"
-    )
+    return candidates[0], ()
+
+
+def _relax(found: Findings, python: str) -> tuple[str, ...]:
+    """Pins of test tools that run on no image Python ``requires-python`` allows (years-old exact pins:
+    ``pytest==3.0.7`` cannot start on 3.11), each replaced by the oldest release that runs on ``python``:
+    the closest to what the suite was written for. Returns the provenance of each."""
+    relaxed: dict[str, str] = {}
+    notes = []
+    for where, text, why, first in _tool_blockers(found.requirements, python):
+        req = parse_requirement(text)
+        assert req is not None  # a blocker is a parsed requirement
+        req.specifier = SpecifierSet(f"=={first}")
+        relaxed[text] = str(req)
+        notes.append(f"{where} ({text} relaxed to {req}: {why}: Python {python})")
+        log.info("test tool pin relaxed", extra={"pin": text, "relaxed": str(req), "file": where, "python": python})
+    found.requirements = [(relaxed.get(text, text), where) for text, where in found.requirements]
+    return tuple(notes)
 
 
 def _allowed_pythons(declared: list[tuple[str, str]]) -> list[str]:
@@ -104,8 +125,9 @@ def _allowed_pythons(declared: list[tuple[str, str]]) -> list[str]:
     )
 
 
-def _tool_blockers(requirements: list[tuple[str, str]], python: str) -> list[tuple[str, str, str]]:
-    """(file, requirement, why) for each requirement that allows no release of its tool that runs under ``python``."""
+def _tool_blockers(requirements: list[tuple[str, str]], python: str) -> list[tuple[str, str, str, str]]:
+    """(file, requirement, why, the first release that runs) for each requirement that allows no release of its
+    tool that runs under ``python``."""
     marker_env = _marker_env(python)
     oldest = {tool: (since, first) for tool, since, first in _OLDEST_RUNNING if Version(python) >= Version(since)}
     blockers = []
@@ -115,7 +137,8 @@ def _tool_blockers(requirements: list[tuple[str, str]], python: str) -> list[tup
             continue
         since, first = oldest.get(canonicalize_name(req.name), ("", ""))
         if first and not _allows_from(req.specifier, Version(first)):
-            blockers.append((where, text, f"no {req.name} it allows runs on Python {since}+, {first} is the first"))
+            why = f"no {req.name} it allows runs on Python {since}+, {first} is the first"
+            blockers.append((where, text, why, first))
     return blockers
 
 

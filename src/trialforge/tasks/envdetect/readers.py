@@ -1,7 +1,8 @@
 """What a repository's own files declare about its environment, read without executing anything.
 
 ``pyproject.toml`` and ``setup.cfg`` are parsed, ``setup.py`` is read as a syntax tree (literal arguments
-only), requirements files, ``tox.ini`` and ``Makefile`` as text, test files for what they import and which
+only; what it computes comes from an evaluation in a sandbox, ``tasks.setupeval``, when the caller has one),
+requirements files, ``tox.ini`` and ``Makefile`` as text, test files for what they import and which
 runner they are written for. Everything found goes into one :class:`Findings`, each fact with the file it
 came from; ``decide`` turns it into an ``EnvSpec``.
 """
@@ -145,10 +146,14 @@ class Findings:
         self.source(where)
 
 
-def read(repo: Path, python: str | None) -> Findings:
-    """What ``repo``'s files declare, a requirements file named for a Python picked for ``python``."""
+def read(repo: Path, python: str | None, setup_args: Mapping[str, Any] | None = None) -> Findings:
+    """What ``repo``'s files declare, a requirements file named for a Python picked for ``python``;
+    ``setup_args``: what ``setup.py`` passed to ``setup()`` when evaluated in a sandbox (``tasks.setupeval``)."""
     found = Findings(for_python=python)
-    for reader in (_read_pyproject, _read_setup_cfg, _read_setup_py, _read_requirements_files, _read_tox):
+    _read_pyproject(repo, found)
+    _read_setup_cfg(repo, found)
+    _read_setup_py(repo, found, setup_args)
+    for reader in (_read_requirements_files, _read_tox):
         reader(repo, found)
     if (repo / "pytest.ini").is_file():
         found.runs_pytest("pytest.ini")
@@ -216,38 +221,64 @@ def _read_setup_cfg(repo: Path, found: Findings) -> None:
         found.runs_pytest(where)
 
 
-def _read_setup_py(repo: Path, found: Findings) -> None:
-    """Literal ``setup()`` arguments only: anything computed is ignored, and said so in the provenance."""
+# The setup() arguments envdetect uses: read as literals, or taken from an evaluation in a sandbox.
+SETUP_ARGS = (
+    "name",
+    "python_requires",
+    "install_requires",
+    "tests_require",
+    "extras_require",
+    "package_dir",
+    "use_scm_version",
+)
+
+
+def setup_literals(repo: Path, found: Findings | None = None) -> tuple[dict[str, Any], list[str]] | None:
+    """``setup.py``'s literal ``setup()`` arguments and what it computes instead (argument names, ``**``);
+    None without a ``setup.py`` that parses and calls ``setup``."""
     path = repo / "setup.py"
     if not path.is_file():
-        return
-    where = path.name
+        return None
     try:
         tree = pyast.parse(path.read_bytes())
     except (SyntaxError, ValueError):
-        found.note(where, "not Python 3: ignored")
-        return
+        if found is not None:
+            found.note(path.name, "not Python 3: ignored")
+        return None
     call = next((node for node in ast.walk(tree) if isinstance(node, ast.Call) and _callee(node) == "setup"), None)
     if call is None:
-        return
+        return None
     args: dict[str, Any] = {}
-    wanted = (
-        "name",
-        "python_requires",
-        "install_requires",
-        "tests_require",
-        "extras_require",
-        "package_dir",
-        "use_scm_version",
-    )
+    computed: list[str] = []
     for keyword in call.keywords:
         if keyword.arg is None:
-            found.note(where, "**arguments not read")
-        elif keyword.arg in wanted:
+            computed.append("**")
+        elif keyword.arg in SETUP_ARGS:
             try:
                 args[keyword.arg] = ast.literal_eval(keyword.value)
             except ValueError:
-                found.note(where, f"{keyword.arg} not literal: ignored")
+                computed.append(keyword.arg)
+    return args, computed
+
+
+def _read_setup_py(repo: Path, found: Findings, evaluated: Mapping[str, Any] | None) -> None:
+    """The arguments an evaluation in a sandbox passed to ``setup()`` when the caller has them, else the
+    literal ones only: anything computed is ignored, and said so in the provenance."""
+    where = "setup.py"
+    if evaluated is not None:
+        found.note(where, "setup() arguments evaluated in a sandbox")
+        _take_setup_args(repo, evaluated, found, where)
+        return
+    literals = setup_literals(repo, found)
+    if literals is None:
+        return
+    args, computed = literals
+    for name in computed:
+        found.note(where, "**arguments not read" if name == "**" else f"{name} not literal: ignored")
+    _take_setup_args(repo, args, found, where)
+
+
+def _take_setup_args(repo: Path, args: Mapping[str, Any], found: Findings, where: str) -> None:
     found.name(args.get("name"))
     found.requires_python(args.get("python_requires"), where)
     found.require(_as_list(args.get("install_requires")), where, runtime=True)

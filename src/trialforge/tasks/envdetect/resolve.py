@@ -7,7 +7,7 @@ per-repository ``env.repos``. SWE-bench instances name the commit whose files de
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,25 +18,50 @@ from pydantic import ValidationError
 from trialforge.envspec import EnvSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.envdetect.decide import OVERRIDE_FILE, EnvError, detect
+from trialforge.tasks.envdetect.readers import setup_literals
 from trialforge.tasks.ingest.trees import materialize
 
 PARAMS_SOURCE = "params env.repos"
 OVERRIDABLE = tuple(name for name in EnvSpec.model_fields if name != "detected_from")
 
 
-def resolve_env(repo: Path, repo_name: str, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> EnvSpec:
+def resolve_env(
+    repo: Path,
+    repo_name: str,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    evaluate: Callable[[Path], Mapping[str, Any]] | None = None,
+) -> EnvSpec:
     """The detected spec, then ``repo``'s ``trialforge-env.yaml``, then ``overrides[repo_name]``: later wins per key.
 
     A ``python`` set by an override is also the one markers are evaluated for, and ``requires-python``
-    is not checked: the way to run a repository under a Python its metadata does not allow.
+    is not checked: the way to run a repository under a Python its metadata does not allow. ``evaluate``
+    (``tasks.setupeval.setup_arguments``: a sandbox) runs a ``setup.py`` that computes its arguments.
     """
     sources = ((OVERRIDE_FILE, _override_file(repo, repo_name)), (PARAMS_SOURCE, (overrides or {}).get(repo_name)))
     layers = [_layer(values, source, repo_name) for source, values in sources if values]
     python = next((values["python"] for _, values in reversed(layers) if "python" in values), None)
-    spec = detect(repo, python)
+    setup_args, failed = _evaluated(repo, evaluate)
+    spec = detect(repo, python, setup_args)
+    if failed:
+        spec = spec.model_copy(update={"detected_from": (*spec.detected_from, failed)})
     for source, values in layers:
         spec = spec.model_copy(update={**values, "detected_from": (*spec.detected_from, source)})
     return spec
+
+
+def _evaluated(
+    repo: Path, evaluate: Callable[[Path], Mapping[str, Any]] | None
+) -> tuple[Mapping[str, Any] | None, str]:
+    """(``setup.py``'s evaluated arguments, or None with why when its evaluation failed): only for a
+    ``setup.py`` that computes an argument envdetect reads; a failure falls back to the literal ones."""
+    literals = setup_literals(repo)
+    if evaluate is None or literals is None or not literals[1]:
+        return None, ""
+    try:
+        return evaluate(repo), ""
+    except EnvError as exc:
+        return None, f"setup.py (evaluation failed, literal arguments read: {exc})"
 
 
 def _override_file(repo: Path, repo_name: str) -> object:
