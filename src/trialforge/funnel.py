@@ -14,6 +14,7 @@ class Funnel:
     kept: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     details: list[dict[str, Any]] = field(default_factory=list)
+    noted: Counter[str] = field(default_factory=Counter)  # what the records lost on the way, e.g. unstable test ids
 
     def keep(self) -> None:
         self.seen += 1
@@ -25,12 +26,18 @@ class Funnel:
         self.dropped[reason] += 1
         self.details.append({"ref": ref, "reason": reason, "detail": detail})
 
+    def note(self, what: str, count: int) -> None:
+        """Count ``count`` things of kind ``what`` that a record (kept or dropped) lost, e.g. tests left out of it."""
+        if count:
+            self.noted[what] += count
+
     def absorb(self, other: Funnel) -> None:
         """Count another step's records as this one's (reasons prefixed by its stage): one step, two sources."""
         self.seen += other.seen
         self.kept += other.kept
         self.dropped.update({f"{other.stage}/{reason}": n for reason, n in other.dropped.items()})
         self.details += [d | {"reason": f"{other.stage}/{d['reason']}"} for d in other.details]
+        self.noted.update({f"{other.stage}/{what}": n for what, n in other.noted.items()})
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +46,7 @@ class Funnel:
             "kept": self.kept,
             "dropped": dict(self.dropped),
             "details": self.details,
+            "noted": dict(self.noted),
         }
 
 

@@ -109,9 +109,16 @@ DROP_DETAIL_CAP = 300
 
 
 def task_metrics(funnels: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per task stage: seen, kept, dropped by reason, and the first details of each reason (from Funnel.as_dict())."""
+    """Per task stage: seen, kept, dropped by reason, the first details of each reason, and what records lost on the
+    way (``noted``) (from Funnel.as_dict())."""
     return {
-        f["stage"]: {"seen": f["seen"], "kept": f["kept"], "dropped": f["dropped"], "examples": _drop_examples(f)}
+        f["stage"]: {
+            "seen": f["seen"],
+            "kept": f["kept"],
+            "dropped": f["dropped"],
+            "examples": _drop_examples(f),
+            "noted": f.get("noted", {}),  # (a funnel stored before it counted them has none)
+        }
         for f in funnels
     }
 
