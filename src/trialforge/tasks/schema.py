@@ -39,6 +39,8 @@ class Validation(BaseModel):
     duration_s: float = 0.0
     slowest_run_s: float = 0.0  # the slowest whole-suite run with the fix: grading time limits scale from it
     not_importing: list[str] = Field(default_factory=list)  # test modules that fail to collect with the fix
+    unstable_ids: int = 0  # test ids not reported by every run (validate._unstable): in neither test list
+    unstable_examples: list[str] = Field(default_factory=list)  # the first of them, sorted
     host_judged: HostJudged | None = None  # None: validated before blinding (graded with every slot blinded)
 
 

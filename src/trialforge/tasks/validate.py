@@ -3,8 +3,10 @@
 Each configuration (base + test patch, then + gold patch) runs the whole suite ``runs`` times in a fresh sandbox,
 with canaries (``trialforge.testrun``) and the task's runner, options and environment. Fail-to-pass and pass-to-pass
 come from what happened; a test whose outcome changes between runs is flaky (quarantined if pass-to-pass, fatal if
-the task depends on it). Runs of a tree already validated in the batch are reused. A rejection's reason is a short
-key (what ``record_verdicts`` counts by), then the detail. Rules: docs/pipeline.md, "Validation".
+the task depends on it), and a test id that some run of a tree does not report, or that only one tree reports while
+its module ran in both, is unstable (a clock, a uuid or a directory listing in its parameters): in neither list,
+since grading asks for ids by name. Runs of a tree already validated in the batch are reused. A rejection's reason is
+a short key (what ``record_verdicts`` counts by), then the detail. Rules: docs/pipeline.md, "Validation".
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ CANARY_FILES = 2  # test modules that get canaries when the test patch names non
 REASON_LINES = 3  # distinct error lines a rejection quotes
 REASON_LINE_CAP = 160
 REASON_CAP = 500
+UNSTABLE_EXAMPLES = 10  # unstable ids the validation record quotes (a uuid-parametrized test makes new ones each run)
 _COMPILE_ERROR = re.compile(r"^(?:SyntaxError|IndentationError|TabError)\b")  # a module that cannot compile
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([\w.]*(?:Error|Exception|Exit)\b.*)$")
 
@@ -139,15 +142,61 @@ def _run(
         sandbox.close()
 
 
-def _stable(reports: list[TestReport]) -> tuple[dict[str, str], set[str]]:
-    """Outcome per test across runs, and the tests whose outcome changed (flaky)."""
+def _stable(reports: list[TestReport], unstable: set[str]) -> tuple[dict[str, str], set[str]]:
+    """Outcome per test across runs, and the tests whose outcome changed (flaky); ``unstable`` ids left out."""
     outcomes: dict[str, str] = {}
     flaky: set[str] = set()
     for report in reports:
         for test, outcome in report.outcomes.items():
-            if outcomes.setdefault(test, outcome) != outcome:
+            if test not in unstable and outcomes.setdefault(test, outcome) != outcome:
                 flaky.add(test)
     return outcomes, flaky
+
+
+def _module(test_id: str) -> str:
+    return test_id.split("::", 1)[0]
+
+
+def _ids(report: TestReport) -> set[str]:
+    return {t for t in report.outcomes if not t.startswith(COLLECTION)}
+
+
+def _unstable(before: list[TestReport], after: list[TestReport]) -> set[str]:
+    """Test ids that do not name the same test in every run: grading could not find them by name again.
+
+    An id is unstable when a run of its tree does not report it although its module reported tests in that run
+    (a module that failed to collect is the collection rules' business), or when only one of the two trees reports it
+    although its module reported tests in the other: a fix does not rename tests, and which of a clock's value, a
+    uuid or a directory's listing order changed an id cannot be told apart, so the test is dropped, never matched.
+    """
+    unstable: set[str] = set()
+    for reports in (before, after):
+        seen = set().union(*map(_ids, reports))
+        for report in reports:
+            ran = {_module(t) for t in _ids(report)}
+            unstable |= {t for t in seen - report.outcomes.keys() if _module(t) in ran}
+    was, now = set().union(*map(_ids, before)), set().union(*map(_ids, after))
+    ran_before, ran_after = {_module(t) for t in was}, {_module(t) for t in now}
+    unstable |= {t for t in now - was if _module(t) in ran_before}
+    return unstable | {t for t in was - now if _module(t) in ran_after}
+
+
+def _changed_unstable(before: list[TestReport], after: list[TestReport], unstable: set[str]) -> list[str]:
+    """The unstable ids that pass with the fix while a test of the same function did not pass (or its module did not
+    collect) before it: what would have been fail-to-pass, had the ids been stable."""
+    failed_before = {_function(t) for r in before for t, o in r.outcomes.items() if o != "passed"}
+    not_collected = _not_importing(before)
+    changed = {
+        t
+        for r in after
+        for t, o in r.outcomes.items()
+        if t in unstable and o == "passed" and (_function(t) in failed_before or _module(t) in not_collected)
+    }
+    return sorted(changed)
+
+
+def _function(test_id: str) -> str:
+    return test_id.split("[", 1)[0]
 
 
 def _judge(
@@ -170,8 +219,9 @@ def _judge(
         else:
             why = ("timed out; " if any(r.timed_out for r in silent) else "") + _errors(silent)
         return _verdict(task, False, f"tests_did_not_run: {why}", runs, start)
-    was, flaky_before = _stable(before)
-    now, flaky_after = _stable(after)
+    unstable = _unstable(before, after)
+    was, flaky_before = _stable(before, unstable)
+    now, flaky_after = _stable(after, unstable)
     flaky = sorted(flaky_before | flaky_after)
     f2p = sorted(t for t, o in now.items() if o == "passed" and was.get(t, "missing") != "passed" and t not in flaky)
     p2p = sorted(t for t, o in now.items() if o == "passed" and was.get(t) == "passed" and t not in flaky)
@@ -186,6 +236,8 @@ def _judge(
         duration_s=round(time.monotonic() - start, 3),
         slowest_run_s=round(max(r.duration_s for r in after), 3),
         not_importing=sorted(_not_importing(after)),
+        unstable_ids=len(unstable),
+        unstable_examples=sorted(unstable)[:UNSTABLE_EXAMPLES],
     )
     reason = ""
     broken_by_fix = _not_importing(after) - (_not_importing(before) - set(touched))
@@ -198,11 +250,13 @@ def _judge(
         reason = _incompatible_python(task, before, _not_importing(before))
     elif _cannot_start(before, touched):
         reason = f"collection_error_before_fix: {_errors(before)}"
-    elif not now:
+    elif not any(r.outcomes for r in after):
         command = " ".join((task.env or EnvSpec()).test_cmd)
         reason = f"no_tests_ran: `{command}` found no test in the tree (its discovery options, or the spec's test_cmd)"
     elif broken:
         reason = f"fix_breaks_tests: {broken[:3]}"
+    elif not f2p and (changed := _changed_unstable(before, after, unstable)):
+        reason = f"unstable_test_ids: the tests the fix changes have ids that differ between runs: {changed[:3]}"
     elif not f2p:
         reason = "no_fail_to_pass: " + ("only flaky tests changed" if flaky else "no test fails before the fix")
         if _not_importing(after):  # the tests that would have failed may be in a module that never imports
@@ -277,9 +331,10 @@ def _verdict(task: Task, valid: bool, reason: str, runs: int, start: float) -> T
 
 
 def record_verdicts(tasks: list[Task], funnel: Funnel) -> list[Task]:
-    """Count each verdict in ``funnel``; return the valid tasks."""
+    """Count each verdict in ``funnel``, and the unstable test ids left out of the tasks; return the valid tasks."""
     valid = []
     for task in tasks:
+        funnel.note("unstable_ids", task.validation.unstable_ids)
         if task.validation.valid:
             funnel.keep()
             valid.append(task)
