@@ -395,6 +395,7 @@ def _validate(tasks: list[tuple[Mutant, Task]], backend: Backend, image: str, sn
         checked = list(pool.map(one, [task for _, task in tasks]))
     valid = []
     for (mutant, _), task in zip(tasks, checked, strict=True):
+        funnel.note("unstable_ids", task.validation.unstable_ids)  # as record_verdicts counts a mined task's
         if task.validation.valid:
             funnel.accept(mutant)
             valid.append(task)
