@@ -103,6 +103,34 @@ def test_reap_services_never_kills_a_process_a_record_merely_names(state_dir: Pa
 
 
 @pytest.mark.sandbox
+@pytest.mark.parametrize("service", ["dead", "pid_reused"])
+def test_a_service_that_died_with_its_owner_is_forgotten_without_a_signal(
+    service: str, state_dir: Path, tmp_path: Path
+) -> None:
+    """A killed run's Podman service that is gone already (its socket dead too): the home is removed, nothing is
+    signalled, and ``trialforge reap`` ends cleanly; a process that has its pid now is not the service."""
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        home = state_dir / f"podman-{service}"
+        home.mkdir()
+        pid = bystander.pid if service == "pid_reused" else 2**22 + 2
+        record = {
+            "service_pid": pid,
+            "service_start": "1",  # not the running process's start: the recorded service is gone
+            "owner_pid": 2**22 + 1,
+            "owner_start": "1",
+            "url": f"unix://{home}/podman.sock",
+        }
+        (home / "service.json").write_text(json.dumps(record))
+        done = reap_services(state_dir)
+        assert done.services == [f"podman-{service}"] and not home.exists()
+        assert bystander.poll() is None, "a process that merely has the recorded pid was signalled"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@pytest.mark.sandbox
 def test_the_leak_check_sees_a_temp_dir_and_an_empty_cgroup_and_forgives_what_goes(state_dir: Path) -> None:
     me = os.getpid()
     before = snapshot(state_dir, me=me)

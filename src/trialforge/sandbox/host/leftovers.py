@@ -183,13 +183,20 @@ def _stop_service(record: ServiceRecord, home: Path, *, everything: bool) -> Rea
     else:
         with contextlib.closing(client):
             done.add(reap_containers(client, everything=everything))
-    os.kill(record.service_pid, signal.SIGTERM)
+    # Signalled only while it is the recorded process (pid and start time): a service that died with its owner
+    # has nothing to stop, and its pid may be another process's by now.
+    _signal(record, signal.SIGTERM)
     deadline = time.monotonic() + SERVICE_STOP_S
     while record.service_alive() and time.monotonic() < deadline:
         time.sleep(0.01)  # poll interval while it stops its containers' conmons and exits
-    if record.service_alive():
-        os.kill(record.service_pid, signal.SIGKILL)
+    _signal(record, signal.SIGKILL)
     return done
+
+
+def _signal(record: ServiceRecord, sig: signal.Signals) -> None:
+    if record.service_alive():
+        with contextlib.suppress(ProcessLookupError):  # it may exit between the check and the signal
+            os.kill(record.service_pid, sig)
 
 
 def _is_our_service(record: ServiceRecord, home: Path) -> bool:
