@@ -195,3 +195,16 @@ def test_grading_restores_the_tests_a_repositorys_own_python_files_names(tmp_pat
     assert sorted(dropped) == ["check_calc.py", "pytest.ini"]
     assert "return a + b" in code and "assert True" not in code
     assert "check_calc.py" not in code_only(diff)[1]  # the control: by name alone it would have stayed
+
+
+def test_a_configuration_file_that_is_a_symlink_is_not_followed(tmp_path):
+    """The repository's files are hostile: a pytest.ini pointing at a host file is not read, a real one is."""
+    outside = tmp_path / "host.ini"
+    outside.write_text("[pytest]\npython_files = check_*.py\n")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "pytest.ini").symlink_to(outside)
+    assert python_files_of(tree) == ()
+    (tree / "pytest.ini").unlink()
+    (tree / "pytest.ini").write_text(outside.read_text())
+    assert python_files_of(tree) == ("check_*.py",)

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 PYTEST_CONFIGS = (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", ""), ("tox.ini", "pytest"),
                   ("setup.cfg", "tool:pytest"))  # fmt: skip
 
+CONFIG_CAP = 1 << 20  # a configuration file's bytes read: pytest's own are a few kilobytes
 Reader = Callable[[str], str | None]  # a root-level file's text, None when the tree has no such file
 
 
@@ -92,8 +93,12 @@ def _ini_section(text: str, section: str) -> dict | None:
 
 
 def text_of(path: Path) -> str | None:
-    """A file's text, None when it is not a readable file."""
+    """A regular file's text (its first ``CONFIG_CAP`` bytes), None when it is not one: a symlink is not followed
+    (the tree's files are the repository's: one could point anywhere on the host)."""
     try:
-        return path.read_text(errors="replace") if path.is_file() else None
+        if path.is_symlink() or not path.is_file():
+            return None
+        with path.open("rb") as handle:
+            return handle.read(CONFIG_CAP).decode(errors="replace")
     except OSError:
         return None
