@@ -2,28 +2,25 @@
 
 An older ``setup.py`` computes its requirements (``tests_require = [...]; setup(extras_require={"test":
 tests_require})``, lists joined, dicts merged), which no literal reading sees. The file runs under the base
-image's Python and setuptools with ``setup()`` replaced by one that records its arguments: a copy of the tree,
-a read-only root filesystem, no network, the unprivileged sandbox account; never on the host. Core metadata
-(PEP 517 ``prepare_metadata_for_build_wheel``) would not do: it has no ``tests_require``. docs/environments.md.
+image's Python and setuptools with ``setup()`` replaced by one that records its arguments, in a bwrap sandbox
+like any test run (a copy of the tree, no network, the sandbox's own uid, cgroup and disk quota); never on the
+host. Core metadata (PEP 517 ``prepare_metadata_for_build_wheel``) would not do: it has no ``tests_require``.
+docs/environments.md.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from trialforge.sandbox.bwrap.confinement import environment, identity, namespaces, tool
-from trialforge.sandbox.host.identity import SANDBOX_UID, sandbox_identity
+from trialforge.errors import SandboxError
+from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
-from trialforge.scratch import scratch_dir
 from trialforge.tasks.envdetect.decide import EnvError
 from trialforge.tasks.envdetect.readers import SETUP_ARGS
 
-WORK = "/work"
 OUTPUT_CAP = 1 << 20  # the arguments' JSON: requirement lists, never megabytes
 # Runs in the sandbox: setup() (setuptools' and distutils') records its arguments; the last stdout line is
 # them as JSON, strings, lists and dicts only (a set of requirements becomes a sorted list).
@@ -69,18 +66,20 @@ class SetupEvalError(EnvError):
 def setup_arguments(tree: Path, *, timeout_s: float = 120.0) -> dict[str, Any]:
     """The ``setup()`` arguments envdetect reads (``readers.SETUP_ARGS``) that ``tree``'s ``setup.py`` passes."""
     program = _PROGRAM.replace("KEYS", repr(SETUP_ARGS))
-    with scratch_dir("setupeval") as tmp:
-        os.chmod(tmp, 0o711)  # the sandbox account binds the copy: it passes through, lists nothing
-        work = Path(tmp) / "work"
-        shutil.copytree(tree, work, symlinks=True)
-        _hand_over(work)
-        argv = [*_launcher(), *_bwrap(base_image().rootfs, work), "python3", "-c", program]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise SetupEvalError(f"setup.py did not finish in {timeout_s:.0f}s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    backend = BwrapBackend(base_image())
+    spec = SandboxSpec(image=backend.image.name, workspace=tree, limits=Limits(network=False),
+                       labels={"purpose": "setupeval"})  # fmt: skip
+    try:
+        with backend.create(spec) as sandbox:
+            done = sandbox.exec(["python3", "-c", program], timeout=timeout_s)
+    except SandboxError as exc:
+        raise SetupEvalError(f"setup.py could not run in a sandbox: {exc}") from exc
+    finally:
+        backend.close()
+    if done.timed_out:
+        raise SetupEvalError(f"setup.py did not finish in {timeout_s:.0f}s")
+    if done.exit_code != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.exit_code}"])[-1]
         raise SetupEvalError(f"setup.py failed: {last[:300]}")
     return _parsed(done.stdout)
 
@@ -94,27 +93,3 @@ def _parsed(stdout: str) -> dict[str, Any]:
     if not isinstance(found, dict):
         raise SetupEvalError("setup.py's arguments did not come back")
     return {key: value for key, value in found.items() if key in SETUP_ARGS and value is not None}
-
-
-def _hand_over(work: Path) -> None:
-    """The copy belongs to the sandbox account: a ``setup.py`` may write (a version file, an egg-info)."""
-    host = sandbox_identity()
-    if host is None:
-        return
-    for root, dirs, files in os.walk(work):
-        for name in (root, *(os.path.join(root, n) for n in dirs + files)):
-            os.lchown(name, host.uid, host.gid)
-
-
-def _launcher() -> list[str]:
-    """As root, drop to the sandbox account first: the sandbox is never host root (``sandbox.host.identity``)."""
-    host = sandbox_identity()
-    return identity(host.uid, host.gid, None) if host is not None else []
-
-
-def _bwrap(rootfs: Path, work: Path) -> list[str]:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    return [
-        tool("bwrap"), "--ro-bind", str(rootfs), "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-        "--bind", str(work), WORK, *namespaces(uid=SANDBOX_UID), *environment(env, cwd=WORK),
-    ]  # fmt: skip
