@@ -188,6 +188,22 @@ def test_tox_pytest_command_keeps_options_and_drops_the_test_dir(tmp_path: Path)
     assert spec.requirements == ("pytest-cov",)
 
 
+def test_tox_posargs_default_with_spaces_is_what_tox_runs_without_arguments(tmp_path: Path) -> None:
+    # dateutil's tox.ini: a default of several quoted words, split into pieces before its braces were seen
+    repo = make(
+        tmp_path,
+        {
+            "tox.ini": """
+                [testenv]
+                commands = python -m pytest {posargs: "{toxinidir}/tests" "{toxinidir}/docs" --cov=pkg} -ra {posargs}
+            """,
+            "tests/test_a.py": PYTEST_TEST,
+            "docs/conf.py": "",
+        },
+    )
+    assert detect(repo).test_cmd == (*PYTEST_CMD, "docs", "--cov=pkg", "-ra")
+
+
 def test_unittest_only_tests_run_under_unittest_discovering_from_their_plain_directory(tmp_path: Path) -> None:
     repo = make(tmp_path, {"pkg/__init__.py": "", "tests/test_a.py": UNITTEST_TEST, "tests/test_b.py": UNITTEST_TEST})
     spec = detect(repo)

@@ -42,6 +42,7 @@ _LOCAL = re.compile(r"^(?:\.{1,2}(?:[/\[]|$)|/|file:)")  # the repository or a p
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _FACTOR = re.compile(r"^[\w.,{}!-]+:\s")  # a tox line for some environments only ("py38: mock")
 _UNRESOLVED = re.compile(r"\{[^}]*\}|\$[({]")  # tox substitutions and make variables we cannot expand
+_POSARGS = re.compile(r"\{posargs(?::([^{}]*))?\}")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _PYTHON = re.compile(r"^(?:.*/)?python[\d.]*$|^\{envpython\}$|^\$[({]PYTHON[)}]$")
 _TESTISH = re.compile(r"test|dev")
@@ -400,7 +401,7 @@ def _read_tox(repo: Path, found: Findings) -> None:
     _take_lines(repo, repo, [line for line in deps if not _UNRESOLVED.search(line)], where, found)
     for line in _lines(testenv.get("commands", "")):
         if not _FACTOR.match(line):
-            found.runs(_runner_command(shell_words(_in_root(line).lstrip("-! ")), repo), where)
+            found.runs(_runner_command(shell_words(_posargs(_in_root(line)).lstrip("-! ")), repo), where)
 
 
 def _read_makefile(repo: Path, found: Findings) -> None:
@@ -439,6 +440,12 @@ def _as_list(value: object) -> list[str]:
 
 def _in_root(text: str) -> str:
     return text.replace("{toxinidir}/", "").replace("{toxinidir}", ".")
+
+
+def _posargs(command: str) -> str:
+    """tox's ``{posargs:DEFAULT}`` as tox runs it with no arguments given: its default (which may hold spaces and
+    quotes, so it is expanded before the line is split into words), and ``{posargs}`` as nothing."""
+    return _POSARGS.sub(lambda m: m.group(1) or "", command)
 
 
 def shell_words(line: str) -> list[str]:
