@@ -16,6 +16,7 @@ import builtins
 import copy
 import json
 import random
+import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ RECORDED_METHODS = frozenset({
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}  # fmt: skip
 _IDENTITY_CONSTANTS = (None, True, False)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STRING_SCAN = 4096  # characters of each string searched for names (a test's data can be megabytes)
 _PREDICATES = frozenset({"isinstance", "issubclass"})  # checks of classes: their own kind of slot, or in process
 # decorators that call the test once, as written: any other (hypothesis's @given, a retry) may run it many times
 _SAFE_DECORATORS = ("pytest.mark.", "unittest.skip", "unittest.expectedFailure", "unittest.mock.patch", "mock.patch")
@@ -273,18 +276,40 @@ def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> It
 
 
 def _referenced_names(module: ast.Module) -> dict[str, int]:
-    """How often each name is read (as a name, an attribute or a string) anywhere in the module."""
+    """How often each name is read (as a name, an attribute or a word of a string) anywhere in the module.
+
+    A word of a string counts: a test that matches its own qualified name in a message (typeguard's
+    ``rf"...\\.test_return_invalid\\.<locals>\\.Foo"``) would fail under another name."""
     counts: dict[str, int] = {}
     for node in ast.walk(module):
-        name = (
-            node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-            else node.attr if isinstance(node, ast.Attribute)
-            else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200
-            else None
+        names = (
+            [node.id] if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            else [node.attr] if isinstance(node, ast.Attribute)
+            else _IDENTIFIER.findall(node.value[:_STRING_SCAN]) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            else []
         )  # fmt: skip
-        if name:
+        for name in names:
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def _bound_inside(node: ast.FunctionDef) -> set[str]:
+    """Every name the test's body binds: assigned, and named by a class, function, import or handler of its own.
+
+    A class the test defines is local like an assigned name: ``describe(Foo)`` of a local ``Foo`` is no expected
+    value validation could record once for every run (it would record the code under test's answer)."""
+    found: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            found.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not node:
+            found.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            found.update((alias.asname or alias.name).split(".")[0] for alias in n.names)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+            found.add(n.name)
+    return found
 
 
 def _test(
@@ -297,7 +322,7 @@ def _test(
     for extra in (node.args.vararg, node.args.kwarg):
         if extra is not None:
             arguments.add(extra.arg)
-    stores = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    stores = _bound_inside(node)
     columns = set(parametrize.names) if parametrize else set()
     constants = _local_constants(node, arguments)
     bound = arguments | stores | columns
