@@ -45,7 +45,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from trialforge.errors import TrialforgeError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import ENV_REPO, base_image, cache_root
@@ -250,8 +249,8 @@ def check(
         try:
             image = task_image(task, backend, default.name)
             checked = validate_task(task, backend, image.name, snapshots, LIMITS, cfg, shared)
-        except TrialforgeError as exc:  # infrastructure, not the task: say so and go on with the next one
-            result.reject(task.task_id, f"error/{type(exc).__name__}", str(exc))
+        except Exception as exc:  # infrastructure or a crash, not the task: say so, go on
+            result.reject(task.task_id, f"error/{type(exc).__name__}", f"validating: {exc}")
             console.print(f"  {backend.name} {task.task_id}: {type(exc).__name__} while validating")
             continue
         finally:
@@ -268,9 +267,15 @@ def check(
             result.judged.update(f2p=h.fail_to_pass, f2p_host=h.fail_to_pass_host_judged, asserts=h.assertions,
                                  asserts_host=h.assertions_host_judged)  # fmt: skip
         start = time.monotonic()
-        gold = grader.grade(checked, checked.gold_patch)
-        empty = grader.grade(checked, "")
-        result.grade_s += time.monotonic() - start
+        try:
+            gold = grader.grade(checked, checked.gold_patch)
+            empty = grader.grade(checked, "")
+        except Exception as exc:  # one crash is one rejection, not the end of the measurement
+            result.reject(task.task_id, f"error/{type(exc).__name__}", f"grading: {exc}")
+            console.print(f"  {backend.name} {task.task_id}: {type(exc).__name__} while grading")
+            continue
+        finally:
+            result.grade_s += time.monotonic() - start
         console.print(f"  {backend.name} {task.task_id}: valid, {len(checked.fail_to_pass)} fail-to-pass, "
                       f"gold {gold.reward}, empty {empty.reward}")  # fmt: skip
         if gold.reward != 1.0:
