@@ -84,6 +84,8 @@ NON_FIXES = {
     "chore": ("housekeeping_commit", "chore: tidy the helpers\n\nMoves code around while the tests follow it."),
     "docs": ("housekeeping_commit", "docs(api): describe total() and its edge cases for the reference"),
     "ci": ("housekeeping_commit", "ci: run the suite on 3.12\n\nThe matrix missed the newest interpreter."),
+    "dev_chores": ("housekeeping_commit", "Dev chores (#2226)\n\n* Migrate to pyproject.toml\n* Migrate to ruff"),
+    "project_files": ("housekeeping_commit", "update project files\n\n* update pre-commit hooks\n* update dev deps"),
     "style": ("style_commit", "style: wrap long lines\n\nThe linter asks for 79 columns in every module."),
     "black": ("style_commit", "Run black on the whole tree\n\nOne style for every module, tests included."),
 }

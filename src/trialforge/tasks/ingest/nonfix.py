@@ -55,8 +55,10 @@ MESSAGE_RULES = (  # the first that matches names the commit
         rf"(?:chore\()?release\)?{_CONVENTIONAL}",
         r"(?:release|prepare(?: for)?(?: release)?|bump(?: version)?(?: to)?|version)\s+v?\d+\.\d+",
         r"v?\d+\.\d+(?:\.\d+)*[\w.+-]*\s*$")),
-    MessageRule("housekeeping_commit", "a chore, docs, CI or build commit (its conventional-commit type)",
-                (rf"(?:chore|docs?|ci|build|deps){_CONVENTIONAL}",)),
+    MessageRule("housekeeping_commit", "a chore, docs, CI or build commit (its conventional-commit type, or says so)",
+                (rf"(?:chore|docs?|ci|build|deps){_CONVENTIONAL}",
+                 r"(?:dev(?:elopment)?\s+|misc\s+)?chores?\s*(?:\(#\d+\))?\s*$",  # all of it: "Chores list..." fixes
+                 r"update (?:the )?project (?:files|config(?:uration)?|tooling)\b")),
     MessageRule("style_commit", "a formatting or lint commit", (
         rf"style{_CONVENTIONAL}", rf"(?:apply|run|ran|use)\s+{_TOOLS}",
         r"(?:fix(?:ed)?\s+)?(?:lint|linting|linter|flake8|pylint|ruff)\s+(?:errors?|warnings?|issues?|complaints?)\s*$",
