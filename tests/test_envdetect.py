@@ -204,6 +204,14 @@ def test_tox_posargs_default_with_spaces_is_what_tox_runs_without_arguments(tmp_
     assert detect(repo).test_cmd == (*PYTEST_CMD, "docs", "--cov=pkg", "-ra")
 
 
+def test_a_root_level_tests_module_of_unittest_cases_runs_under_unittest(tmp_path: Path) -> None:
+    # itsdangerous in 2011: itsdangerous.py beside tests.py, run by `python tests.py`; pytest collects no tests.py
+    repo = make(tmp_path, {"lib.py": "", "tests.py": UNITTEST_TEST, "Makefile": "test:\n\tpython tests.py\n"})
+    spec = detect(repo)
+    assert spec.test_cmd == UNITTEST_CMD
+    assert spec.detected_from == ("test files (unittest.TestCase only)",)
+
+
 def test_unittest_only_tests_run_under_unittest_discovering_from_their_plain_directory(tmp_path: Path) -> None:
     repo = make(tmp_path, {"pkg/__init__.py": "", "tests/test_a.py": UNITTEST_TEST, "tests/test_b.py": UNITTEST_TEST})
     spec = detect(repo)

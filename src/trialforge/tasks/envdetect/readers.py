@@ -56,7 +56,7 @@ _DEV_TOOLS = frozenset(
 )
 _DEV_TOOL_FAMILIES = ("sphinx-", "sphinxcontrib-", "tox-", "flake8-", "pre-commit-", "bump")
 _IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
-_TEST_FILE = re.compile(r"^(?:test_.*|.*_test)\.py$")
+_TEST_FILE = re.compile(r"^(?:test_.*|.*_test|tests?)\.py$")  # a root tests.py: unittest's test*.py finds it
 _SKIP_DIRS = frozenset({"node_modules", "build", "dist", "venv", "site-packages", "__pycache__"})
 _PYTEST_STYLE = re.compile(
     r"^\s*(?:import pytest|from pytest\b|from _pytest\b)|^(?:async )?def test|^class Test\w*(?:\((?:object)?\))?:",
