@@ -652,6 +652,20 @@ def test_code_under_test_called_on_a_local_class_is_never_recorded_as_the_expect
 
 
 @pytest.mark.sandbox
+def test_a_test_another_test_file_calls_keeps_its_name_when_graded(tmp_path, snapshots, bwrap_backend, base_image):
+    # idna's codec tests call test_idna.IDNATests().test_decode(...): renamed in its own file, it was missing there
+    base = {
+        "kit.py": "def double(x):\n    return x + x + 1\n",
+        "tests/__init__.py": "",
+        "tests/test_base.py": "from kit import double\n\n\ndef test_double():\n    assert double(2) == 4\n",
+        "tests/test_again.py": "from . import test_base\n\n\ndef test_double_again():\n    test_base.test_double()\n",
+    }
+    fixed = {**base, "kit.py": "def double(x):\n    return x * 2\n"}
+    checked, _ = _gold_and_empty(_task(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots)
+    assert checked.fail_to_pass == ["tests/test_again.py::test_double_again", "tests/test_base.py::test_double"]
+
+
+@pytest.mark.sandbox
 def test_a_file_of_more_tests_than_two_of_its_words_can_name_is_graded(tmp_path, snapshots, bwrap_backend, base_image):
     # idna's test_idna_uts46.py: 6,333 tests named test_uts46_N, one word of the file's own and ten borrowed
     many = "".join(f"\n\ndef test_uts46_{n}():\n    assert ok({n})\n" for n in range(150))

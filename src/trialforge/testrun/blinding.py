@@ -259,7 +259,7 @@ def _bound_by(node: ast.stmt) -> set[str]:
 
 def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> Iterator[TestFunction]:
     subclassed = {b.id for n in module.body if isinstance(n, ast.ClassDef) for b in n.bases if isinstance(b, ast.Name)}
-    referenced = _referenced_names(module)
+    referenced = referenced_names(module)
     for node in module.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and runner == "pytest":
             yield _test(node, None, node.name, rel, scope, referenced)
@@ -275,7 +275,7 @@ def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> It
                     yield test
 
 
-def _referenced_names(module: ast.Module) -> dict[str, int]:
+def referenced_names(module: ast.Module) -> dict[str, int]:
     """How often each name is read (as a name, an attribute or a word of a string) anywhere in the module.
 
     A word of a string counts: a test that matches its own qualified name in a message (typeguard's
@@ -865,8 +865,12 @@ def blind(
     new_name: Callable[[], str] | None = None,
     rng: random.Random | None = None,
     recorded: Mapping[str, object] | None = None,
+    read_elsewhere: frozenset[str] = frozenset(),
 ) -> tuple[str, Blinding] | None:
     """The file for a graded run, and what the host keeps; None when nothing in it could be blinded.
+
+    ``read_elsewhere``: names other files read (idna's codec tests call ``IDNATests().test_decode``): a test of
+    this file by such a name keeps it, and stays in the file when it is not graded.
 
     ``graded``: the original ids of the tests of this file the run grades. ``in_process``: slot keys the
     task's validation kept in process. ``param_rows``: each graded parametrized id's row, and ``recorded``: each
@@ -891,7 +895,7 @@ def blind(
         holder_body = functions[_position(test.node)]
         ids = by_qual.get(qual)
         if ids is None:
-            if test.renamable and test.node.name not in graded_names:
+            if test.renamable and test.node.name not in graded_names | read_elsewhere:
                 doomed.append(holder_body)
             continue
         node = holder_body[1]
@@ -900,7 +904,7 @@ def blind(
         slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {})
         for test_id in ids:
             host_judged[test_id] = (len(slots), test.assertions)
-        name = new_name() if test.renamable else node.name
+        name = new_name() if test.renamable and node.name not in read_elsewhere else node.name
         opaque = _blind_function(node, test, slots, name, rng, hide_columns=bool(
             test.parametrize and {c for s in slots for c in s.names} & test.parametrize.columns))  # fmt: skip
         prefix = f"{analysis.rel}::{test.holder.name + '::' if test.holder else ''}{name}"
