@@ -454,7 +454,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     console = Console()
     if not console.is_terminal:
-        console.width = 200  # a log file: do not squeeze the tables
+        console.width = 320  # a log file: do not squeeze the tables
     repos = parse_repos(args.repo, corpus_repos(args.corpus, args.mirrors) if args.corpus else {})
     judgments = load_judgments()
     results = []
