@@ -212,6 +212,38 @@ def test_a_root_level_tests_module_of_unittest_cases_runs_under_unittest(tmp_pat
     assert spec.detected_from == ("test files (unittest.TestCase only)",)
 
 
+def test_tox_configuration_in_pyproject_is_read_with_its_section_references(tmp_path: Path) -> None:
+    # tqdm: tox.ini moved into pyproject.toml, the plugins the suite's addopts need listed in a [core] section
+    repo = make(
+        tmp_path,
+        {
+            "pyproject.toml": """
+                [tool.pytest.ini_options]
+                addopts = "--asyncio-mode=strict"
+
+                [tool.tox]
+                legacy_tox_ini = \"\"\"
+                [core]
+                deps=
+                    pytest-asyncio
+                    pytest-timeout
+
+                [testenv]
+                deps=
+                    {[core]deps}
+                    rich
+                commands=
+                    {envpython} -m pytest -k "not perf"
+                \"\"\"
+            """,
+            "tests/test_a.py": PYTEST_TEST,
+        },
+    )
+    spec = detect(repo)
+    assert spec.requirements == ("pytest-asyncio", "pytest-timeout", "rich")
+    assert spec.test_cmd == (*PYTEST_CMD, "-k", "not perf", "--asyncio-mode=strict")
+
+
 def test_unittest_only_tests_run_under_unittest_discovering_from_their_plain_directory(tmp_path: Path) -> None:
     repo = make(tmp_path, {"pkg/__init__.py": "", "tests/test_a.py": UNITTEST_TEST, "tests/test_b.py": UNITTEST_TEST})
     spec = detect(repo)

@@ -42,6 +42,7 @@ _LOCAL = re.compile(r"^(?:\.{1,2}(?:[/\[]|$)|/|file:)")  # the repository or a p
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _FACTOR = re.compile(r"^[\w.,{}!-]+:\s")  # a tox line for some environments only ("py38: mock")
 _UNRESOLVED = re.compile(r"\{[^}]*\}|\$[({]")  # tox substitutions and make variables we cannot expand
+_TOX_REF = re.compile(r"\{\[([^\]]+)\]([^}]+)\}")
 _POSARGS = re.compile(r"\{posargs(?::([^{}]*))?\}")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _PYTHON = re.compile(r"^(?:.*/)?python[\d.]*$|^\{envpython\}$|^\$[({]PYTHON[)}]$")
@@ -387,21 +388,50 @@ def _take_requirement(text: str, where: str, found: Findings) -> None:
 
 
 def _read_tox(repo: Path, found: Findings) -> None:
-    cfg = read_ini(repo / "tox.ini", found)
+    cfg, where = read_ini(repo / "tox.ini", found), "tox.ini"
+    if cfg is None:  # tox's next place: pyproject.toml's [tool.tox] legacy_tox_ini (tqdm since 2025)
+        cfg, where = _legacy_tox_ini(repo), "pyproject.toml (tool.tox)"
     if cfg is None:
         return
-    where = "tox.ini"
     if cfg.has_section("pytest"):
         found.runs_pytest(where)
     if not cfg.has_section("testenv"):
         return
     testenv = cfg["testenv"]
     # Commands run in the repository root, so {toxinidir} is the current directory.
-    deps = [_in_root(line) for line in _lines(testenv.get("deps", "")) if not _FACTOR.match(line)]
+    deps = [_in_root(line) for line in _tox_lines(cfg, testenv.get("deps", "")) if not _FACTOR.match(line)]
     _take_lines(repo, repo, [line for line in deps if not _UNRESOLVED.search(line)], where, found)
-    for line in _lines(testenv.get("commands", "")):
+    for line in _tox_lines(cfg, testenv.get("commands", "")):
         if not _FACTOR.match(line):
             found.runs(_runner_command(shell_words(_posargs(_in_root(line)).lstrip("-! ")), repo), where)
+
+
+def _legacy_tox_ini(repo: Path) -> configparser.ConfigParser | None:
+    try:
+        tool = tomllib.loads((repo / "pyproject.toml").read_text(errors="replace")).get("tool", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    text = tool.get("tox", {}).get("legacy_tox_ini") if isinstance(tool.get("tox"), dict) else None
+    if not isinstance(text, str):
+        return None
+    cfg = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        cfg.read_string(text)
+    except configparser.Error:
+        return None
+    return cfg
+
+
+def _tox_lines(cfg: configparser.ConfigParser, text: str, depth: int = 0) -> list[str]:
+    """A tox value's lines with each ``{[section]key}`` line replaced by that value's lines, as tox does."""
+    lines = []
+    for line in _lines(text):
+        ref = _TOX_REF.fullmatch(line)
+        if ref is None:
+            lines.append(line)
+        elif depth < 8 and cfg.has_option(ref.group(1), ref.group(2)):  # a cycle stops, not recurses forever
+            lines.extend(_tox_lines(cfg, cfg.get(ref.group(1), ref.group(2)), depth + 1))
+    return lines
 
 
 def _read_makefile(repo: Path, found: Findings) -> None:
