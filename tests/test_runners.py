@@ -666,6 +666,22 @@ def test_a_test_another_test_file_calls_keeps_its_name_when_graded(tmp_path, sna
 
 
 @pytest.mark.sandbox
+def test_an_expected_line_number_is_judged_in_process_not_recorded(tmp_path, snapshots, bwrap_backend, base_image):
+    # typeguard: `warning.lineno == test_f.__code__.co_firstlineno + 2`, recorded from validation's file, then
+    # compared with a line of the graded file, which blinding reprints
+    test = (
+        "import warnings\n\nfrom kit import check\n\n\n# a comment the reprint drops\n\n\ndef test_warns():\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n        warnings.simplefilter('always')\n"
+        "        check()\n    assert caught[0].lineno == test_warns.__code__.co_firstlineno + 3\n"
+    )
+    kit = "import warnings\n\n\ndef check():\n    warnings.warn('checked', stacklevel={})\n"
+    base = {"kit.py": kit.format(1), "tests/test_kit.py": test}
+    fixed = {**base, "kit.py": kit.format(2)}
+    checked, _ = _gold_and_empty(_task(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots)
+    assert checked.fail_to_pass == ["tests/test_kit.py::test_warns"]
+
+
+@pytest.mark.sandbox
 def test_a_file_of_more_tests_than_two_of_its_words_can_name_is_graded(tmp_path, snapshots, bwrap_backend, base_image):
     # idna's test_idna_uts46.py: 6,333 tests named test_uts46_N, one word of the file's own and ten borrowed
     many = "".join(f"\n\ndef test_uts46_{n}():\n    assert ok({n})\n" for n in range(150))
