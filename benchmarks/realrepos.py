@@ -456,7 +456,7 @@ def main() -> None:
     if not console.is_terminal:
         console.width = 320  # a log file: do not squeeze the tables
     repos = parse_repos(args.repo, corpus_repos(args.corpus, args.mirrors) if args.corpus else {})
-    judgments = load_judgments()
+    load_judgments()  # a malformed file fails now, not after the run
     results = []
     start = time.monotonic()
     with (
@@ -466,6 +466,7 @@ def main() -> None:
         snapshots = SnapshotStore(open_store(f"file://{tmp}/store"), Path(tmp) / "cache")
         for name, source in repos.items():
             results.append(run_repo(name, source, backends, snapshots, Path(tmp) / "clones", args, console))
+    judgments = load_judgments()  # again: cases read while the run went on count
     table, measured = summary_table(results, judgments)
     console.print(table)
     details(results, judgments, console)
