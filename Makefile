@@ -58,7 +58,7 @@ test: setup $(TEST_WHEELS)/.fetched
 test-fast: setup
 	$(PY) -m pytest -m "not services and not slow"
 
-# realrepos.py needs repositories: `make bench REPOS="--repo NAME=PATH ..."` runs it too (docs/realrepos.md).
+# realrepos.py needs repositories: `make bench REPOS="--corpus tuning"` (or "--repo NAME=PATH ...") runs it too (docs/realrepos.md).
 bench: setup
 	@for b in benchmarks/*.py; do [ $$b = benchmarks/realrepos.py ] && continue; echo "== $$b"; $(PY) $$b || exit 1; done
 	@if [ -n "$(REPOS)" ]; then echo "== benchmarks/realrepos.py"; $(PY) benchmarks/realrepos.py $(REPOS); fi
