@@ -227,6 +227,7 @@ def test_tox_configuration_in_pyproject_is_read_with_its_section_references(tmp_
                 deps=
                     pytest-asyncio
                     pytest-timeout
+                    git+https://github.com/casperdcl/nbval
 
                 [testenv]
                 deps=
@@ -240,8 +241,21 @@ def test_tox_configuration_in_pyproject_is_read_with_its_section_references(tmp_
         },
     )
     spec = detect(repo)
-    assert spec.requirements == ("pytest-asyncio", "pytest-timeout", "rich")
+    assert spec.requirements == ("pytest-asyncio", "pytest-timeout", "nbval", "rich")
     assert spec.test_cmd == (*PYTEST_CMD, "-k", "not perf", "--asyncio-mode=strict")
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [("git+https://github.com/casperdcl/nbval", "nbval"), ("git+https://example.org/a/b.git@v1.2#egg=pkg-b", "pkg-b"),
+     ("hg+https://example.org/x/tool.git", "tool")],
+)  # fmt: skip
+def test_a_vcs_requirement_is_installed_from_the_index_by_its_name(tmp_path: Path, line: str, name: str) -> None:
+    # the image builds from the package index and has no git: tqdm's fork of nbval failed the whole build
+    repo = make(tmp_path, {"requirements-test.txt": f"{line}\n", "tests/test_a.py": PYTEST_TEST})
+    spec = detect(repo)
+    assert spec.requirements == (name,)
+    assert f"requirements-test.txt ({line} installed as {name} from the package index)" in spec.detected_from
 
 
 def test_unittest_only_tests_run_under_unittest_discovering_from_their_plain_directory(tmp_path: Path) -> None:
@@ -363,13 +377,14 @@ def test_requirements_files_follow_includes_inside_the_repository(tmp_path: Path
     )
     (tmp_path / "outside.txt").write_text("evil\n")
     spec = detect(repo)
-    assert spec.requirements == ("idna==3.4", "git+https://example.org/x.git#egg=x", "responses")
+    assert spec.requirements == ("idna==3.4", "x", "responses")  # the image has no git: x from the index
     assert spec.pip_args == ("--index-url", "https://pypi.example/simple")
     assert spec.detected_from == (
         "requirements/base.txt",
         "outside.txt (outside the repository or missing: ignored)",
         "requirements/test.txt (constraints constraints.txt ignored)",
         "requirements/test.txt",
+        "requirements/test.txt (git+https://example.org/x.git#egg=x installed as x from the package index)",
         "requirements/test.txt ('==bad==' is not a requirement: ignored)",
     )
 

@@ -40,6 +40,8 @@ _OPTION = re.compile(r"^(--[\w-]+|-\w)\s*=?\s*(.*)$")
 _COMMENT = re.compile(r"(^|\s)#.*$")  # pip's rule: a '#' after whitespace (a URL's '#egg=' stays)
 _LOCAL = re.compile(r"^(?:\.{1,2}(?:[/\[]|$)|/|file:)")  # the repository or a part of it: it lives at /work
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+# git+https://github.com/casperdcl/nbval(.git)(@ref)(#egg=nbval): group 1 the repository's name, 2 the egg's
+_VCS = re.compile(r"^(?:git|hg|svn|bzr)\+\S*?/([A-Za-z0-9._-]+?)(?:\.git)?(?:@[^#\s]*)?(?:#egg=([A-Za-z0-9._-]+)\S*)?$")
 _FACTOR = re.compile(r"^[\w.,{}!-]+:\s")  # a tox line for some environments only ("py38: mock")
 _UNRESOLVED = re.compile(r"\{[^}]*\}|\$[({]")  # tox substitutions and make variables we cannot expand
 _TOX_REF = re.compile(r"\{\[([^\]]+)\]([^}]+)\}")
@@ -380,6 +382,12 @@ def _take_lines(repo: Path, base: Path, lines: list[str], where: str, found: Fin
 
 def _take_requirement(text: str, where: str, found: Findings) -> None:
     if _LOCAL.match(text):
+        return
+    vcs = _VCS.match(text)
+    if vcs:  # the image has no git (and builds from the package index): the project by its name instead
+        name = vcs.group(2) or vcs.group(1)
+        found.require([name], where)
+        found.note(where, f"{text} installed as {name} from the package index")
         return
     if _URL.match(text) or parse_requirement(text) is not None:
         found.require([text], where)
