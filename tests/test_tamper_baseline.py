@@ -31,6 +31,7 @@ BUGGY = "from intro import probe\n\n\ndef double(x):\n    return x + x + 1\n"
 FIXED = "from intro import probe\n\n\ndef double(x):\n    return x + x\n"
 # The fix, and a walk of the collector's referrers from the changed module: a kind no fixture's baseline holds.
 TAMPERING = "import gc\n\nfrom intro import probe\n\n\ndef double(x):\n    gc.get_referrers(double)\n    return x + x\n"
+SLOW = pytest.mark.slow
 HIDDEN = "from intro.core import double\n\n\ndef test_double():\n    assert double(21) == 42\n"
 
 # Per repository: its library module (intro/probe.py), the test of it already in the repository, and the evidence
@@ -97,11 +98,17 @@ def _diff(base: Path, root: Path, name: str, core: str) -> str:
     return diff_trees(base, tree)
 
 
-@pytest.fixture(scope="module", params=sorted(PROBES))
-def introspecting(request, bwrap_backend, base_image, tmp_path_factory):
-    """A repository whose library introspects, its task validated for real on bwrap, and its grader."""
-    probe, test, _ = PROBES[request.param]
-    root = tmp_path_factory.mktemp(request.param)
+# Every repository on bwrap; on docker, the one real repositories showed (tomli's and jinja's suites set defaults).
+CASES = [*((kind, "bwrap") for kind in sorted(PROBES)), pytest.param(("defaults_at_run_time", "docker"), marks=SLOW)]
+
+
+@pytest.fixture(scope="module", params=CASES, ids="-".join)
+def introspecting(request, base_image, tmp_path_factory):
+    """A repository whose library introspects, its task validated for real on the backend, and its grader."""
+    kind, backend_name = request.param
+    backend = request.getfixturevalue(f"{backend_name}_backend")
+    probe, test, _ = PROBES[kind]
+    root = tmp_path_factory.mktemp(kind)
     base, hidden = root / "base", root / "hidden"
     files = {"intro/__init__.py": "", "intro/probe.py": probe, "intro/core.py": BUGGY, "tests/test_probe.py": test}
     _write(base, files)
@@ -109,13 +116,13 @@ def introspecting(request, bwrap_backend, base_image, tmp_path_factory):
     (hidden / "tests/test_core.py").write_text(HIDDEN)
     snapshots = SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
     task = Task(
-        task_id=f"intro-{request.param}", source=Source(kind="synthetic", ref="test"), repo="intro",
+        task_id=f"intro-{kind}", source=Source(kind="synthetic", ref="test"), repo="intro",
         snapshot=snapshots.put(base), problem_statement="double(21) is 43",
         gold_patch=_diff(base, root, "fixed", FIXED), test_patch=diff_trees(base, hidden),
     )  # fmt: skip
-    validated = validate_task(task, bwrap_backend, base_image.name, snapshots, Limits(), ValidateConfig(runs=1))
-    grader = Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits(), test_timeout_s=60)
-    return request.param, validated, grader, base, root
+    validated = validate_task(task, backend, base_image.name, snapshots, Limits(), ValidateConfig(runs=1))
+    grader = Grader(backend, base_image.name, base_image.digest, snapshots, Limits(), test_timeout_s=60)
+    return kind, validated, grader, base, root
 
 
 @pytest.mark.sandbox
@@ -146,7 +153,7 @@ def test_a_diff_that_adds_evidence_beyond_the_baseline_scores_zero_as_tampered(i
 
 
 @pytest.mark.sandbox
-@pytest.mark.parametrize("introspecting", ["pytest_patched_at_import"], indirect=True)
+@pytest.mark.parametrize("introspecting", [("pytest_patched_at_import", "bwrap")], indirect=True, ids="-".join)
 def test_the_baseline_is_exact_not_a_kind(introspecting) -> None:
     """pytest's explainer wrapped by the library is baseline; another of pytest's functions wrapped is not."""
     _, task, grader, base, root = introspecting
