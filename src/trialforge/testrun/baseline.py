@@ -54,7 +54,7 @@ def rejection(evidence: Iterable[str]) -> str:
         ("env_canaries_unreliable", (CANARY,)),
     ):
         if hits := [e for e in found if e.startswith(kinds)]:
-            return f"{key}: the untouched repository's own runs show {', '.join(hits[:5])}"
+            return f"{key}: the runs of the task's own trees show {', '.join(hits[:5])}"
     return ""
 
 
