@@ -33,6 +33,7 @@ from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.settings import ValidateConfig
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
+from trialforge.testrun.baseline import rejection
 from trialforge.testrun.prepare import Guard, analyse_tests, prepare
 from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN, TestReport
 from trialforge.testrun.run import REPORT_CAP_BYTES, report_limits, run_tests
@@ -209,9 +210,9 @@ def _judge(
 ) -> Task:
     """The verdict on the runs before and after the fix; ``touched``: the test patch's test modules."""
     runs = len(before) + len(after)
-    tampered = [e for r in before + after for e in r.evidence]
-    if tampered:
-        return _verdict(task, False, f"tampered: {', '.join(dict.fromkeys(tampered))}", runs, start)
+    evidence = [e for r in before + after for e in r.evidence]  # the repository's own: its baseline, if it can be
+    if refused := rejection(evidence):
+        return _verdict(task, False, refused, runs, start)
     if not all(r.reported for r in before + after):
         silent = [r for r in before + after if not r.reported]
         if any(r.log_tail.startswith(OVERFLOWED) for r in silent):  # a suite too large, not an error in it
@@ -238,6 +239,7 @@ def _judge(
         not_importing=sorted(_not_importing(after)),
         unstable_ids=len(unstable),
         unstable_examples=sorted(unstable)[:UNSTABLE_EXAMPLES],
+        baseline_evidence=sorted(set(evidence)),
     )
     reason = ""
     broken_by_fix = _not_importing(after) - (_not_importing(before) - set(touched))

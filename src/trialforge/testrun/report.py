@@ -54,9 +54,6 @@ class TestReport:
     def all_passed(self, test_ids: list[str]) -> bool:
         return self.reported and not self.tampered and all(self.outcome(t) == "passed" for t in test_ids)
 
-    def flags(self) -> list[str]:
-        return [f"tampered:{e}" for e in self.evidence]
-
 
 @dataclass
 class _Stream:

@@ -3,7 +3,8 @@
 The diff, less every test file and runner setting, goes on the pristine base snapshot with the task's test patch on
 top and canaries planted (``trialforge.testrun``); the named tests run in a fresh sandbox. Reward is 1 only when the
 run shows no tampering and every fail-to-pass and pass-to-pass test passed; a tampered run scores 0 with
-``tampered:<evidence>`` flags. The same diff always gets the same score, so episodes that end in the same diff are
+``tampered:<evidence>`` flags. Evidence the task's own trees gave at validation (its baseline) is a ``baseline:``
+flag, not a zero. The same diff always gets the same score, so episodes that end in the same diff are
 graded once. docs/verification.md.
 """
 
@@ -27,6 +28,8 @@ from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, te
 from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import HostJudged, Task
 from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.testrun.baseline import FLAG as BASELINE_FLAG
+from trialforge.testrun.baseline import beyond
 from trialforge.testrun.prepare import prepare
 from trialforge.testrun.report import TestReport
 from trialforge.testrun.run import report_limits, run_tests
@@ -168,28 +171,31 @@ class Grader:
         finally:
             cpu_end = sandbox.cpu_s()
             sandbox.close()
-        verdict = _judge(report, tests)
+        verdict = _judge(report, tests, task.validation.baseline_evidence)
         verdict.cpu_s = None if cpu_start is None or cpu_end is None else round(cpu_end - cpu_start, 4)
         return verdict
 
 
-def _judge(report: TestReport, tests: list[str]) -> Verdict:
+def _judge(report: TestReport, tests: list[str], known: Sequence[str] = ()) -> Verdict:
+    """The verdict on a graded run; ``known``: the task's baseline evidence, an audit flag here, never a zero."""
     outcomes = {t: report.outcome(t) for t in tests}
-    if report.tampered:
-        return Verdict(0.0, "ok", f"tampered: {', '.join(report.evidence[:5])}", outcomes, report.flags())
+    unexplained, explained = beyond(report.evidence, known)
+    flags = [f"tampered:{e}" for e in unexplained] + [f"{BASELINE_FLAG}{e}" for e in explained]
+    if unexplained:
+        return Verdict(0.0, "ok", f"tampered: {', '.join(unexplained[:5])}", outcomes, flags)
     if not report.reported:
         reason = (
             "timed_out" if report.timed_out
             else "cpu_budget_spent: the test process used up its CPU-seconds" if report.cpu_exhausted
             else "no_report: the test process died before reporting"
         )  # fmt: skip
-        return Verdict(0.0, "ok", reason, outcomes)
-    if report.all_passed(tests):  # pytest exits 1 (the must-fail canaries): report.py checks it agrees
-        return Verdict(1.0, "ok", "all_tests_passed", outcomes)
+        return Verdict(0.0, "ok", reason, outcomes, flags)
+    if all(o == "passed" for o in outcomes.values()):  # pytest exits 1 (the must-fail canaries): report.py agrees
+        return Verdict(1.0, "ok", "all_tests_passed", outcomes, flags)
     failing = sorted(t for t, o in outcomes.items() if o != "passed")
     judged = [f"{t}: {why}" for t, why in sorted(report.host_failures.items())[:3]]
     host = f"; host checks: {judged}" if judged else ""
-    return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}{host}", outcomes)
+    return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}{host}", outcomes, flags)
 
 
 def _syntax_errors(tree: Path, paths: list[str]) -> list[str]:
