@@ -28,6 +28,7 @@ from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.envdetect.decide import OVERRIDE_FILE
+from trialforge.tasks.observed import settle_statement
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import Task, Validation
@@ -95,6 +96,7 @@ def validate_task(
     if validated.validation.valid:
         host_judged = calibrate(analyses, runs_after, validated.fail_to_pass, validated.pass_to_pass)
         validated.validation.host_judged = host_judged
+        validated = settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
     return validated
 
 
@@ -238,6 +240,7 @@ def _judge(
         not_importing=sorted(_not_importing(after)),
         unstable_ids=len(unstable),
         unstable_examples=sorted(unstable)[:UNSTABLE_EXAMPLES],
+        **_units(f2p, before, after),
     )
     reason = ""
     broken_by_fix = _not_importing(after) - (_not_importing(before) - set(touched))
@@ -266,6 +269,15 @@ def _judge(
     validation.valid = not reason
     validation.reason = reason
     return validated.model_copy(update={"validation": validation})
+
+
+def _units(f2p: list[str], before: list[TestReport], after: list[TestReport]) -> dict[str, object]:
+    """The fail-to-pass modules that did not import before the fix (each test of one is fail-to-pass, however many it
+    holds), and the fail-to-pass units: those modules once each, and each other fail-to-pass test."""
+    fixed = _not_importing(before) - _not_importing(after)
+    modules = sorted({_module(t) for t in f2p} & fixed)
+    alone = [t for t in f2p if _module(t) not in fixed]
+    return {"fail_to_pass_modules_not_importing": modules, "fail_to_pass_units": len(alone) + len(modules)}
 
 
 def _cannot_start(before: list[TestReport], touched: Sequence[str]) -> bool:
@@ -335,6 +347,7 @@ def record_verdicts(tasks: list[Task], funnel: Funnel) -> list[Task]:
     valid = []
     for task in tasks:
         funnel.note("unstable_ids", task.validation.unstable_ids)
+        funnel.note("underspecified", bool(task.statement and task.statement.underspecified))
         if task.validation.valid:
             funnel.keep()
             valid.append(task)
