@@ -342,12 +342,17 @@ def _verdict(task: Task, valid: bool, reason: str, runs: int, start: float) -> T
     return task.model_copy(update={"validation": validation})
 
 
+def note_marks(task: Task, funnel: Funnel) -> None:
+    """Count in ``funnel`` what validation left out of ``task`` (unstable test ids) and marked it with."""
+    funnel.note("unstable_ids", task.validation.unstable_ids)
+    funnel.note("underspecified", bool(task.statement and task.statement.underspecified))
+
+
 def record_verdicts(tasks: list[Task], funnel: Funnel) -> list[Task]:
-    """Count each verdict in ``funnel``, and the unstable test ids left out of the tasks; return the valid tasks."""
+    """Count each verdict in ``funnel``, and what validation marked (``note_marks``); return the valid tasks."""
     valid = []
     for task in tasks:
-        funnel.note("unstable_ids", task.validation.unstable_ids)
-        funnel.note("underspecified", bool(task.statement and task.statement.underspecified))
+        note_marks(task, funnel)
         if task.validation.valid:
             funnel.keep()
             valid.append(task)
