@@ -6,7 +6,8 @@ come from what happened; a test whose outcome changes between runs is flaky (qua
 the task depends on it), and a test id that some run of a tree does not report, or that only one tree reports while
 its module ran in both, is unstable (a clock, a uuid or a directory listing in its parameters): in neither list,
 since grading asks for ids by name. Runs of a tree already validated in the batch are reused. A rejection's reason is
-a short key (what ``record_verdicts`` counts by), then the detail. Rules: docs/pipeline.md, "Validation".
+a short key (what ``record_verdicts`` counts by), then the detail. A valid task's statement is settled from the runs
+before the fix (``tasks.observed``). Rules: docs/pipeline.md, "Validation".
 """
 
 from __future__ import annotations
