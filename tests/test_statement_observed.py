@@ -5,10 +5,13 @@ the gate enforces it); a test module that does not import before the fix counts 
 from __future__ import annotations
 
 import pytest
+from rich.console import Console
 from test_validate import _task_from
 
 from trialforge import pyast
 from trialforge.funnel import Funnel
+from trialforge.observe.metrics import task_metrics
+from trialforge.observe.summary import print_tasks
 from trialforge.quality.gate import run_quality_gate
 from trialforge.quality.settings import QualityConfig
 from trialforge.sandbox.base import Limits
@@ -16,6 +19,7 @@ from trialforge.store.objstore import open_store
 from trialforge.tasks.observed import HEADING, observed_section, with_observed
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.statement_record import StatementRecord
 from trialforge.tasks.statements import changed_lines, leaks
 from trialforge.tasks.underspecified import missing
 from trialforge.tasks.validate import ValidateConfig, _judge, record_verdicts, validate_task
@@ -211,3 +215,12 @@ def test_a_module_that_imports_only_with_the_fix_counts_once():
     assert len(task.fail_to_pass) == 49
     assert task.validation.fail_to_pass_modules_not_importing == [mod]
     assert task.validation.fail_to_pass_units == 2
+
+
+@pytest.mark.pure
+def test_the_funnel_print_shows_how_many_tasks_are_marked():
+    funnel = Funnel("validate")
+    record_verdicts([_bare(statement=StatementRecord(missing_exceptions=["LookupError"]))], funnel)
+    console = Console(record=True, width=120)
+    print_tasks(task_metrics([funnel.as_dict()]), console)
+    assert "validate noted: underspecified: 1" in console.export_text()
