@@ -231,6 +231,7 @@ def _judge(
     broken = sorted(t for t, o in was.items() if o == "passed" and now.get(t) != "passed" and t not in flaky)
     validated = task.model_copy(update={"fail_to_pass": f2p, "pass_to_pass": p2p})
     duration = max(r.duration_s for r in before + after)
+    modules, units = _units(f2p, before, after)
     validation = Validation(
         runs=runs,
         fail_to_pass_rates={t: _pass_rate(after, t) for t in f2p},
@@ -241,7 +242,8 @@ def _judge(
         not_importing=sorted(_not_importing(after)),
         unstable_ids=len(unstable),
         unstable_examples=sorted(unstable)[:UNSTABLE_EXAMPLES],
-        **_units(f2p, before, after),
+        fail_to_pass_modules_not_importing=modules,
+        fail_to_pass_units=units,
     )
     reason = ""
     broken_by_fix = _not_importing(after) - (_not_importing(before) - set(touched))
@@ -272,13 +274,13 @@ def _judge(
     return validated.model_copy(update={"validation": validation})
 
 
-def _units(f2p: list[str], before: list[TestReport], after: list[TestReport]) -> dict[str, object]:
+def _units(f2p: list[str], before: list[TestReport], after: list[TestReport]) -> tuple[list[str], int]:
     """The fail-to-pass modules that did not import before the fix (each test of one is fail-to-pass, however many it
     holds), and the fail-to-pass units: those modules once each, and each other fail-to-pass test."""
     fixed = _not_importing(before) - _not_importing(after)
     modules = sorted({_module(t) for t in f2p} & fixed)
     alone = [t for t in f2p if _module(t) not in fixed]
-    return {"fail_to_pass_modules_not_importing": modules, "fail_to_pass_units": len(alone) + len(modules)}
+    return modules, len(alone) + len(modules)
 
 
 def _cannot_start(before: list[TestReport], touched: Sequence[str]) -> bool:
