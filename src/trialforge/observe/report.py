@@ -487,6 +487,8 @@ def _gate_cell(record: QualityRecord, gate: str) -> str:
         return f"FAIL ({len(record.passing_mutants)} of {record.mutants_tried} wrong fixes): {first.kind}: {first.note}"
     if gate == "shortcuts" and record.solving_shortcuts:
         return "FAIL: " + ", ".join(s.kind for s in record.solving_shortcuts)
+    if gate == "underspecified" and record.underspecified:
+        return "FAIL: the statement never states " + ", ".join(record.underspecified)
     if AUDIT_ERROR in record.failed_gates:
         return "undecided"  # the control or a verifier run failed: finding nothing proves nothing
     if gate == "weak_tests":

@@ -44,6 +44,8 @@ def print_tasks(funnels: dict[str, Any], console: Console | None = None, footer:
         tasks.add_row(stage, str(row["seen"]), str(row["kept"]), dropped)
     console.print(tasks)
     for stage, row in funnels.items():
+        if row.get("noted"):  # kept or not, what records carry a mark of (underspecified) or lost (unstable ids)
+            console.print(Text(f"  {stage} noted: " + ", ".join(f"{k}: {v}" for k, v in row["noted"].items())))
         for reason, shown in row.get("examples", {}).items():
             console.print(Text(f"  {stage}/{reason}:", style="bold"))
             for line in shown:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trialforge.envspec import EnvSpec
 from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.quality_record import QualityRecord
+from trialforge.tasks.statement_record import StatementRecord
 
 SCHEMA_VERSION = 3  # 3: ``env`` (the environment spec) replaced ``test_cmd``
 
@@ -44,6 +45,10 @@ class Validation(BaseModel):
     # in-process evidence the task's own trees gave (testrun.baseline): grading flags it, and zeroes only the rest
     baseline_evidence: list[str] = Field(default_factory=list)
     host_judged: HostJudged | None = None  # None: validated before blinding (graded with every slot blinded)
+    # test modules that do not import before the fix and import after it: their tests are all fail-to-pass, and
+    # count as one unit each in ``fail_to_pass_units`` (what a task tests, not how many functions one file holds)
+    fail_to_pass_modules_not_importing: list[str] = Field(default_factory=list)
+    fail_to_pass_units: int = 0
 
 
 class Decontamination(BaseModel):
@@ -78,6 +83,7 @@ class Task(BaseModel):
     decontamination: Decontamination = Field(default_factory=Decontamination)
     difficulty: list[Difficulty] = Field(default_factory=list)
     quality: QualityRecord | None = None
+    statement: StatementRecord | None = None  # None: not validated since statements were recorded
     schema_version: int = SCHEMA_VERSION
 
     def family(self) -> str:
@@ -90,6 +96,7 @@ class Task(BaseModel):
     # --- Parquet rows -------------------------------------------------------------
     _NESTED: ClassVar[tuple[str, ...]] = (
         "source", "validation", "decontamination", "difficulty", "quality", "fail_to_pass", "pass_to_pass", "env",
+        "statement",
     )  # fmt: skip
 
     def to_row(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from trialforge.tasks.patches import IGNORED_DIRS, diff_trees
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.statements import Screened, changed_lines, public_names, write_statement
-from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, note_marks, validate_task
 from trialforge.testrun.report import TestReport
 from trialforge.testrun.run import run_tests
 
@@ -395,7 +395,7 @@ def _validate(tasks: list[tuple[Mutant, Task]], backend: Backend, image: str, sn
         checked = list(pool.map(one, [task for _, task in tasks]))
     valid = []
     for (mutant, _), task in zip(tasks, checked, strict=True):
-        funnel.note("unstable_ids", task.validation.unstable_ids)  # as record_verdicts counts a mined task's
+        note_marks(task, funnel)  # as record_verdicts counts a mined task's
         if task.validation.valid:
             funnel.accept(mutant)
             valid.append(task)
