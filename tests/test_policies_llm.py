@@ -471,10 +471,12 @@ def test_a_local_model_named_in_params_is_built_once_and_rolls_out(world, tiny_l
         "rollout.policies": ["noop", "tiny"],
         "rollout.models": {"tiny": {"kind": "transformers", "model": path, "max_new_tokens": 8}},
         "rollout.temperature": 0.7,
+        "rollout.context": {"strategy": "last_turns", "keep_turns": 2},
     }
     params = load_params(None, overrides)
     noop, tiny = make_policies(params.rollout.policies, [task], None, params.rollout)
     assert (noop.name, tiny.name, tiny.version) == ("noop", "tiny", path)
+    assert tiny.context == ContextParams(strategy="last_turns", keep_turns=2)  # rollout.context reaches the model
     assert (tiny.max_new_tokens, tiny.temperature, tiny.device) == (8, 0.7, "cpu")  # rollout's temperature
     again = make_policies(["tiny"], [task], None, load_params(None, overrides).rollout)[0]
     assert again is tiny  # one model per process, whatever the shards ask
@@ -579,3 +581,17 @@ def test_a_local_lm_whose_template_renders_tools_is_prompted_and_answered_in_its
     conversation.observe("error: unknown tool 'invalid'")
     assert conversation.messages[-1]["role"] == "user"
     assert conversation.messages[-1]["content"].startswith("Your reply was not a valid tool call")
+
+
+@pytest.mark.pure
+def test_the_context_settings_reach_the_learner_in_process_and_served(tiny_lm, tmp_path):
+    from trialforge.loop.learner import rollout_policy
+
+    context = {"tokens": 512, "strategy": "keep_all", "min_reply_tokens": 4}
+    base = {"train.model": str(tiny_lm[0]), "train.lr": 1e-6, "rollout.context": context}
+    store = open_store(f"file://{tmp_path / 'store'}")
+    local = rollout_policy(load_params(None, base), store, None)
+    assert (local.context, local.context_tokens) == (ContextParams(**context), 512)
+    door = {**base, "train.inference.url": "http://127.0.0.1:9/v1", "train.inference.api": "sglang"}
+    served = rollout_policy(load_params(None, door), store, None)
+    assert served.policy.context == ContextParams(**context) and served.policy.window() == 512  # asks no server
