@@ -29,8 +29,9 @@ from trialforge.train.device import pick_device
 from trialforge.train.health import LearningGate, learning_health
 from trialforge.train.lm import LMTrainer, OptimConfig, episode_sequences
 
-TASK_ID = "ledgerlite-3"
+TASK_ID = "textkit-21"
 NEW_TOKENS = 8
+SYSTEM = 'Reply with one JSON object {"tool": NAME, "args": {...}}.'  # short: the tiny model has 2048 positions
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,11 @@ class _ForcedEpisode:
         return Decision(action, sum(logprobs), len(prompt), len(ids), info)
 
 
+def forced_fix(model: Any, tokenizer: Any, task: Any) -> Forced:
+    policy = HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS, system=SYSTEM)
+    return Forced(policy, patch_to_actions(task.gold_patch))
+
+
 def first_prompt_tokens(policy: HFPolicy, task: Any) -> int:
     return policy.begin(TaskView(TASK_ID, ""), 1).act(opening(task.problem_statement)).tokens_in
 
@@ -94,11 +100,11 @@ def learner_step(model: Any, episodes: list[EpisodeRecord]) -> Any:
 def test_a_local_models_exhausted_episodes_are_graded_and_train_beside_solved_ones(world, bwrap_backend, tiny_lm):
     _, model, tokenizer = tiny_lm
     task = world.tasks[0]
-    window = first_prompt_tokens(HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS), task) + 600
+    window = first_prompt_tokens(HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS, system=SYSTEM), task) + 600
     keep_all = ContextParams(strategy="keep_all", min_reply_tokens=4)
     sampled = HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS, context_tokens=window, context=keep_all,
-                       name="lm", version="v0")  # fmt: skip
-    forced = Forced(HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS), patch_to_actions(task.gold_patch))
+                       system=SYSTEM, name="lm", version="v0")  # fmt: skip
+    forced = forced_fix(model, tokenizer, task)
     rollout = make_rollout(world, bwrap_backend)
     episodes = [rollout.episode(task, sampled, sample=s, seed=s) for s in (0, 1)]
     episodes += [rollout.episode(task, forced, sample=s, seed=s) for s in (2, 3)]
@@ -132,7 +138,7 @@ def test_a_served_models_exhausted_episodes_keep_the_checkpoints_logprobs_on_the
     rollout = make_rollout(world, bwrap_backend)
     with running(host, "127.0.0.1", 0) as url:
         served = OpenAIPolicy(url, "tiny", "", max_tokens=64, token_ids=True, name="lm", version="v0",
-                              context=ContextParams(strategy="keep_all"))  # fmt: skip
+                              context=ContextParams(strategy="keep_all"), system=SYSTEM)  # fmt: skip
         episodes = [rollout.episode(task, served, sample=s, seed=s) for s in (0, 1)]
         assert served.window() == 2048
     for e in episodes:
@@ -144,7 +150,7 @@ def test_a_served_models_exhausted_episodes_keep_the_checkpoints_logprobs_on_the
             expected = forward_logprobs(model, info["prompt_ids"], info["token_ids"], info["temperature"])
             torch.testing.assert_close(recorded, expected, atol=1e-4, rtol=0)
         scored_exactly_what_was_seen(e)
-    forced = Forced(HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS), patch_to_actions(task.gold_patch))
+    forced = forced_fix(model, tokenizer, task)
     solved = [rollout.episode(task, forced, sample=s, seed=s) for s in (2, 3)]
     stats = learner_step(model, [*episodes, *solved])
     assert (stats.episodes, stats.excluded_not_ok, stats.zero_variance_groups, stats.grad_norm > 0) == (4, 0, 0, True)
@@ -155,8 +161,8 @@ def test_the_trainer_scores_each_turn_in_the_context_it_was_sampled_in_when_turn
     """last_turns leaves the oldest turns out: the prompt stops extending the sequence, so the trainer starts a
     new one from it rather than scoring a token in a context the model never saw."""
     _, model, tokenizer = tiny_lm
-    policy = HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS, context=ContextParams(strategy="last_turns",
-                      keep_turns=1), name="lm")  # fmt: skip
+    last_turn = ContextParams(strategy="last_turns", keep_turns=1)
+    policy = HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS, context=last_turn, system=SYSTEM, name="lm")
     agent = policy.begin(TaskView("t", ""), seed=4)
     decisions = [agent.act(f"observation {i}") for i in range(4)]
     assert [d.info["dropped_turns"] for d in decisions] == [0, 0, 1, 2]

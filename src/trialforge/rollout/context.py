@@ -10,7 +10,6 @@ Strategies and how a served prompt is counted: docs/rollouts.md, "The context bu
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,18 +88,19 @@ class UsageCounter:
 
     The last request's ``prompt_tokens`` is exact; characters added since count a token each (an upper bound for
     the BPE tokenizers of code models on ASCII text), characters removed at the last prompt's mean. Before the
-    first answer every character of the messages and the tool schemas counts a token.
+    first answer a character of the messages counts a token and the tool schemas none (how a server renders them is
+    unknown until it counts them): a first request that does not fit is refused by the server, which ends the episode
+    all the same (``refuses_context``).
     """
 
-    def __init__(self, tools: list[dict[str, Any]]) -> None:
-        self.tools_chars = len(json.dumps(tools))
+    def __init__(self) -> None:
         self.sent_chars: int | None = None
         self.prompt_tokens = 0
 
     def __call__(self, messages: list[dict[str, Any]]) -> int:
         size = chars(messages)
         if self.sent_chars is None:
-            return size + self.tools_chars
+            return size
         grown = size - self.sent_chars
         if grown >= 0:
             return self.prompt_tokens + grown

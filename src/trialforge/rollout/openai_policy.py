@@ -188,7 +188,7 @@ class OpenAIEpisode:
         self.policy = policy
         self.seed = seed
         self.conversation = Conversation(policy.system, native_tools=True)
-        self.counter = UsageCounter(TOOLS)
+        self.counter = UsageCounter()
 
     def act(self, observation: str) -> Decision:
         policy = self.policy
