@@ -151,8 +151,8 @@ class LearningHealth:
     pass_rate: float | None
     previous_pass_rate: float | None
     suspicious_pass_share: float | None  # passes whose diff touches tests or carries an integrity flag
-    model_failures: dict[str, int]  # episodes of each FORMAT_OR_BUDGET ending
-    model_failure_share: float | None  # of every episode of the batch
+    model_failures: dict[str, int] = field(default_factory=dict)  # episodes of each FORMAT_OR_BUDGET ending
+    model_failure_share: float | None = None  # of every episode of the batch
     verdicts: list[Verdict] = field(default_factory=list)
 
     @property
