@@ -49,7 +49,6 @@ class Turn:
 
     messages: list[dict[str, Any]]
     dropped_turns: int
-    prompt_tokens: int | None  # counted or estimated; None where neither is possible (no window known)
     max_tokens: int
 
 
@@ -65,7 +64,7 @@ def plan(
     if context.strategy == "last_turns":
         fitted = keep_last(messages, context.keep_turns)
     if window is None:
-        return Turn(fitted.messages, fitted.dropped_turns, None, max_new_tokens)
+        return Turn(fitted.messages, fitted.dropped_turns, max_new_tokens)
     if context.strategy == "drop_oldest":
         fitted = fit(messages, lambda m: count(m) + max_new_tokens <= window)
     prompt = count(fitted.messages)
@@ -75,7 +74,7 @@ def plan(
             f"the prompt takes {prompt} of the context's {window} tokens ({fitted.dropped_turns} earlier turn(s) "
             f"left out by strategy {context.strategy}), leaving {max(room, 0)} for a reply"
         )
-    return Turn(fitted.messages, fitted.dropped_turns, prompt, min(max_new_tokens, room))
+    return Turn(fitted.messages, fitted.dropped_turns, min(max_new_tokens, room))
 
 
 def refuses_context(body: str) -> bool:
