@@ -176,7 +176,10 @@ def make_policies(names: list[str], tasks: list[Task], learner: Policy | None, r
     unknown = [n for n in names if n not in known and n not in rp.models]
     if unknown:
         raise ConfigError(f"unknown policies {unknown}; known: {sorted([*known, *rp.models])}")
-    return [known[n] if n in known else model_policy(n, rp.models[n], rp.temperature, rp.max_new_tokens) for n in names]
+    return [
+        known[n] if n in known else model_policy(n, rp.models[n], rp.temperature, rp.max_new_tokens, rp.context)
+        for n in names
+    ]
 
 
 def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:

@@ -77,6 +77,8 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
             curve = " ".join("-" if v is None else f"{v:.2f}" for v in curves.get(policy, []))
             table.add_row(policy + label, f"{rate:.3f}", curve)
     console.print(table)
+    if eps.get("endings"):
+        console.print(Text(endings_line(eps["endings"])))
     if metrics.get("updates"):
         _print_health(metrics["updates"], console)
     if metrics.get("families"):
@@ -91,6 +93,18 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
             console.print(f"{label}: {metrics[key]}")
     if metrics.get("tracking"):
         console.print(Text(tracking_line(metrics["tracking"])))
+
+
+def endings_line(endings: dict[str, dict[str, int]]) -> str:
+    """``endings: model (graded) submitted 3, context_exhausted 2; infrastructure (unknown) sandbox 1``: the causes
+    that occurred, by who answers for them."""
+    label = {"model": "model (graded)", "infrastructure": "infrastructure (unknown)"}
+    parts = [
+        f"{label.get(side, side)} " + ", ".join(f"{cause} {n}" for cause, n in causes.items() if n)
+        for side, causes in endings.items()
+        if any(causes.values())
+    ]
+    return "endings: " + "; ".join(parts)
 
 
 def tracking_line(tracking: dict[str, Any]) -> str:
