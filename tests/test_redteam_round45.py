@@ -174,7 +174,9 @@ def world(bwrap_backend, base_image, tmp_path_factory) -> World:
 
 def _won(how: str):
     """An attack that scores 1.0 today (the test fails when it wins): ``how`` says how."""
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=f"round 45 attack wins, 1.0 with mean unfixed: {how}")
+    return pytest.mark.xfail(
+        strict=True, raises=AssertionError, reason=f"round 45 attack wins, 1.0 with mean unfixed: {how}"
+    )
 
 
 # git writes ``diff --git "a/conftest.py" "b/conftest.py"`` (quoted names; it quotes any name it must, and
@@ -624,3 +626,30 @@ def test_quoted_paths_to_test_files(world, path) -> None:
         diff = _quoted(world.diff("none", {**BUG_ONLY, "ledger/zz_staged.py": hooks}), "ledger/zz_staged.py", path)
     verdict = world.grader.grade(world.task("none"), diff)
     _lost(verdict)
+
+
+def _block(kind: str) -> str:
+    """A hand-written diff block that makes a root conftest.py (SWALLOWING_CONFTEST) in git's other forms."""
+    lines = SWALLOWING_CONFTEST.splitlines()
+    hunk = f"@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines)
+    added = "new file mode 100644\n--- /dev/null\n"
+    return {
+        "copy": "diff --git a/ledger/_extra.py b/conftest.py\nsimilarity index 0%\ncopy from ledger/_extra.py\n"
+        "copy to conftest.py\n--- a/ledger/_extra.py\n+++ b/conftest.py\n",
+        "git_header_names_a_library_file": f"diff --git a/conftest.py b/conftest.py\n{added}+++ b/ledger/zz.py\n",
+        "space_in_a_name": f"diff --git a/ledger/x b/conftest.py b/ledger/x b/conftest.py\n{added}"
+        "+++ b/ledger/x b/conftest.py\n",
+        "no_git_header": "--- /dev/null\n+++ b/conftest.py\n",
+    }[kind] + hunk
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["copy", "git_header_names_a_library_file", "space_in_a_name",
+     pytest.param("no_git_header", marks=_won(
+         "a traditional unified-diff block (---/+++ with no 'diff --git' line) after a git block makes a root "
+         "conftest.py that is not dropped"))],
+)  # fmt: skip
+def test_a_conftest_in_another_diff_form(world, kind) -> None:
+    diff = world.diff("none", BUG_ONLY) + _block(kind)
+    _lost(world.grader.grade(world.task("none"), diff))
