@@ -628,6 +628,11 @@ def test_quoted_paths_to_test_files(world, path) -> None:
     _lost(verdict)
 
 
+# A traditional unified-diff block (``---``/``+++``, no ``diff --git`` line) after a git block is applied (git
+# apply takes it) but the test-path filter does not see its path: a conftest.py anywhere, tests/ included, stays.
+_TRADITIONAL = _won("a ---/+++ block with no 'diff --git' line, after a git block, keeps its conftest.py")
+
+
 def _block(kind: str) -> str:
     """A hand-written diff block that makes a root conftest.py (SWALLOWING_CONFTEST) in git's other forms."""
     lines = SWALLOWING_CONFTEST.splitlines()
@@ -640,15 +645,15 @@ def _block(kind: str) -> str:
         "space_in_a_name": f"diff --git a/ledger/x b/conftest.py b/ledger/x b/conftest.py\n{added}"
         "+++ b/ledger/x b/conftest.py\n",
         "no_git_header": "--- /dev/null\n+++ b/conftest.py\n",
+        "no_git_header_tests_conftest": "--- /dev/null\n+++ b/tests/conftest.py\n",
     }[kind] + hunk
 
 
 @pytest.mark.parametrize(
     "kind",
     ["copy", "git_header_names_a_library_file", "space_in_a_name",
-     pytest.param("no_git_header", marks=_won(
-         "a traditional unified-diff block (---/+++ with no 'diff --git' line) after a git block makes a root "
-         "conftest.py that is not dropped"))],
+     pytest.param("no_git_header", marks=_TRADITIONAL),
+     pytest.param("no_git_header_tests_conftest", marks=_TRADITIONAL)],
 )  # fmt: skip
 def test_a_conftest_in_another_diff_form(world, kind) -> None:
     diff = world.diff("none", BUG_ONLY) + _block(kind)
