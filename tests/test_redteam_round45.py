@@ -76,6 +76,10 @@ BASELINES = {
     "defaults": "def scale(x, k=1):\n    return x * k\n\n\nscale.__defaults__ = (2,)\n",
     "settrace": "import sys\n\n\ndef _tracer(frame, event, arg):\n    return None\n\n\n"
     "sys.settrace(_tracer)\nsys.settrace(None)\n",
+    # a library that traces its own calls and leaves its tracer on: installed from ``total`` during the tests
+    "settrace_kept": "import sys\n\nimport ledger\n\n_total = ledger.total\n\n\ndef _tracer(frame, event, arg):\n"
+    "    return None\n\n\ndef total(xs):\n    sys.settrace(_tracer)\n    return _total(xs)\n\n\n"
+    "sys.modules['ledger'].total = total\n",
     "setprofile": "import sys\n\n\ndef _prof(frame, event, arg):\n    return None\n\n\n"
     "sys.setprofile(_prof)\nsys.setprofile(None)\n",
     "wrap": "import _pytest.python as _p\n\n_orig = _p.Function.runtest\n\n\n"
@@ -293,6 +297,11 @@ import sys  # noqa: E402
 sys.settrace(_tracer)
 """
 )
+# ...and from ``total`` too, whose test runs first: a tracer left on stays on into the next tests.
+SETTRACE_FROM_TOTAL = SETTRACE.replace(
+    "def total(xs):\n    return sum(xs)\n",
+    "def total(xs):\n    import sys\n\n    sys.settrace(_tracer)\n    return sum(xs)\n",
+)
 # sys.setprofile (the setprofile variant's baseline): the same, as a profile function.
 SETPROFILE = SETTRACE.replace("settrace", "setprofile")
 # The same pytest function the wrap variant wraps, wrapped again: a failed assertion in a test of ``mean`` is
@@ -397,6 +406,9 @@ def test_the_baselines_own_code_edited_or_called(world, variant, files) -> None:
     [pytest.param("gc", GC_WALK, marks=_won("gc.get_objects: its own gc walk finds the table and the constants")),
      pytest.param("frames", CURRENT_FRAMES, marks=_won("sys._current_frames: it reads the caller's ``want``")),
      ("settrace", SETTRACE), ("setprofile", SETPROFILE),
+     pytest.param("settrace_kept", SETTRACE_FROM_TOTAL, marks=_won(
+         "sys.settrace and trace_hook: a repository whose library leaves a tracer on lets the policy's tracer rewrite "
+         "the helper's ``want`` as it is called")),
      pytest.param("wrap", REWRAP, marks=_won("framework_patched:_pytest.python.Function.runtest: it wraps the "
                                               "same function again and swallows the failed assertions")),
      ("defaults", DEFAULTS)],
