@@ -310,10 +310,6 @@ REWRAP = (
     TOTAL_FIXED
     + """
 
-def mean(xs):
-    return sum(xs) / (len(xs) + 1)
-
-
 def _install():
     import traceback
 
