@@ -229,7 +229,7 @@ def test_every_field_of_a_source_is_on_its_command_with_the_fields_help():
         (
             {"kind": "svn", "repo": "x"},
             "sources.extra.0: Input tag 'svn' found using 'kind' does not match any of the expected tags: "
-            "'github', 'github-api', 'jira', 'swebench', 'gitlog'",
+            "'github', 'github-api', 'jira', 'swebench', 'gitlog', 'synthesize'",
         ),
         ({"repo": "x"}, "sources.extra.0: Unable to extract tag using discriminator 'kind'"),
         ({"kind": "gitlog"}, "sources.extra.0.gitlog.repo: Field required"),
