@@ -58,15 +58,25 @@ def pr_mirror_mutants(
             scan.commits["fix"] += 1
             for path in paths:
                 before, after = objects.text(parents[0], path), objects.text(sha, path)
-                if path not in sources or before is None or after is None:
+                now = _current_path(path, sources)
+                if now is None or before is None or after is None:
                     scan.hunks["not_library_code_now"] += 1
                     continue
-                for mutant in _reverted_hunks(path, before, after, sources[path], sha, scan):
-                    found.setdefault((path, mutant.apply(sources[path])), mutant)
+                for mutant in _reverted_hunks(now, before, after, sources[now], sha, scan):
+                    found.setdefault((now, mutant.apply(sources[now])), mutant)
     scan.hunks["reverted"] = len(found)
     log.info("pr mirror %s@%s: %d candidates", repo, rev, len(found), extra={"commits": dict(scan.commits),
                                                                               "hunks": dict(scan.hunks)})  # fmt: skip
     return list(found.values()), scan
+
+
+def _current_path(path: str, sources: Mapping[str, str]) -> str | None:
+    """Where a file the fix changed is now: the same path, or the one library file whose path ends with it (a
+    package moved under ``src/``)."""
+    if path in sources:
+        return path
+    moved = [now for now in sources if now.endswith("/" + path)]
+    return moved[0] if len(moved) == 1 else None
 
 
 def _fixed_paths(repo: Path, objects: ObjectReader, commit: Commit, max_changed_lines: int) -> list[str]:
@@ -82,12 +92,17 @@ def _fixed_paths(repo: Path, objects: ObjectReader, commit: Commit, max_changed_
 def _reverted_hunks(path: str, before: str, after: str, current: str, sha: str, scan: MirrorScan) -> list[Mutant]:
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     out = []
-    for number, group in enumerate(difflib.SequenceMatcher(None, old, new, autojunk=False).get_grouped_opcodes(
-            HUNK_CONTEXT)):  # fmt: skip
-        i1, j1, i2, j2 = group[0][1], group[0][3], group[-1][2], group[-1][4]
-        fixed, buggy = "".join(new[j1:j2]), "".join(old[i1:i2])
-        start = _only_place(current, fixed)
-        if start is None:
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for number, group in enumerate(matcher.get_grouped_opcodes(HUNK_CONTEXT)):
+        # The changed lines with as much of their context as still anchors them in the current file: code near a
+        # fix often changed since, the fixed lines themselves less often.
+        for context in range(HUNK_CONTEXT, -1, -1):
+            (i1, i2), (j1, j2) = _span(group, context)
+            fixed, buggy = "".join(new[j1:j2]), "".join(old[i1:i2])
+            start = _only_place(current, fixed)
+            if start is not None:
+                break
+        else:
             scan.hunks["changed_since"] += 1
             continue
         first = current.count("\n", 0, start) + 1
@@ -95,6 +110,17 @@ def _reverted_hunks(path: str, before: str, after: str, current: str, sha: str, 
         note = f"revert hunk {number} of {sha[:12]} in {path}"
         out.append(Mutant(FAMILY, path, first, first + max(fixed.count("\n") - 1, 0), (edit,), note))
     return out
+
+
+Opcode = tuple[str, int, int, int, int]  # difflib's (tag, i1, i2, j1, j2)
+
+
+def _span(group: list[Opcode], context: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The (before, after) line ranges of one hunk with at most ``context`` lines of its context on each side."""
+    (first, a1, a2, b1, b2), (last, c1, c2, d1, d2) = group[0], group[-1]
+    i1, j1 = (max(a1, a2 - context), max(b1, b2 - context)) if first == "equal" else (a1, b1)
+    i2, j2 = (min(c2, c1 + context), min(d2, d1 + context)) if last == "equal" else (c2, d2)
+    return (i1, i2), (j1, j2)
 
 
 def _only_place(text: str, block: str) -> int | None:
