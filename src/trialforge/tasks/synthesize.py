@@ -35,7 +35,7 @@ from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.statements import Screened, changed_lines, public_names, write_statement
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
 from trialforge.testrun.report import TestReport
-from trialforge.testrun.run import run_tests
+from trialforge.testrun.run import report_limits, run_tests
 
 log = logging.getLogger(__name__)
 
@@ -258,8 +258,9 @@ class Screener:
         self, backend: Backend, image: str, original: Path, limits: Limits, env: EnvSpec | None = None
     ) -> None:
         self.env = env
-        self.sandbox = backend.create(SandboxSpec(image=image, workspace=original, limits=limits,
-                                                  labels={"purpose": "synthesize-screen"}))  # fmt: skip
+        spec = SandboxSpec(image=image, workspace=original, limits=report_limits(limits),  # a real suite's report
+                           labels={"purpose": "synthesize-screen"})  # fmt: skip
+        self.sandbox = backend.create(spec)
         try:
             self.clean = self.sandbox.snapshot()
         except Exception:
