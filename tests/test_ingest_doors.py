@@ -126,8 +126,13 @@ def params_file(tmp_path) -> Path:
 
 def _cli(tmp_path: Path, params_file: Path, *args: str):
     """Run `trialforge ingest ARGS` with this test's store and out dir."""
+    return trialforge(tmp_path, params_file, "ingest", *args)
+
+
+def trialforge(tmp_path: Path, params_file: Path, *args: str):
+    """Run `trialforge ARGS` with this test's store and out dir, on the bwrap backend."""
     knobs = ["-S", f"run.store=file://{tmp_path / 'store'}", "-S", f"run.out_dir={tmp_path / 'out'}"]
-    return invoke("ingest", *args, "--params", str(params_file), *knobs)
+    return invoke(*args, "--params", str(params_file), *knobs, "-S", "sandbox.backend=bwrap")
 
 
 # --- the CLI ---------------------------------------------------------------------------------------------

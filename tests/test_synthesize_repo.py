@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.cli_runner import invoke
-from test_ingest_doors import _commit, _git
+from test_ingest_doors import _commit, _git, trialforge
 
 from trialforge import pipeline
 from trialforge.config import load_params
@@ -68,16 +67,11 @@ def statlib(tmp_path_factory) -> Path:
     return repo
 
 
-@pytest.fixture
-def params_file(tmp_path) -> Path:
-    path = tmp_path / "params.yaml"
-    path.write_text("{}\n")
-    return path
-
-
-def _synthesize(tmp_path: Path, params_file: Path, *args: str):
-    knobs = ["-S", f"run.store=file://{tmp_path / 'store'}", "-S", f"run.out_dir={tmp_path / 'out'}"]
-    return invoke("synthesize", *args, "--params", str(params_file), *knobs, "-S", "sandbox.backend=bwrap")
+def _synthesize(tmp_path: Path, *args: str):
+    """`trialforge synthesize ARGS` with library defaults (the demo's params.yaml is not these tests')."""
+    params = tmp_path / "params.yaml"
+    params.write_text("{}\n")
+    return trialforge(tmp_path, params, "synthesize", *args)
 
 
 @pytest.mark.pure
@@ -92,10 +86,10 @@ def test_the_pr_mirror_reverts_the_code_hunk_of_the_fix_commit_only(statlib):
 
 
 @pytest.mark.sandbox
-def test_cli_synthesize_as_the_docs_print_it_writes_validated_tasks_with_the_pr_mirrors(statlib, params_file, tmp_path):
-    # docs/synthesis.md: trialforge synthesize --repo NAME=PATH --count N --candidates N --families F
+def test_cli_synthesize_as_the_docs_print_it_writes_validated_tasks_with_the_pr_mirrors(statlib, tmp_path):
+    # as docs/synthesis.md prints it: --repo mylib=/path/to/mylib --count 10 --candidates 6 --families flip_compare
     result = _synthesize(
-        tmp_path, params_file, "--repo", f"statlib={statlib}", "--count", "10", "--candidates", "6",
+        tmp_path, "--repo", f"statlib={statlib}", "--count", "10", "--candidates", "6",
         "--families", "flip_compare",
     )  # fmt: skip
 
@@ -135,9 +129,9 @@ def test_a_synthesize_entry_of_sources_extra_goes_through_pipeline_ingest(statli
         ("{tmp}", "error: git rev-parse --absolute-git-dir in {tmp} failed: fatal: not a git repository"),
     ],
 )
-def test_synthesize_names_a_repository_it_cannot_use_in_one_line(params_file, tmp_path, repo, message):
+def test_synthesize_names_a_repository_it_cannot_use_in_one_line(tmp_path, repo, message):
     out = tmp_path / "never.parquet"
-    result = _synthesize(tmp_path, params_file, "--repo", "x=" + repo.format(tmp=tmp_path), "--out", str(out))
+    result = _synthesize(tmp_path, "--repo", "x=" + repo.format(tmp=tmp_path), "--out", str(out))
 
     assert result.exit_code == 1
     assert result.stderr.startswith(message.format(tmp=tmp_path)) and len(result.stderr.splitlines()) == 1
@@ -145,12 +139,12 @@ def test_synthesize_names_a_repository_it_cannot_use_in_one_line(params_file, tm
 
 
 @pytest.mark.pure
-def test_a_count_under_one_or_an_unknown_family_is_refused_before_any_work(statlib, params_file, tmp_path):
-    result = _synthesize(tmp_path, params_file, "--repo", str(statlib), "--count", "0")
+def test_a_count_under_one_or_an_unknown_family_is_refused_before_any_work(statlib, tmp_path):
+    result = _synthesize(tmp_path, "--repo", str(statlib), "--count", "0")
     assert result.exit_code == 2
     assert "count: Input should be greater than or equal to 1" in " ".join(result.output.replace("│", " ").split())
 
-    path = tmp_path / "params.yaml"
+    path = tmp_path / "extra.yaml"
     path.write_text(json.dumps({"sources": {"extra": [{"kind": "synthesize", "repo": "x", "families": ["nope"]}]}}))
     with pytest.raises(ConfigError, match=r"sources\.extra\.0\.synthesize\.families: .*unknown mutation families"):
         load_params(path)
