@@ -80,7 +80,7 @@ def _parameter(name: str, field: FieldInfo, fields: dict[str, FieldInfo]) -> ins
     if _is_map(field):
         text += " (repeatable)"
     flag = _flag(name, field)
-    if field.annotation is bool:  # a switch either way: --pr-mirror / --no-pr-mirror
+    if field.annotation is bool and field.default is True:  # a switch on by default: --pr-mirror / --no-pr-mirror
         flag = f"{flag}/--no-{flag.removeprefix('--')}"
     spec = typer.Argument(help=text) if cli.argument else typer.Option(flag, help=text)
     default = inspect.Parameter.empty if field.is_required() else field.default
