@@ -85,6 +85,25 @@ def test_the_pr_mirror_reverts_the_code_hunk_of_the_fix_commit_only(statlib):
     assert scan.commits == {"fix": 1, "root_commit": 1, "no_test_changes": 1}
 
 
+@pytest.mark.pure
+def test_a_hunk_whose_context_changed_since_and_whose_file_moved_under_src_is_still_reverted(tmp_path):
+    repo = tmp_path / "moved"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _commit(repo, "Add stats", {"statlib/stats.py": STATS_BUGGY, "tests/test_stats.py": TESTS})
+    _commit(repo, "Fix mean\n\nIt divided by one less than the count.",
+            {"statlib/stats.py": STATS_FIXED, "tests/test_stats.py": TESTS_WITH_MEAN})  # fmt: skip
+    (repo / "src").mkdir()
+    _git(repo, "mv", "statlib", "src/statlib")
+    now = STATS_FIXED.replace("def clamp(x, lo, hi):", "def clamp(x, lo=0, hi=1):")  # the hunk's last context line
+    _commit(repo, "Move the package under src/", {"src/statlib/stats.py": now})
+
+    mutants, _ = pr_mirror_mutants(repo, "HEAD", {"src/statlib/stats.py": now})
+
+    assert [m.path for m in mutants] == ["src/statlib/stats.py"]  # 3 lines of context no longer match; fewer do
+    assert mutants[0].apply(now) == now.replace("len(xs)", "(len(xs) - 1)")
+
+
 @pytest.mark.sandbox
 def test_cli_synthesize_as_the_docs_print_it_writes_validated_tasks_with_the_pr_mirrors(statlib, tmp_path):
     # as docs/synthesis.md prints it: --repo mylib=/path/to/mylib --count 10 --candidates 6 --families flip_compare
