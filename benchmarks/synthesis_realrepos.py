@@ -2,12 +2,14 @@
 
     PYTHONPATH=src .venv/bin/python benchmarks/synthesis_realrepos.py [--repos OWNER/NAME ...] [--count 20]
                                   [--candidates N] [--mirrors /work/.mirror] [--runs 3] [--metrics PATH]
+                                  [--configs families families+pr_mirror pr_mirror]
 
 For each repository of the corpus's tuning half (``benchmarks/realrepos_corpus.toml``, ``held_out = false``;
 a held-out one is refused), from its local mirror (``MIRRORS/OWNER+NAME/repo``): build its environment image
-(timed apart, before anything is measured), then synthesize twice, as ``trialforge synthesize`` does
-(``synthesize_repository``): the baseline with the mutation families only, then with the PR mirror's reverted
-hunks of real fixes added, the same ``--count`` (validated tasks wanted) and candidate budget each. Prints per
+(timed apart, before anything is measured), then synthesize once per ``--configs``, as ``trialforge synthesize``
+does (``synthesize_repository``): by default the baseline with the mutation families only, then with the PR
+mirror's reverted hunks of real fixes added (``pr_mirror``: those alone), the same ``--count`` (validated tasks
+wanted) and candidate budget each. Prints per
 repository and configuration: candidates per family, kept by the suite (broke a test), validated, the CPU-seconds
 spent (this process and every child it waited for, plus what each sandbox's own cgroup counted), the sandbox
 seconds (lifecycle and test execution, summed over workers) and validated tasks per CPU-hour; then the funnel per
@@ -43,13 +45,18 @@ from trialforge.tasks.ingest.git import resolve_commit
 from trialforge.tasks.ingest.prmirror import FAMILY
 from trialforge.tasks.ingest.synthesized import synthesize_repository
 from trialforge.tasks.ingest.trees import materialize
+from trialforge.tasks.mutations import FAMILIES
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.synthesize import SynthesisConfig, SynthesisFunnel, Synthesizer
 from trialforge.tasks.validate import ValidateConfig
 
 CORPUS = Path(__file__).with_name("realrepos_corpus.toml")
 DEFAULT_REPOS = ("pallets/itsdangerous", "gweis/isodate", "jmespath/jmespath.py")
-CONFIGS = (("families", False), ("families+pr_mirror", True))
+CONFIGS = {  # name -> (mutation families, PR mirror)
+    "families": (tuple(FAMILIES), False),
+    "families+pr_mirror": (tuple(FAMILIES), True),
+    "pr_mirror": ((), True),  # the PR mirror's own yield: balanced sampling gives it 1 candidate in 13 above
+}
 
 
 @dataclass
@@ -120,11 +127,12 @@ def run(args: argparse.Namespace, console: Console) -> list[Measured]:
                 mirror = args.mirrors / repo.replace("/", "+") / "repo"
                 name = repo.split("/")[-1]
                 warm_image(mirror, name, console)
-                for config, pr_mirror in CONFIGS:
+                for config in args.configs:
+                    families, pr_mirror = CONFIGS[config]
                     before = cpu_seconds()
                     _, funnel = synthesize_repository(mirror, snapshots, synthesizer, count=args.count,
                                                       repo_name=name, candidates=args.candidates,
-                                                      pr_mirror=pr_mirror)  # fmt: skip
+                                                      families=families, pr_mirror=pr_mirror)  # fmt: skip
                     measured.append(Measured(repo, config, funnel, cpu_seconds() - before))
                     console.print(f"{repo} [{config}]: {measured[-1].row()}")
     finally:
@@ -156,6 +164,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="validation runs per configuration (flaky detection)")
     parser.add_argument("--concurrency", type=int, default=1, help="sandboxes at once (the machine is shared)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--configs", nargs="+", default=["families", "families+pr_mirror"], choices=list(CONFIGS))
     parser.add_argument("--metrics", type=Path, help="write the rows and funnels here (JSON)")
     args = parser.parse_args()
     args.repos = tuning_repos(args.repos)
@@ -166,7 +175,7 @@ def main() -> None:
         console.width = 200
     measured = run(args, console)
     console.print(repo_table(measured))
-    for config, _ in CONFIGS:
+    for config in args.configs:
         merged = SynthesisFunnel.merged(m.funnel for m in measured if m.config == config)
         console.print(family_table(merged), f"({config}, all repositories)")
         cpu = sum(m.cpu_s for m in measured if m.config == config)

@@ -227,7 +227,8 @@ def _clean_copy(repo_dir: Path, dest: Path) -> Path:
 def _candidates(
     sources: dict[str, str], cfg: SynthesisConfig, funnel: SynthesisFunnel, extra: Sequence[Mutant]
 ) -> list[Mutant]:
-    everything = [m for rel in sorted(sources) for m in mutants_of_source(rel, sources[rel], cfg.families)]
+    files = sorted(sources) if cfg.families else []  # no family: the ``extra`` candidates alone
+    everything = [m for rel in files for m in mutants_of_source(rel, sources[rel], cfg.families)]
     everything += [m for m in extra if m.path in sources]
     funnel.enumerated.update(m.family for m in everything)
     picked = sample_mutants(everything, max_per_file=cfg.max_per_file, max_total=cfg.max_total, seed=cfg.seed)
