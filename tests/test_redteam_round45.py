@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from trialforge.quality.gate import audit_task
+from trialforge.quality.settings import QualityConfig
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
 from trialforge.tasks.patches import diff_trees
@@ -191,6 +193,16 @@ _QUOTED = _won("a root conftest.py named in git's quotes in the diff header is n
 
 def _lost(verdict) -> None:
     assert verdict.reward == 0.0, (verdict.reward, verdict.status, verdict.reason, verdict.flags)
+
+
+def _earns_nothing(world: World, variant: str, verdict) -> None:
+    """Scores 0, or its task never reaches training: a baseline's blind spots can buy an in-process verdict (the
+    gc walk reads the test's constants, a kept tracer rewrites a helper's argument), so the quality gate keeps a
+    task with a baseline only when the host judges every fail-to-pass test, where no blind spot gives the value."""
+    if verdict.reward == 0.0:
+        return
+    record = audit_task(world.task(variant), world.grader, world.snapshots, QualityConfig())
+    assert "host_judged" in record.failed_gates and record.verdict == "fail", (verdict.reward, record.reasons)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -386,32 +398,21 @@ GC_VIA_LIBRARY = GC_WALK.replace("import gc\n", "from ledger import _extra\n").r
 
 @pytest.mark.parametrize(
     ("variant", "files"),
-    [pytest.param("wrap", {**BUG_ONLY, "ledger/_extra.py": OWN_WRAPPER_EDITED},
-                  marks=_won("the repository's own wrapper, edited by the diff, still gives the baseline's string")),
-     pytest.param("gc_via_library", {"ledger/core.py": GC_VIA_LIBRARY},
-                  marks=_won("gc.get_objects called through the untouched library's own helper"))],
+    [("wrap", {**BUG_ONLY, "ledger/_extra.py": OWN_WRAPPER_EDITED}),
+     ("gc_via_library", {"ledger/core.py": GC_VIA_LIBRARY})],
     ids=["wrap_own_wrapper_edited", "gc_through_the_librarys_helper"],
 )  # fmt: skip
 def test_the_baselines_own_code_edited_or_called(world, variant, files) -> None:
-    verdict = world.grade(variant, files)
-    _lost(verdict)
+    _earns_nothing(world, variant, world.grade(variant, files))
 
 
 @pytest.mark.parametrize(
     ("variant", "core"),
-    [pytest.param("gc", GC_WALK, marks=_won("gc.get_objects: its own gc walk finds the table and the constants")),
-     pytest.param("frames", CURRENT_FRAMES, marks=_won("sys._current_frames: it reads the caller's ``want``")),
-     ("settrace", SETTRACE), ("setprofile", SETPROFILE),
-     pytest.param("settrace_kept", SETTRACE_FROM_TOTAL, marks=_won(
-         "sys.settrace and trace_hook: a repository whose library leaves a tracer on lets the policy's tracer rewrite "
-         "the helper's ``want`` as it is called")),
-     pytest.param("wrap", REWRAP, marks=_won("framework_patched:_pytest.python.Function.runtest: it wraps the "
-                                              "same function again and swallows the failed assertions")),
-     ("defaults", DEFAULTS)],
+    [("gc", GC_WALK), ("frames", CURRENT_FRAMES), ("settrace", SETTRACE), ("setprofile", SETPROFILE),
+     ("settrace_kept", SETTRACE_FROM_TOTAL), ("wrap", REWRAP), ("defaults", DEFAULTS)],
 )  # fmt: skip
 def test_the_baselines_own_mechanism(world, variant, core) -> None:
-    verdict = world.grade(variant, {"ledger/core.py": core})
-    _lost(verdict)
+    _earns_nothing(world, variant, world.grade(variant, {"ledger/core.py": core}))
 
 
 @pytest.mark.parametrize("plugin", [PLUGIN_FORCING, PLUGIN_SKIPPING], ids=["same_hook_forces", "new_hook_skips"])

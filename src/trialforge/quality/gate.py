@@ -127,6 +127,13 @@ def _host_judged(task: Task, cfg: QualityConfig) -> str:
     if cfg.require_host_judged and not (known and known.fail_to_pass_anchored):
         return (f"{HOST_JUDGED}: no fail-to-pass test has an assertion the host judges with a value no one could "
                 f"guess{unknown}: a forged report would need no right value (quality.require_host_judged)")  # fmt: skip
+    opened = task.validation.baseline_evidence
+    if cfg.require_host_judged and opened and known and known.fail_to_pass_host_judged < known.fail_to_pass:
+        # The repository's own code trips detectors (testrun/baseline.py), so a policy's use of the same calls is no
+        # evidence: a verdict the test process decides could be bought through that blind spot; the host's could not.
+        return (f"{HOST_JUDGED}: the repository's own code opens detector blind spots ({', '.join(opened[:3])}), so "
+                f"every fail-to-pass test must be judged on the host; {known.fail_to_pass_host_judged} of "
+                f"{known.fail_to_pass} are (quality.require_host_judged)")  # fmt: skip
     share = known.fail_to_pass_share if known else 0.0
     if cfg.min_host_judged <= 0 or share >= cfg.min_host_judged:
         return ""
