@@ -36,7 +36,7 @@ SYSTEM = 'Reply with one JSON object {"tool": NAME, "args": {...}}.'  # short: t
 
 @pytest.fixture(scope="module")
 def world(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
-    return bundled_world(tmp_path_factory.mktemp("budget"), bwrap_backend, (TASK_ID,))
+    return bundled_world(tmp_path_factory.mktemp("budget"), bwrap_backend, (TASK_ID,), author_only=True)
 
 
 class Forced:
@@ -75,12 +75,6 @@ def forced_fix(model: Any, tokenizer: Any, task: Any) -> Forced:
     return Forced(policy, patch_to_actions(task.gold_patch))
 
 
-def author_only(task: Any) -> Any:
-    """The task with its author's statement alone (validation appends what it saw fail): the windows here are sized
-    for the tiny model's 2,048 positions to hold several turns of it."""
-    return task.model_copy(update={"problem_statement": task.statement.author_text(task.problem_statement)})
-
-
 def first_prompt_tokens(policy: HFPolicy, task: Any) -> int:
     return policy.begin(TaskView(TASK_ID, ""), 1).act(opening(task.problem_statement)).tokens_in
 
@@ -105,7 +99,7 @@ def learner_step(model: Any, episodes: list[EpisodeRecord]) -> Any:
 @pytest.mark.sandbox
 def test_a_local_models_exhausted_episodes_are_graded_and_train_beside_solved_ones(world, bwrap_backend, tiny_lm):
     _, model, tokenizer = tiny_lm
-    task = author_only(world.tasks[0])
+    task = world.tasks[0]
     window = first_prompt_tokens(HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS, system=SYSTEM), task) + 600
     keep_all = ContextParams(strategy="keep_all", min_reply_tokens=4)
     sampled = HFPolicy(model, tokenizer, max_new_tokens=NEW_TOKENS, context_tokens=window, context=keep_all,
@@ -139,7 +133,7 @@ def test_a_served_models_exhausted_episodes_keep_the_checkpoints_logprobs_on_the
     """The server lists its context (2048 tokens); the policy learns it there, keeps every turn (keep_all) and ends
     the episode when the next turn cannot fit, whichever of them finds it first."""
     path, model, tokenizer = tiny_lm
-    task = author_only(world.tasks[0])
+    task = world.tasks[0]
     host = open_host(path, "tiny", max_new_tokens=64, device="cpu", threads=None)
     rollout = make_rollout(world, bwrap_backend)
     with running(host, "127.0.0.1", 0) as url:

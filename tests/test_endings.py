@@ -32,7 +32,7 @@ TASK_ID = "ledgerlite-3"
 
 @pytest.fixture(scope="module")
 def world(bwrap_backend, tmp_path_factory) -> SimpleNamespace:
-    return bundled_world(tmp_path_factory.mktemp("endings"), bwrap_backend, (TASK_ID,))
+    return bundled_world(tmp_path_factory.mktemp("endings"), bwrap_backend, (TASK_ID,), author_only=True)
 
 
 def run(world: SimpleNamespace, backend: Any, policy: Any, task: Any = None, **fields: Any) -> EpisodeRecord:
