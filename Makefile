@@ -58,10 +58,14 @@ test: setup $(TEST_WHEELS)/.fetched
 test-fast: setup
 	$(PY) -m pytest -m "not services and not slow"
 
-# realrepos.py needs repositories: `make bench REPOS="--corpus tuning"` (or "--repo NAME=PATH ...") runs it too (docs/realrepos.md).
+# realrepos.py needs repositories: `make bench REPOS="--corpus tuning"` (or "--repo NAME=PATH ...") runs it too
+# (docs/realrepos.md); synthesis_realrepos.py needs the corpus's mirrors: `make bench MIRRORS=DIR` (docs/synthesis.md).
 bench: setup
-	@for b in benchmarks/*.py; do [ $$b = benchmarks/realrepos.py ] && continue; echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in benchmarks/*.py; do case $$b in benchmarks/realrepos.py|benchmarks/synthesis_realrepos.py) continue;; esac; \
+		echo "== $$b"; $(PY) $$b || exit 1; done
 	@if [ -n "$(REPOS)" ]; then echo "== benchmarks/realrepos.py"; $(PY) benchmarks/realrepos.py $(REPOS); fi
+	@if [ -n "$(MIRRORS)" ]; then echo "== benchmarks/synthesis_realrepos.py"; \
+		$(PY) benchmarks/synthesis_realrepos.py --mirrors $(MIRRORS); fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests flows benchmarks

@@ -276,8 +276,9 @@ def check(
             continue
         finally:
             result.grade_s += time.monotonic() - start
-        console.print(f"  {backend.name} {task.task_id}: valid, {len(checked.fail_to_pass)} fail-to-pass, "
-                      f"gold {gold.reward}, empty {empty.reward}")  # fmt: skip
+        marked = ", underspecified" if checked.statement and checked.statement.underspecified else ""
+        console.print(f"  {backend.name} {task.task_id}: valid, {len(checked.fail_to_pass)} fail-to-pass "
+                      f"({v.fail_to_pass_units} units){marked}, gold {gold.reward}, empty {empty.reward}")  # fmt: skip
         if gold.reward != 1.0:
             result.reject(task.task_id, f"grade/gold={gold.reward}", f"{gold.status}: {gold.reason}")
         elif empty.reward != 0.0:

@@ -141,8 +141,9 @@ def test_the_server_lists_its_model_and_answers_health(base, tiny_lm) -> None:
     assert base.name == str(tiny_lm[0])
     assert base.http.get("/models").json() == {
         "object": "list",
-        "data": [{"id": base.name, "object": "model", "owned_by": "trialforge", "root": base.name, "parent": None}],
-    }
+        "data": [{"id": base.name, "object": "model", "owned_by": "trialforge", "root": base.name, "parent": None,
+                  "max_model_len": 2048}],  # the context a client keeps within, as vLLM lists it
+    }  # fmt: skip
 
 
 @pytest.mark.services
@@ -314,7 +315,7 @@ def test_a_lora_adapter_loads_serves_as_peft_computes_it_and_unloads(base, tiny_
     assert load.status_code == 200 and load.text == "Success: LoRA adapter 'fix' added successfully."
     listed = base.http.get("/models").json()["data"]
     assert listed[1] == {"id": "fix", "object": "model", "owned_by": "trialforge", "root": str(adapters["good"]),
-                         "parent": base.name}  # fmt: skip
+                         "parent": base.name, "max_model_len": 2048}  # fmt: skip
 
     data = base.reply(model="fix", seed=2, logprobs=True, return_token_ids=True)
     assert data["model"] == "fix"

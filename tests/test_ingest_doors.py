@@ -126,8 +126,13 @@ def params_file(tmp_path) -> Path:
 
 def _cli(tmp_path: Path, params_file: Path, *args: str):
     """Run `trialforge ingest ARGS` with this test's store and out dir."""
+    return trialforge(tmp_path, params_file, "ingest", *args)
+
+
+def trialforge(tmp_path: Path, params_file: Path, *args: str):
+    """Run `trialforge ARGS` with this test's store and out dir, on the bwrap backend."""
     knobs = ["-S", f"run.store=file://{tmp_path / 'store'}", "-S", f"run.out_dir={tmp_path / 'out'}"]
-    return invoke("ingest", *args, "--params", str(params_file), *knobs)
+    return invoke(*args, "--params", str(params_file), *knobs, "-S", "sandbox.backend=bwrap")
 
 
 # --- the CLI ---------------------------------------------------------------------------------------------
@@ -229,7 +234,7 @@ def test_every_field_of_a_source_is_on_its_command_with_the_fields_help():
         (
             {"kind": "svn", "repo": "x"},
             "sources.extra.0: Input tag 'svn' found using 'kind' does not match any of the expected tags: "
-            "'github', 'github-api', 'jira', 'swebench', 'gitlog'",
+            "'github', 'github-api', 'jira', 'swebench', 'gitlog', 'synthesize'",
         ),
         ({"repo": "x"}, "sources.extra.0: Unable to extract tag using discriminator 'kind'"),
         ({"kind": "gitlog"}, "sources.extra.0.gitlog.repo: Field required"),

@@ -30,6 +30,7 @@ from trialforge.observe.compare import MetricDelta, compare_metrics, compare_run
 from trialforge.observe.cost import CostRates
 from trialforge.observe.logs import setup_logging
 from trialforge.observe.report import render_report
+from trialforge.observe.summary import endings_line
 from trialforge.store.objstore import ObjectStore, open_store
 from trialforge.train.health import (
     Health,
@@ -84,6 +85,20 @@ def test_retries_count_attempts_beyond_the_first(it0):
 
 def test_termination_reasons_are_counted(it0):
     assert it0["termination"] == {"submitted": 6, "error": 3, "timeout": 1}
+
+
+def test_every_ending_is_counted_under_who_answers_for_it(store, it0, tmp_path):
+    assert it0["endings"] == {
+        "model": {"submitted": 5, "submitted_unchanged": 0, "max_turns": 0, "context_exhausted": 0,
+                  "invalid_actions": 0},
+        "infrastructure": {"sandbox": 2, "inference": 0, "policy_fault": 1, "timeout": 1, "verifier": 1},
+    }  # fmt: skip
+    assert endings_line(it0["endings"]) == (
+        "endings: model (graded) submitted 5; infrastructure (unknown) sandbox 2, policy_fault 1, timeout 1, verifier 1"
+    )
+    html = render_report(store, "r1", tmp_path / "r1.html").read_text()
+    assert "Every ending, by who answers for it" in html
+    assert '<td>infrastructure</td><td>policy_fault</td><td class="n">1</td>' in html
 
 
 def test_latency_percentiles_use_only_stages_that_ran(it0):

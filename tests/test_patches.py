@@ -9,10 +9,10 @@ import pytest
 
 from trialforge.errors import PatchError
 from trialforge.rollout.policies import patch_to_actions
-from trialforge.tasks.patches import apply_patch, diff_trees, filter_patch, is_test_path, vet_patch
+from trialforge.tasks.patches import apply_patch, diff_trees, filter_patch, is_test_path, touched_paths, vet_patch
 from trialforge.tasks.patches import test_files as files_of_tests  # not "test_*": pytest would collect it
 from trialforge.tasks.pytestconfig import python_files_of
-from trialforge.verify.grader import code_only
+from trialforge.verify.grader import restore_tests
 
 pytestmark = pytest.mark.pure
 
@@ -189,12 +189,43 @@ def test_grading_restores_the_tests_a_repositorys_own_python_files_names(tmp_pat
     (after / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     (after / "check_calc.py").write_text("def test_add():\n    assert True\n")
     (after / "pytest.ini").write_text("[pytest]\npython_files = nothing_*.py\n")
-    diff = diff_trees(base, after)
+    graded, control = tmp_path / "graded", tmp_path / "control"
+    for tree in (graded, control):
+        shutil.copytree(base, tree)
+        apply_patch(tree, diff_trees(base, after))
 
-    code, dropped = code_only(diff, python_files_of(base))
-    assert sorted(dropped) == ["check_calc.py", "pytest.ini"]
-    assert "return a + b" in code and "assert True" not in code
-    assert "check_calc.py" not in code_only(diff)[1]  # the control: by name alone it would have stayed
+    kept, dropped = restore_tests(base, graded, python_files_of(base))
+    assert (kept, dropped) == (["pkg/calc.py"], ["check_calc.py", "pytest.ini"])
+    assert "return a + b" in (graded / "pkg/calc.py").read_text()
+    assert (graded / "check_calc.py").read_text() == (base / "check_calc.py").read_text()
+    assert "check_calc.py" in restore_tests(base, control)[0]  # the control: by name alone it would have stayed
+
+
+def test_grading_reads_what_changed_from_the_trees_not_from_the_diffs_text(tmp_path):
+    """Names git quotes (non-ASCII), names with spaces, and a ---/+++ block with no ``diff --git`` line: what the
+    diff changed is what ``git apply`` did to the tree, and each test path among it is put back."""
+    base = tmp_path / "base"
+    (base / "pkg").mkdir(parents=True)
+    (base / "pkg" / "core.py").write_text("x = 1\n")
+    after = tmp_path / "after"
+    shutil.copytree(base, after)
+    (after / "pkg" / "core.py").write_text("x = 2\n")
+    (after / "pkg" / "pl\u00fcgin.py").write_text("y = 1\n")
+    (after / "release notes.md").write_text("x is 2\n")
+    diff = diff_trees(base, after)
+    assert '"b/pkg/pl\\303\\274gin.py"' in diff  # git's quoting, left as git apply reads it
+    assert sorted(touched_paths(diff)) == ["pkg/core.py", "pkg/pl\u00fcgin.py", "release notes.md"]
+    diff += "--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+import os\n"  # a block without a git header
+    diff += 'diff --git "a/tests/conftest.py" "b/tests/conftest.py"\nnew file mode 100644\n--- /dev/null\n'
+    diff += '+++ "b/tests/conftest.py"\n@@ -0,0 +1 @@\n+import os\n'
+    tree = tmp_path / "tree"
+    shutil.copytree(base, tree)
+    apply_patch(tree, diff)
+
+    kept, dropped = restore_tests(base, tree)
+    assert kept == ["pkg/core.py", "pkg/pl\u00fcgin.py", "release notes.md"]
+    assert dropped == ["conftest.py", "tests/conftest.py"]
+    assert not (tree / "conftest.py").exists() and not (tree / "tests").joinpath("conftest.py").exists()
 
 
 def test_a_configuration_file_that_is_a_symlink_is_not_followed(tmp_path):

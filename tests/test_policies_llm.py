@@ -17,7 +17,8 @@ from support.chat_server import ChatServer, Fault, text_reply, tool_call
 from trialforge.config import load_params
 from trialforge.errors import ConfigError, InferenceError, PolicyError
 from trialforge.pipeline import make_policies
-from trialforge.rollout.chat import INVALID_TOOL, Conversation, fit, parse_tool_call, text_call
+from trialforge.rollout.chat import INVALID_TOOL, Conversation, chars, fit, parse_tool_call, text_call
+from trialforge.rollout.context import ContextExhausted, ContextParams
 from trialforge.rollout.env import TOOLS, Action, EnvLimits
 from trialforge.rollout.loop import Lineage, Rollout
 from trialforge.rollout.openai_policy import OpenAIPolicy
@@ -222,10 +223,15 @@ def test_malformed_replies_are_invalid_actions_the_episode_survives(world, chat_
     assert "the reply has no tool call" in third["messages"][-1]["content"]
 
 
+def tokens_as_chars(request: dict) -> dict:
+    """A reply whose usage counts a token per character of the messages, as a byte-level tokenizer would."""
+    return tool_call("run", {"command": "ls"}, usage=(chars(request["messages"]) + 300, 20))
+
+
 @pytest.mark.pure
 def test_a_long_conversation_drops_its_oldest_turns_whole(chat_server):
-    chat_server.play(*(tool_call("run", {"command": f"echo {i}"}) for i in range(4)))
-    episode = policy(chat_server, max_context_chars=2000).begin(VIEW, seed=1)
+    chat_server.answer_with(tokens_as_chars)
+    episode = policy(chat_server, context=ContextParams(tokens=2500), max_tokens=100).begin(VIEW, seed=1)
     for i in range(4):
         decision = episode.act(f"observation {i} " + "x" * 500)
     messages = chat_server.requests[-1]["messages"]
@@ -234,6 +240,43 @@ def test_a_long_conversation_drops_its_oldest_turns_whole(chat_server):
     assert "observation 1" not in json.dumps(messages) and "observation 3" in messages[-1]["content"]
     called = {c["id"] for m in messages for c in m.get("tool_calls", [])}
     assert all(m["tool_call_id"] in called for m in messages if m["role"] == "tool")
+    asked = [r["max_tokens"] for r in chat_server.requests]
+    assert all(a <= 100 for a in asked)
+    # Each request fit by the server's own count: its prompt and its capped reply within the window.
+    assert all(chars(r["messages"]) + 300 + r["max_tokens"] <= 2500 for r in chat_server.requests)
+
+
+@pytest.mark.pure
+def test_a_conversation_that_cannot_fit_ends_in_context_exhausted_not_an_error(chat_server):
+    """Kept whole (``keep_all``), the conversation outgrows the window: the reply's max_tokens shrinks to what is
+    left, then the policy stops before a request that cannot fit. A server refusing for the context says so too."""
+    chat_server.answer_with(tokens_as_chars)
+    keep_all = ContextParams(tokens=2000, strategy="keep_all", min_reply_tokens=8)
+    episode = policy(chat_server, context=keep_all, max_tokens=100).begin(VIEW, seed=1)
+    with pytest.raises(ContextExhausted, match="of the context's 2000 tokens"):
+        for i in range(10):
+            episode.act(f"observation {i} " + "x" * 150)
+    asked = [r["max_tokens"] for r in chat_server.requests]
+    assert asked[0] == 100 and asked[-1] < 100  # the last replies got what was left
+    assert all(chars(r["messages"]) + 300 + r["max_tokens"] <= 2000 for r in chat_server.requests[1:])
+
+    chat_server.answer_with(None)
+    refusal = "This model's maximum context length is 2048 tokens. However, you requested 2386 tokens"
+    chat_server.play(Fault(400, message=refusal))
+    with pytest.raises(ContextExhausted, match="maximum context length"):
+        policy(chat_server).begin(VIEW, seed=1).act("fix it")
+
+
+@pytest.mark.pure
+def test_the_last_turns_strategy_keeps_the_task_and_the_latest_turns(chat_server):
+    chat_server.answer_with(tokens_as_chars)
+    last_two = ContextParams(strategy="last_turns", keep_turns=2)
+    episode = policy(chat_server, context=last_two).begin(VIEW, seed=1)
+    dropped = [episode.act(f"observation {i}").info["dropped_turns"] for i in range(5)]
+    assert dropped == [0, 0, 0, 1, 2]
+    messages = chat_server.requests[-1]["messages"]
+    assert "2 earlier turn(s)" in messages[1]["content"]
+    assert [m["content"] for m in messages if m["role"] == "tool"] == ["observation 3", "observation 4"]
 
 
 # --- parsing and fitting -------------------------------------------------------------------
@@ -370,7 +413,7 @@ def test_local_lm_uses_the_tokenizers_chat_template_when_it_has_one(tiny_lm):
 
 
 @pytest.mark.pure
-def test_local_lm_drops_old_turns_to_fit_and_fails_clearly_when_the_task_cannot(tiny_lm):
+def test_local_lm_drops_old_turns_to_fit_and_its_context_is_exhausted_when_the_task_cannot(tiny_lm):
     from trialforge.rollout.hf_policy import HFPolicy
 
     observations = ("fix add()", "a" * 300, "b" * 300)
@@ -387,7 +430,7 @@ def test_local_lm_drops_old_turns_to_fit_and_fails_clearly_when_the_task_cannot(
 
     _, model, tokenizer = tiny_lm
     tight = HFPolicy(model, tokenizer, max_new_tokens=24, context_tokens=lengths[0])
-    with pytest.raises(PolicyError, match="even with every earlier turn left out"):
+    with pytest.raises(ContextExhausted, match="leaving 0 for a reply"):
         tight.begin(VIEW, seed=1).act("fix add()")
 
 
@@ -428,10 +471,12 @@ def test_a_local_model_named_in_params_is_built_once_and_rolls_out(world, tiny_l
         "rollout.policies": ["noop", "tiny"],
         "rollout.models": {"tiny": {"kind": "transformers", "model": path, "max_new_tokens": 8}},
         "rollout.temperature": 0.7,
+        "rollout.context": {"strategy": "last_turns", "keep_turns": 2},
     }
     params = load_params(None, overrides)
     noop, tiny = make_policies(params.rollout.policies, [task], None, params.rollout)
     assert (noop.name, tiny.name, tiny.version) == ("noop", "tiny", path)
+    assert tiny.context == ContextParams(strategy="last_turns", keep_turns=2)  # rollout.context reaches the model
     assert (tiny.max_new_tokens, tiny.temperature, tiny.device) == (8, 0.7, "cpu")  # rollout's temperature
     again = make_policies(["tiny"], [task], None, load_params(None, overrides).rollout)[0]
     assert again is tiny  # one model per process, whatever the shards ask
@@ -536,3 +581,17 @@ def test_a_local_lm_whose_template_renders_tools_is_prompted_and_answered_in_its
     conversation.observe("error: unknown tool 'invalid'")
     assert conversation.messages[-1]["role"] == "user"
     assert conversation.messages[-1]["content"].startswith("Your reply was not a valid tool call")
+
+
+@pytest.mark.pure
+def test_the_context_settings_reach_the_learner_in_process_and_served(tiny_lm, tmp_path):
+    from trialforge.loop.learner import rollout_policy
+
+    context = {"tokens": 512, "strategy": "keep_all", "min_reply_tokens": 4}
+    base = {"train.model": str(tiny_lm[0]), "train.lr": 1e-6, "rollout.context": context}
+    store = open_store(f"file://{tmp_path / 'store'}")
+    local = rollout_policy(load_params(None, base), store, None)
+    assert (local.context, local.context_tokens) == (ContextParams(**context), 512)
+    door = {**base, "train.inference.url": "http://127.0.0.1:9/v1", "train.inference.api": "sglang"}
+    served = rollout_policy(load_params(None, door), store, None)
+    assert served.policy.context == ContextParams(**context) and served.policy.window() == 512  # asks no server

@@ -133,7 +133,7 @@ def test_a_wrong_fix_that_passes_weak_tests_is_caught(world):
     assert "+    return max(low, min(value, high))" in passing.diff and "sum(prices)" not in passing.diff
     # dropped at the first wrong fix that passes: no more of them graded, the shortcuts not run, and why
     assert record.mutants[-1] is passing and record.mutants_tried < 4
-    assert record.shortcuts == [] and record.gates_run == ["weak_tests", "leaks"]
+    assert record.shortcuts == [] and record.gates_run == ["weak_tests", "leaks", "underspecified"]
     assert record.skipped == {"shortcuts": "the task had already failed weak_tests, which is enforced"}
     assert record.verifier_runs == 1 + record.mutants_tried
 
@@ -170,7 +170,7 @@ def test_a_statement_that_quotes_the_fix_is_caught_with_spans(world):
     # with every gate asked for, nothing a verifier run could find would keep it: none is spent, and why is kept
     _, records, _ = gate(world, [task])
     record = records["leaky"]
-    assert record.verdict == "fail" and record.verifier_runs == 0 and record.gates_run == ["leaks"]
+    assert record.verdict == "fail" and record.verifier_runs == 0 and record.gates_run == ["leaks", "underspecified"]
     assert record.skipped == dict.fromkeys(
         ["weak_tests", "shortcuts"], "the task had already failed leaks, which is enforced"
     )

@@ -136,10 +136,12 @@ RECORDS = [
         verdict="fail", failed_gates=["shortcuts"], reasons=["shortcuts: const_true score 1"],
     ),
     QualityRecord(
-        task_id="talkative", gates_run=ALL_GATES, control=GOLD, verifier_runs=2, verifier_version="v3",
+        task_id="talkative", gates_run=[*ALL_GATES, "underspecified"], control=GOLD, verifier_runs=2,
+        verifier_version="v3", underspecified=["LookupError"],
         leaks=[LeakSpan(field="problem_statement", kind="expected_value", start=4, end=6, text="42", source="42")],
-        verdict="pass", failed_gates=["leaks"], reasons=["leaks: 1 span(s) give the answer away (...)"],
-    ),  # leaks reported, not enforced: kept
+        verdict="pass", failed_gates=["leaks", "underspecified"],
+        reasons=["leaks: 1 span(s) give the answer away (...)", "underspecified: ... LookupError ..."],
+    ),  # leaks and underspecified reported, not enforced: kept
     QualityRecord(
         task_id="broken", gates_run=ALL_GATES, control=_attempt("gold", "the gold patch", 0.0), verifier_runs=1,
         verifier_version="v3", verdict="fail", failed_gates=["audit_error"],
@@ -158,6 +160,7 @@ def test_quality_metrics_give_the_share_failing_each_gate():
         "weak_tests": {"tasks": 1, "share": 0.2, "excluded": 1},
         "leaks": {"tasks": 1, "share": 0.2, "excluded": 0},
         "shortcuts": {"tasks": 1, "share": 0.25, "excluded": 1},  # of the 4 tasks that ran it
+        "underspecified": {"tasks": 1, "share": 1.0, "excluded": 0},  # of the one task that ran it
         "audit_error": {"tasks": 1, "share": 0.2, "excluded": 1},
     }
     assert figures["leak_kinds"]["expected_value"] == {"tasks": 1, "share": 0.2}
@@ -179,7 +182,9 @@ def test_the_report_shows_each_tasks_finding_and_the_evidence_escaped(r1):
     assert "FAIL (1 of 3 wrong fixes): partial_revert: only the hunk at calc.py:2" in cells["weak"]
     assert f"<td>not run: {SKIPPED}</td>" in cells["weak"]  # dropped already: its shortcuts were not run
     assert cells["weak"].endswith('<td class="n">4</td><td>v3</td>')  # verifier runs and version
-    assert "<td>pass (1 wrong fixes)</td><td>pass</td><td>pass (1 strategies)</td><td>ok</td>" in cells["sound"]
+    gates = "<td>pass (1 wrong fixes)</td><td>pass</td><td>pass (1 strategies)</td><td>not run</td><td>ok</td>"
+    assert gates in cells["sound"]  # (underspecified: not in its gates_run)
+    assert "<td>FAIL: the statement never states LookupError</td>" in section  # reported, the task kept
     assert "<td>FAIL: const_true</td>" in section
     assert "FAIL (1 spans): expected_value &#39;42&#39; at problem_statement[4:6]" in section
     assert "<td>undecided</td>" in section and "the gold patch does not score 1" in section

@@ -248,6 +248,9 @@ def test_unittest_outcomes_are_the_ones_pytest_reports(tmp_path, bwrap_backend, 
         "TestAsync::test_async_passes": "passed",
         "TestAsync::test_async_fails": "failed",
     }
+    # each failure's exception line, as validation states it: the same from either runner
+    failing = kinds + "TestAsync::test_async_fails"
+    assert by_unittest.failures[failing] == by_pytest.failures[failing] == "AssertionError: 3 != 4"
 
 
 @pytest.mark.sandbox

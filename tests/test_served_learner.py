@@ -62,7 +62,6 @@ def served(tmp_path: Path, model: Path, port: int, **more: object) -> dict:
         **{
             "train.model": str(model), "rollout.policies": [LM], "rollout.max_new_tokens": 12, "train.lr": 1e-2,
             "train.inference.url": f"http://127.0.0.1:{port}/v1", "train.inference.command": serve_command(port),
-            "train.inference.max_context_chars": 1200,  # the byte-level tokenizer: about a token a character
             "observe.learning.effective_batch.action": "warn",  # random weights earn only 0s: train on them anyway
             **more,
         },

@@ -237,6 +237,7 @@ def test_every_iteration_metric_has_one_value_per_iteration_at_its_step_as_in_me
     assert names >= {
         "pass_rate.gold", "pass_rate.noop", "pass_rate.repair", "mean_reward.gold", "env_error_rate",
         "verifier_error_rate", "zero_variance_groups.fraction", "latency.sandbox_s.p50", "latency.verify_s.p90",
+        "endings.model.submitted", "endings.model.context_exhausted", "endings.infrastructure.sandbox",
     }  # fmt: skip
     assert any(name.startswith("pass_rate_by_tier.") for name in names)
     for name in names:

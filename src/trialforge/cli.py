@@ -12,9 +12,11 @@ from typer.core import TyperGroup
 from trialforge.config import Params, load_params
 from trialforge.errors import ConfigError, TrialforgeError
 from trialforge.ingest_cli import app as ingest_app
+from trialforge.ingest_cli import command as ingest_command
 from trialforge.observe import cli as observe_cli
 from trialforge.orchestrate.cli import app as orchestrate_app
 from trialforge.orchestrate.cli import key_values, run_flow
+from trialforge.tasks.ingest.sources import SynthesizeRepository
 
 if TYPE_CHECKING:
     from trialforge.tasks.envimages import BuiltImage
@@ -37,6 +39,7 @@ image_app = typer.Typer(no_args_is_help=True, help="Sandbox images.")
 app.add_typer(image_app, name="image")
 app.add_typer(orchestrate_app)  # `serve` and `flow NAME` at the top level
 app.add_typer(ingest_app, name="ingest", help="Ingest one source (the kinds of sources.extra) into a task set.")
+ingest_command(SynthesizeRepository, app)  # `trialforge synthesize`: `ingest synthesize` under its own name
 app.command()(observe_cli.report)
 app.command()(observe_cli.compare)
 app.add_typer(observe_cli.tracking_app, name="tracking")  # `tracking ui`: the MLflow UI over the runs' store

@@ -27,7 +27,8 @@ class Funnel:
         self.details.append({"ref": ref, "reason": reason, "detail": detail})
 
     def note(self, what: str, count: int) -> None:
-        """Count ``count`` things of kind ``what`` that a record (kept or dropped) lost, e.g. tests left out of it."""
+        """Count ``count`` things of kind ``what`` that a record (kept or dropped) lost or is marked with, e.g. tests
+        left out of it, an underspecified statement."""
         if count:
             self.noted[what] += count
 

@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from trialforge.config import load_params
 from trialforge.funnel import Funnel
 from trialforge.orchestrate.cli import key_values
-from trialforge.tasks.ingest.sources import OnCommandLine, SourceEntry, ingest_source
+from trialforge.tasks.ingest.sources import OnCommandLine, SourceEntry, SynthesizeRepository, ingest_source
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.taskset import write_tasks
 
@@ -36,8 +36,9 @@ OutOpt = Annotated[
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-def _command(entry: type[BaseModel]) -> None:
-    """``trialforge ingest KIND``, one option (or the argument) per field of ``entry``, its help the description."""
+def command(entry: type[BaseModel], target: typer.Typer = app) -> None:
+    """``trialforge ingest KIND`` (or ``KIND`` of ``target``), one option (or the argument) per field of ``entry``,
+    its help the description."""
     kind = get_args(entry.model_fields["kind"].annotation)[0]
     fields = {name: f for name, f in entry.model_fields.items() if name != "kind"}
     filled = {_cli(f).name_into for f in fields.values()}  # given as NAME= before another field's value
@@ -61,7 +62,7 @@ def _command(entry: type[BaseModel]) -> None:
         _ingest(values, params, set_, out)
 
     run.__signature__ = inspect.Signature(options + common)  # type: ignore[attr-defined]
-    app.command(kind, help=entry.__doc__)(run)
+    target.command(kind, help=entry.__doc__)(run)
 
 
 def _cli(field: FieldInfo) -> OnCommandLine:
@@ -79,6 +80,8 @@ def _parameter(name: str, field: FieldInfo, fields: dict[str, FieldInfo]) -> ins
     if _is_map(field):
         text += " (repeatable)"
     flag = _flag(name, field)
+    if field.annotation is bool and field.default is True:  # a switch on by default: --pr-mirror / --no-pr-mirror
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
     spec = typer.Argument(help=text) if cli.argument else typer.Option(flag, help=text)
     default = inspect.Parameter.empty if field.is_required() else field.default
     return inspect.Parameter(name, KEYWORD, annotation=Annotated[kind, spec], default=default)
@@ -86,7 +89,8 @@ def _parameter(name: str, field: FieldInfo, fields: dict[str, FieldInfo]) -> ins
 
 def _ingest(fields: dict[str, Any], params_path: Path, set_: list[str], out: Path | None) -> None:
     """Build the entry, ingest it, write the task set and print the funnel (a trialforge error exits 1: cli.py)."""
-    from trialforge.runtime import store_url
+    from trialforge.progress import progress_bars
+    from trialforge.runtime import open_runtime, store_url
     from trialforge.sandbox.images import cache_root
     from trialforge.store.objstore import open_store
 
@@ -96,8 +100,12 @@ def _ingest(fields: dict[str, Any], params_path: Path, set_: list[str], out: Pat
         problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or 'entry'}: {e['msg']}" for e in exc.errors())
         raise typer.BadParameter(problems) from None
     params = load_params(params_path, key_values(set_, "--set"))
-    snapshots = SnapshotStore(open_store(store_url(params)), cache_root() / "snapshots")
-    tasks, funnel = ingest_source(entry, snapshots, params.sources.caps, params.env.repos)
+    if isinstance(entry, SynthesizeRepository):  # the only kind that runs sandboxes: the run's, as the pipeline's
+        with progress_bars(), open_runtime(params) as rt:
+            tasks, funnel = ingest_source(entry, rt.snapshots, params.sources.caps, params.env.repos, rt.synthesizer())
+    else:
+        snapshots = SnapshotStore(open_store(store_url(params)), cache_root() / "snapshots")
+        tasks, funnel = ingest_source(entry, snapshots, params.sources.caps, params.env.repos)
     dest = out or Path(params.run.out_dir) / "tasks" / f"ingested-{entry.kind}.parquet"
     version = write_tasks(dest, tasks)
     for line in funnel_lines(funnel):
@@ -155,4 +163,4 @@ def _split_repo(value: str) -> tuple[str, str]:
 
 
 for _entry in get_args(get_args(SourceEntry)[0]):
-    _command(_entry)
+    command(_entry)

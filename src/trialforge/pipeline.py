@@ -31,12 +31,10 @@ from trialforge.runtime import Runtime
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
 from trialforge.store.records import EPISODE_SCHEMA, STEP_SCHEMA, EpisodeRecord
-from trialforge.tasks.envdetect.resolve import resolve_env
-from trialforge.tasks.envimages import env_image, obtain_images, provide_images, task_image
+from trialforge.tasks.envimages import obtain_images, provide_images, task_image
 from trialforge.tasks.ingest.github import ingest_github_issues
 from trialforge.tasks.ingest.sources import drop_duplicates, ingest_source
 from trialforge.tasks.schema import Task
-from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.taskset import TASKS, publish, write_tasks
 from trialforge.tasks.validate import SuiteRuns, record_verdicts, validate_task
 from trialforge.train.health import Health, assert_trainable, check_health
@@ -50,7 +48,7 @@ def ingest(rt: Runtime) -> tuple[list[Task], Funnel]:
     tasks, funnel = _ingest_bundled(rt)
     first_seen = dict.fromkeys((t.task_id for t in tasks), "the bundled sources")
     for entry in rt.params.sources.extra:
-        made, sub = ingest_source(entry, rt.snapshots, rt.params.sources.caps, rt.params.env.repos)
+        made, sub = ingest_source(entry, rt.snapshots, rt.params.sources.caps, rt.params.env.repos, rt.synthesizer())
         tasks += drop_duplicates(made, sub, first_seen, entry.label())
         funnel.absorb(sub)
     return tasks, funnel
@@ -65,20 +63,11 @@ def _ingest_bundled(rt: Runtime) -> tuple[list[Task], Funnel]:
         tickets = source_path(src.tickets, "sources.tickets")
         tasks, funnel = ingest_github_issues(tickets, repos_dir, rt.snapshots, caps=src.caps)
     if src.synthesize and repos_dir:
-        cfg = SynthesisConfig(
-            max_total=src.synthesize,
-            seed=rt.params.run.seed,
-            validate=rt.params.validate_,
-            concurrency=rt.params.sandbox.concurrency,
-        )
-        ep = rt.params.env
+        synthesizer = rt.synthesizer(max_total=src.synthesize)
         repos = sorted(p for p in repos_dir.iterdir() if p.is_dir())
         with track("synthesize (repositories)", len(repos)) as advance:
             for repo in repos:
-                # Mutants are screened and validated in the repository's own environment, as its tickets will be.
-                env = resolve_env(repo, repo.name, ep.repos)
-                image = env_image(env, timeout_s=ep.build_timeout_s).image.name
-                made, synthesis = synthesize(repo, repo.name, rt.backend, image, rt.snapshots, cfg, env=env)
+                made, synthesis = synthesizer.repository(repo, repo.name, rt.snapshots)
                 funnel.absorb(synthesis)
                 tasks += made
                 advance()
@@ -176,7 +165,10 @@ def make_policies(names: list[str], tasks: list[Task], learner: Policy | None, r
     unknown = [n for n in names if n not in known and n not in rp.models]
     if unknown:
         raise ConfigError(f"unknown policies {unknown}; known: {sorted([*known, *rp.models])}")
-    return [known[n] if n in known else model_policy(n, rp.models[n], rp.temperature, rp.max_new_tokens) for n in names]
+    return [
+        known[n] if n in known else model_policy(n, rp.models[n], rp.temperature, rp.max_new_tokens, rp.context)
+        for n in names
+    ]
 
 
 def make_rollout(rt: Runtime, lineage: Lineage) -> Rollout:

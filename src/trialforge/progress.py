@@ -36,19 +36,21 @@ def track(label: str, total: int | None = None) -> Iterator[Callable[[], None]]:
     done = 0
     lock = threading.Lock()
 
-    def emit(count: int, of: int | None) -> None:
-        for sink in list(_sinks):
-            sink(label, count, of)
-
     def advance() -> None:
         nonlocal done
         with lock:
             done += 1
-            emit(done, total)
+            report(label, done, total)
 
-    emit(0, total)
+    report(label, 0, total)
     yield advance
-    emit(total if total is not None else 1, total if total is not None else 1)
+    report(label, total if total is not None else 1, total if total is not None else 1)
+
+
+def report(label: str, done: int, total: int | None) -> None:
+    """Report where step ``label`` stands, for a step that counts its own items (``track`` counts for the rest)."""
+    for sink in list(_sinks):
+        sink(label, done, total)
 
 
 def tracked_map(label: str, fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:

@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trialforge.config import Params
 from trialforge.sandbox.base import Backend
@@ -18,6 +19,7 @@ from trialforge.sandbox.images import Image, base_image, cache_root
 from trialforge.sandbox.pool import PoolConfig, SandboxPool
 from trialforge.store.objstore import ObjectStore, open_store
 from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.tasks.synthesize import SynthesisConfig, Synthesizer
 from trialforge.verify.grader import Grader
 
 
@@ -42,6 +44,13 @@ class Runtime:
             test_timeout_s=self.params.validate_.test_timeout_s,
             timing=self.params.verify,
         )
+
+    def synthesizer(self, **settings: Any) -> Synthesizer:
+        """Bug synthesis on this run's sandboxes, seed, validation and environment settings; ``settings``: more
+        ``SynthesisConfig`` fields (``max_total``, ``families``...)."""
+        p = self.params
+        cfg = SynthesisConfig(seed=p.run.seed, validate=p.validate_, concurrency=p.sandbox.concurrency, **settings)
+        return Synthesizer(self.backend, cfg, p.env.repos, p.env.build_timeout_s)
 
     def close(self) -> None:
         self._stack.close()

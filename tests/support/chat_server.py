@@ -23,11 +23,13 @@ import pytest
 
 @dataclass(frozen=True)
 class Fault:
-    """An HTTP error ``status``; with ``hang_s``, answered only after that long (or when the server stops)."""
+    """An HTTP error ``status`` saying ``message``; with ``hang_s``, answered only after that long (or when the
+    server stops)."""
 
     status: int = 500
     hang_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    message: str = "scripted fault"
 
 
 _ids = itertools.count(1)
@@ -86,8 +88,8 @@ class ChatServer:
     def play(self, *items: dict[str, Any] | Fault) -> None:
         self.script.extend(items)
 
-    def answer_with(self, responder: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """Answer every request with ``responder(request body)`` instead of the script."""
+    def answer_with(self, responder: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        """Answer every request with ``responder(request body)`` instead of the script (None: the script again)."""
         self.responder = responder
 
     def start(self) -> None:
@@ -117,7 +119,7 @@ class ChatServer:
                 if isinstance(item, Fault):
                     if item.hang_s:
                         server._release.wait(item.hang_s)
-                    return self._send(item.status, {"error": {"message": "scripted fault"}}, item.headers)
+                    return self._send(item.status, {"error": {"message": item.message}}, item.headers)
                 return self._send(200, item)
 
             def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:

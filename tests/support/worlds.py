@@ -105,14 +105,26 @@ def open_world(root: Path, tasks: list[Task], backend: BwrapBackend) -> SimpleNa
     return SimpleNamespace(store=store, snapshots=snapshots, grader=grader, image=backend.image, tasks=tasks)
 
 
-def bundled_world(root: Path, backend: BwrapBackend, task_ids: tuple[str, ...]) -> SimpleNamespace:
-    """Bundled tickets ``task_ids``, ingested and validated; a store, a snapshot cache and one grader."""
+def bundled_world(
+    root: Path, backend: BwrapBackend, task_ids: tuple[str, ...], *, author_only: bool = False
+) -> SimpleNamespace:
+    """Bundled tickets ``task_ids``, ingested and validated; a store, a snapshot cache and one grader.
+    ``author_only``: each statement without what validation saw fail (the tiny model's 2,048 positions hold a few
+    turns of the author's text alone)."""
     world = open_world(root, [], backend)
     src = REPO_ROOT / "tasks_src"
     tasks, _ = ingest_github_issues(src / "tickets" / "github_issues.jsonl", src / "repos", world.snapshots)
     cfg = ValidateConfig(runs=1)
     picked = [t for t in tasks if t.task_id in task_ids]
     world.tasks = [validate_task(t, backend, world.image.name, world.snapshots, Limits(), cfg) for t in picked]
+    if author_only:
+        world.tasks = [_author_only(t) for t in world.tasks]
     assert sorted(t.task_id for t in world.tasks if t.validation.valid) == sorted(task_ids)
     world.root = root
     return world
+
+
+def _author_only(task: Task) -> Task:
+    if task.statement is None:
+        return task
+    return task.model_copy(update={"problem_statement": task.statement.author_text(task.problem_statement)})

@@ -427,8 +427,8 @@ def make_app(host: ModelHost, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        data = [{"id": s.name, "object": "model", "owned_by": "trialforge", "root": s.root, "parent": s.parent}
-                for s in host.listing()]  # fmt: skip
+        data = [{"id": s.name, "object": "model", "owned_by": "trialforge", "root": s.root, "parent": s.parent,
+                 "max_model_len": s.policy.context_tokens} for s in host.listing()]  # fmt: skip
         return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions")

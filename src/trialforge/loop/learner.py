@@ -48,7 +48,7 @@ def rollout_policy(params: Params, store: ObjectStore, checkpoint: str | None) -
         rp = params.rollout
         return served_policy(
             params.train, store, checkpoint, LM, out_dir=params.run.out_dir, temperature=rp.temperature,
-            max_new_tokens=rp.max_new_tokens,
+            max_new_tokens=rp.max_new_tokens, context=rp.context,
         )  # fmt: skip
     return open_learner(params, store, checkpoint).policy()
 
@@ -118,6 +118,7 @@ class LMLearner:
             device=str(self.trainer.device.torch_device),
             max_new_tokens=rp.max_new_tokens,
             temperature=rp.temperature,
+            context=rp.context,
             name=LM,
             version=f"v{self.version}",
         )

@@ -3,7 +3,8 @@
 The status says who failed (the policy, the environment, the verifier, or the clock); the
 ``cause`` column says how. A cause's *kind* is its text before the first colon (sandbox faults
 are recorded as ``"start: cannot start sandbox ..."``, verifier faults as
-``"test_patch_does_not_apply: ..."``), so causes group without parsing free text.
+``"test_patch_does_not_apply: ..."``), so causes group without parsing free text. ``endings`` names how each
+episode ended, ok ones included, for the counts of every ending by who answers for it (``rollout.endings``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from trialforge.errors import TrialforgeError
+from trialforge.rollout.endings import ending
 
 CATEGORIES: dict[str, str] = {
     "policy_error": "policy",
@@ -49,6 +51,17 @@ def attribute(episodes: pd.DataFrame) -> pd.DataFrame:
         iteration=failed["iteration"].astype(int),
     )
     return table[COLUMNS].reset_index(drop=True)
+
+
+def endings(episodes: pd.DataFrame) -> list[str]:
+    """How each episode ended (a key of ``rollout.endings.ENDINGS``), in row order. The frame has ``final_diff``,
+    or ``changed`` (whether the final diff is not empty) where the diffs were left out."""
+    if episodes.empty:
+        return []
+    diffs = episodes["changed"] if "changed" in episodes.columns else episodes["final_diff"].fillna("") != ""
+    columns = (episodes["status"], episodes["termination"].fillna(""), episodes["cause"].fillna(""), diffs)
+    rows = zip(*columns, strict=True)
+    return [ending(str(s), str(t), str(c), bool(d)) for s, t, c, d in rows]
 
 
 def category_counts(table: pd.DataFrame) -> dict[str, int]:

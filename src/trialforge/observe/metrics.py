@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 
 from trialforge.errors import TrialforgeError
-from trialforge.observe.attribution import attribute, category_counts
+from trialforge.observe.attribution import attribute, category_counts, endings
 from trialforge.observe.summary import write_json
+from trialforge.rollout.endings import counts_by_side
 from trialforge.rollout.env import TOOL_NAMES
 from trialforge.store import datasets
 from trialforge.store.objstore import ObjectStore
@@ -42,7 +43,7 @@ _DIGITS = 6
 _EPISODE_COLUMNS = [
     "episode_id", "iteration", "task_id", "tier", "policy", "group_id", "attempt", "status", "cause", "termination",
     "reward", "integrity_flags", "steps", "tool_calls", "tokens_in", "tokens_out", "duration_s", "sandbox_s",
-    "verify_s", "split",
+    "verify_s", "split", "changed",
 ]  # fmt: skip
 _STEP_COLUMNS = ["iteration", "tool", "exec_s"]
 
@@ -94,6 +95,7 @@ def episode_metrics(episodes: pd.DataFrame) -> dict[str, Any]:
         "heldout_by_iteration": curves(held_out),
         "mean_steps": round(float(episodes["steps"].mean()), 3),
         "retries": int((episodes["attempt"] > 1).sum()),
+        "endings": counts_by_side(endings(episodes)),
     }
 
 
@@ -159,7 +161,7 @@ def process_metrics(
 ) -> dict[str, Any]:
     """``{"iterations": {"0": {...}, ...}, "overall": {...}}``; ``timing`` is keyed by iteration."""
     timing = timing or {}
-    episodes = with_split(episodes)[
+    episodes = with_split(episodes).assign(changed=episodes["final_diff"].fillna("") != "")[
         _EPISODE_COLUMNS
     ]  # the wide text columns (diffs, reports) only slow every selection down
     steps = steps if steps.empty else steps[_STEP_COLUMNS]
@@ -192,6 +194,7 @@ def iteration_metrics(
         "retried_episodes": int((episodes["attempt"] > 1).sum()),
         "retries": int((episodes["attempt"] - 1).clip(lower=0).sum()),
         "termination": _counts(episodes["termination"]),
+        "endings": counts_by_side(endings(episodes)),  # who answers for each: model (graded) or infrastructure
         "mean_reward": _mean_by(episodes[status == "ok"], "policy", "reward"),
         "pass_rate": _pass_rate(train, ["policy"]),
         "heldout_pass_rate": _pass_rate(episodes[episodes["split"] == "eval"], ["policy"]),

@@ -93,7 +93,7 @@ def report_html(
         signal=_learning_signal(metrics, training.updates, families or {}),
         training=_training(training),
         distributions=_distributions(metrics),
-        attribution=_attribution(attribute(data.episodes)),
+        attribution=_attribution(attribute(data.episodes), metrics["overall"].get("endings", {})),
         cost=_cost(cost) if cost else None,
         spot_check=_spot_check(data.episodes, spot_checks),
         metrics_json=json.dumps(metrics, indent=2, sort_keys=True),
@@ -294,7 +294,7 @@ def _cells(numbers: dict[str, Any], keys: Sequence[str]) -> list[str]:
     return [fmt(numbers.get(k)) for k in keys]
 
 
-def _attribution(failures: pd.DataFrame) -> dict[str, Any]:
+def _attribution(failures: pd.DataFrame, endings: dict[str, dict[str, int]]) -> dict[str, Any]:
     counts = category_counts(failures)
     kinds = failures.groupby(["category", "cause_kind"]).size().reset_index(name="n")
     shown = failures.head(ATTRIBUTION_ROWS)
@@ -303,6 +303,10 @@ def _attribution(failures: pd.DataFrame) -> dict[str, Any]:
         "failed": len(failures),
         "shown": len(shown),
         "summary": Table(["category", "episodes"], [[c, n] for c, n in counts.items()]),
+        "endings": Table(
+            ["who answers", "ending", "episodes"],
+            [[side, c, n] for side, causes in endings.items() for c, n in causes.items()],
+        ),
         "by_cause": Table(["category", "cause", "episodes"], kinds.values.tolist()),
         "episodes": Table(
             ["episode", "iteration", "task", "policy", "status", "category", "cause"], shown[columns].values.tolist()
@@ -487,6 +491,8 @@ def _gate_cell(record: QualityRecord, gate: str) -> str:
         return f"FAIL ({len(record.passing_mutants)} of {record.mutants_tried} wrong fixes): {first.kind}: {first.note}"
     if gate == "shortcuts" and record.solving_shortcuts:
         return "FAIL: " + ", ".join(s.kind for s in record.solving_shortcuts)
+    if gate == "underspecified" and record.underspecified:
+        return "FAIL: the statement never states " + ", ".join(record.underspecified)
     if AUDIT_ERROR in record.failed_gates:
         return "undecided"  # the control or a verifier run failed: finding nothing proves nothing
     if gate == "weak_tests":

@@ -44,6 +44,8 @@ def print_tasks(funnels: dict[str, Any], console: Console | None = None, footer:
         tasks.add_row(stage, str(row["seen"]), str(row["kept"]), dropped)
     console.print(tasks)
     for stage, row in funnels.items():
+        if row.get("noted"):  # kept or not, what records carry a mark of (underspecified) or lost (unstable ids)
+            console.print(Text(f"  {stage} noted: " + ", ".join(f"{k}: {v}" for k, v in row["noted"].items())))
         for reason, shown in row.get("examples", {}).items():
             console.print(Text(f"  {stage}/{reason}:", style="bold"))
             for line in shown:
@@ -75,6 +77,8 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
             curve = " ".join("-" if v is None else f"{v:.2f}" for v in curves.get(policy, []))
             table.add_row(policy + label, f"{rate:.3f}", curve)
     console.print(table)
+    if eps.get("endings"):
+        console.print(Text(endings_line(eps["endings"])))
     if metrics.get("updates"):
         _print_health(metrics["updates"], console)
     if metrics.get("families"):
@@ -89,6 +93,18 @@ def print_summary(metrics: dict[str, Any], console: Console | None = None) -> No
             console.print(f"{label}: {metrics[key]}")
     if metrics.get("tracking"):
         console.print(Text(tracking_line(metrics["tracking"])))
+
+
+def endings_line(endings: dict[str, dict[str, int]]) -> str:
+    """``endings: model (graded) submitted 3, context_exhausted 2; infrastructure (unknown) sandbox 1``: the causes
+    that occurred, by who answers for them."""
+    label = {"model": "model (graded)", "infrastructure": "infrastructure (unknown)"}
+    parts = [
+        f"{label.get(side, side)} " + ", ".join(f"{cause} {n}" for cause, n in causes.items() if n)
+        for side, causes in endings.items()
+        if any(causes.values())
+    ]
+    return "endings: " + "; ".join(parts)
 
 
 def tracking_line(tracking: dict[str, Any]) -> str:

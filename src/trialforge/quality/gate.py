@@ -2,7 +2,8 @@
 
 Per task: the gold patch goes through the real verifier first (the control: if it does not score 1,
 no other grading says anything and the task fails with ``audit_error``); then the weak-test audit,
-the leak check and the shortcut audit run as ``cfg.gates`` asks. A gate that finds a problem is named
+the leak check and the shortcut audit run as ``cfg.gates`` asks, and ``underspecified`` reads what validation found
+the statement never states (``tasks.underspecified``). A gate that finds a problem is named
 in ``failed_gates``; the task is dropped when one of them is in ``cfg.enforce``. Once it has failed an enforced
 gate nothing could keep it, so the verifier runs still to come are not spent: the weak-test audit stops at its
 first passing wrong fix, and the audits after it are recorded as skipped, with why. A verifier run that
@@ -90,9 +91,11 @@ def audit_task(
     start = time.monotonic()
     record = QualityRecord(task_id=task.task_id, gates_run=list(cfg.gates), verifier_version=VERIFIER_VERSION,
                            host_judged=task.validation.host_judged)  # fmt: skip
+    if "underspecified" in cfg.gates and task.statement is not None:  # validation's check: no verifier run
+        record.underspecified = [*task.statement.missing_exceptions, *map(repr, task.statement.missing_literals)]
     blinded = _host_judged(task, cfg)
     if blinded:  # nothing could keep it: no verifier run is spent on it
-        return _judged(record, [blinded], cfg, start)
+        return _judged(record, [blinded, *_problems(record)], cfg, start)
     with scratch_dir("quality") as tmp:
         base = snapshots.materialize(task.snapshot)
         try:
@@ -124,6 +127,13 @@ def _host_judged(task: Task, cfg: QualityConfig) -> str:
     if cfg.require_host_judged and not (known and known.fail_to_pass_anchored):
         return (f"{HOST_JUDGED}: no fail-to-pass test has an assertion the host judges with a value no one could "
                 f"guess{unknown}: a forged report would need no right value (quality.require_host_judged)")  # fmt: skip
+    opened = task.validation.baseline_evidence
+    if cfg.require_host_judged and opened and known and known.fail_to_pass_host_judged < known.fail_to_pass:
+        # The repository's own code trips detectors (testrun/baseline.py), so a policy's use of the same calls is no
+        # evidence: a verdict the test process decides could be bought through that blind spot; the host's could not.
+        return (f"{HOST_JUDGED}: the repository's own code opens detector blind spots ({', '.join(opened[:3])}), so "
+                f"every fail-to-pass test must be judged on the host; {known.fail_to_pass_host_judged} of "
+                f"{known.fail_to_pass} are (quality.require_host_judged)")  # fmt: skip
     share = known.fail_to_pass_share if known else 0.0
     if cfg.min_host_judged <= 0 or share >= cfg.min_host_judged:
         return ""
@@ -134,8 +144,9 @@ def _host_judged(task: Task, cfg: QualityConfig) -> str:
 def _skipped(record: QualityRecord, cfg: QualityConfig, *gates: Gate) -> bool:
     """Whether the task already failed an enforced gate: then it is dropped whatever ``gates`` would find, and they
     are recorded as not run (with why) instead of spending verifier runs on it."""
-    failed = [g for g, found in (("leaks", record.leaks), ("weak_tests", record.passing_mutants))
-              if found and g in cfg.enforce]  # fmt: skip
+    checked = (("underspecified", record.underspecified), ("leaks", record.leaks),
+               ("weak_tests", record.passing_mutants))  # fmt: skip
+    failed = [g for g, found in checked if found and g in cfg.enforce]
     if not failed:
         return False
     for gate in gates:
@@ -166,6 +177,9 @@ def _problems(record: QualityRecord) -> list[str]:
         problems.append(f"leaks: {len(record.leaks)} span(s) give the answer away ({shown})")
     if record.solving_shortcuts:
         problems.append(f"shortcuts: {', '.join(s.kind for s in record.solving_shortcuts)} score 1")
+    if record.underspecified:
+        problems.append(f"underspecified: the fail-to-pass tests require {', '.join(record.underspecified)}, "
+                        "which the statement never states")  # fmt: skip
     return problems
 
 

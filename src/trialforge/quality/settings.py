@@ -10,9 +10,11 @@ from trialforge.tasks.quality_record import Gate, LeakKind
 
 
 class QualityConfig(Section):
-    gates: list[Gate] = ["weak_tests", "leaks", "shortcuts"]  # audits that run and are recorded
+    # audits that run and are recorded (underspecified reads the statement record validation wrote: no verifier run)
+    gates: list[Gate] = ["weak_tests", "leaks", "shortcuts", "underspecified"]
     # of the gates that run, those whose failure drops the task (to keep weak tasks, with their record saying so,
-    # leave weak_tests out)
+    # leave weak_tests out). underspecified is reported, not enforced: its check reads test source for what a
+    # statement must name, and a heuristic that misses what an agent can derive should not cost tasks unasked
     enforce: list[Gate] = ["weak_tests", "leaks", "shortcuts"]
     max_mutants: int = Field(8, ge=0)  # wrong fixes graded per task in the weak-test audit (one verifier run each)
     # What counts as a leak: the fix's code or a name it introduces. An expected value in a bug report is its

@@ -165,14 +165,25 @@ def fit(messages: list[dict[str, Any]], fits: Callable[[list[dict[str, Any]]], b
     task message says how many turns were left out. Returns the smallest such conversation when even that
     does not fit: the caller decides whether that is an error.
     """
-    head, turns = messages[:2], _turns(messages[2:])
+    turns = _turns(messages[2:])
     dropped = 0
     while True:
-        candidate = head if dropped == 0 else [head[0], _with_note(head[1], dropped)]
-        candidate = candidate + [m for turn in turns[dropped:] for m in turn]
+        candidate = _elided(messages[:2], turns, dropped)
         if fits(candidate) or dropped >= len(turns) - 1:
             return Fitted(candidate, dropped)
         dropped += 1
+
+
+def keep_last(messages: list[dict[str, Any]], keep: int) -> Fitted:
+    """The system prompt, the task (saying how many turns were left out) and the latest ``keep`` whole turns."""
+    turns = _turns(messages[2:])
+    dropped = max(len(turns) - keep, 0)
+    return Fitted(_elided(messages[:2], turns, dropped), dropped)
+
+
+def _elided(head: list[dict[str, Any]], turns: list[list[dict[str, Any]]], dropped: int) -> list[dict[str, Any]]:
+    kept = head if dropped == 0 else [head[0], _with_note(head[1], dropped)]
+    return kept + [m for turn in turns[dropped:] for m in turn]
 
 
 def _turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

@@ -101,6 +101,13 @@ def argument_problem(tool: str, args: dict[str, Any]) -> str | None:
     return "; ".join(problems) or None
 
 
+def well_formed(action: Action, offered: frozenset[str]) -> bool:
+    """Whether ``action`` calls one of the ``offered`` tools with arguments its schema accepts."""
+    if action.tool not in offered:
+        return False
+    return action.tool not in _PARAMETERS or argument_problem(action.tool, action.args) is None
+
+
 def opening(problem_statement: str) -> str:
     """The first user message of every episode."""
     return (
@@ -120,6 +127,9 @@ class EnvLimits(Section):
 
     max_turns: int = Field(12, ge=1)  # turns (actions) an episode may take
     observation_cap: int = 8000  # characters of one observation; the middle of a longer one is dropped
+    # replies in a row that are no well-formed call of an offered tool before the episode ends as termination
+    # invalid_actions (graded: the model's outcome); 0: no limit, the episode goes on to max_turns
+    max_bad_actions: int = Field(0, ge=0)
 
 
 @dataclass

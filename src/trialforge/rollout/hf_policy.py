@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from trialforge.errors import ConfigError, PolicyError
-from trialforge.rollout.chat import Conversation, fit, system_prompt
+from trialforge.rollout.chat import Conversation, system_prompt
+from trialforge.rollout.context import ContextParams, plan
 from trialforge.rollout.env import TOOLS
 from trialforge.rollout.policies import Decision, TaskView
 
@@ -34,15 +35,17 @@ class HFPolicy:
         temperature: float = 1.0,
         device: str = "cpu",
         context_tokens: int | None = None,
+        context: ContextParams | None = None,
         system: str | None = None,
         name: str = "hf",
         version: str | None = None,
     ) -> None:
         """``model`` and ``tokenizer`` are objects or local paths (the tokenizer defaults to the model's path).
 
-        ``context_tokens`` defaults to the model's ``max_position_embeddings``; prompts longer than it less
-        ``max_new_tokens`` lose their oldest turns. ``system`` replaces the default instructions (which list
-        the tools and the JSON reply format). ``version`` defaults to the model's path.
+        ``context_tokens`` (else ``context.tokens``, else the model's ``max_position_embeddings``) is the window
+        each turn's prompt and reply must fit, kept by ``context``'s strategy (``rollout.context``). ``system``
+        replaces the default instructions (which list the tools and the JSON reply format). ``version`` defaults to
+        the model's path.
         """
         path = str(model) if isinstance(model, str | Path) else None
         if path is not None:
@@ -65,13 +68,13 @@ class HFPolicy:
         self.name = name
         self.version = version or path or getattr(model, "name_or_path", "") or "local"
         self.stop_ids = _stop_ids(model, tokenizer)
-        limit = context_tokens or getattr(model.config, "max_position_embeddings", None)
+        self.context = context or ContextParams()
+        limit = context_tokens or self.context.tokens or getattr(model.config, "max_position_embeddings", None)
         if not limit or limit <= max_new_tokens:
             raise ConfigError(
                 f"context of {limit} tokens leaves no room for the prompt and {max_new_tokens} new tokens"
             )
         self.context_tokens = limit
-        self.prompt_budget = limit - max_new_tokens
 
     def begin(self, view: TaskView, seed: int) -> HFEpisode:
         return HFEpisode(self, seed)
@@ -147,18 +150,13 @@ class HFEpisode:
     def act(self, observation: str) -> Decision:
         policy = self.policy
         self.conversation.observe(observation)
-        fitted = fit(self.conversation.messages, lambda m: len(policy.encode(m)) <= policy.prompt_budget)
-        prompt_ids = policy.encode(fitted.messages)
-        if len(prompt_ids) > policy.prompt_budget:
-            raise PolicyError(
-                f"the prompt needs {len(prompt_ids)} tokens even with every earlier turn left out, but the model "
-                f"has room for {policy.prompt_budget}: use a model with a longer context, fewer max_new_tokens "
-                "or a smaller rollout.observation_cap"
-            )
+        turn = plan(self.conversation.messages, lambda m: len(policy.encode(m)), policy.context_tokens,
+                    policy.max_new_tokens, policy.context)  # fmt: skip
+        prompt_ids = policy.encode(turn.messages)
         generator = torch.Generator(device=policy.device)
         generator.manual_seed((self.seed * 1_000_003 + self.turn) % 2**63)
         self.turn += 1
-        ids, logprobs, entropy = policy.draw(prompt_ids, generator)
+        ids, logprobs, entropy = policy.draw(prompt_ids, generator, max_new_tokens=turn.max_tokens)
         text = policy.tokenizer.decode([i for i in ids if i not in policy.stop_ids], skip_special_tokens=True)
         action = self.conversation.reply_text(text, call_id=f"call_{self.turn}")
         total = math.fsum(logprobs)
@@ -176,7 +174,8 @@ class HFEpisode:
                 "token_logprobs": logprobs,
                 "entropy": entropy,  # mean per-token entropy (nats) of the sampling distribution
                 "temperature": policy.temperature,
-                "dropped_turns": fitted.dropped_turns,
+                "dropped_turns": turn.dropped_turns,
+                "max_tokens": turn.max_tokens,
             },
         )
 

@@ -5,7 +5,9 @@ infrastructure out of rewards: a sandbox fault recovery cannot absorb, or an inf
 ends an episode as ``env_error`` (retried), never reward 0. A failed sandbox is restored from the latest checkpoint
 and the recorded actions after it run again, at most ``max_recoveries`` times an attempt, each on
 ``EpisodeRecord.recoveries``; with ``stop`` an episode returns its ``EpisodeState`` for ``Rollout.run`` to continue.
-Checkpoints, recovery and resume in detail: docs/rollouts.md, "Recovery, pause and resume".
+Checkpoints, recovery and resume in detail: docs/rollouts.md, "Recovery, pause and resume". An episode the model
+itself ends (``max_turns``, ``context_exhausted``, ``invalid_actions``, ``submitted``) is graded on its diff: every
+way an episode ends and who answers for it: docs/learning.md, "Who answers for an episode".
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from trialforge.rollout.checkpoints import (
     is_risky,
     parse_checkpoint_name,
 )
-from trialforge.rollout.env import TOOLS, Action, CodingEnv, EnvLimits, StepOutcome
+from trialforge.rollout.context import ContextExhausted
+from trialforge.rollout.env import TOOLS, Action, CodingEnv, EnvLimits, StepOutcome, well_formed
 from trialforge.rollout.policies import EpisodePolicy, Policy, TaskView
 from trialforge.rollout.settings import RecoveryConfig
 from trialforge.rollout.starts import Setup, start_tree
@@ -324,9 +327,11 @@ class _Episode:
 
     # --- the conversation ----------------------------------------------------------------
     def _converse(self, agent: EpisodePolicy, observation: str) -> str | EpisodeState:
-        record, every = self.record, self.ro.recovery.checkpoint_every
+        record, every, limits = self.record, self.ro.recovery.checkpoint_every, self.ro.env_limits
+        offered = frozenset(t["function"]["name"] for t in self.ro.tools())
+        bad = 0  # replies in a row that were no well-formed tool call
         record.termination = "max_turns"
-        for step in range(len(record.step_rows), self.ro.env_limits.max_turns):
+        for step in range(len(record.step_rows), limits.max_turns):
             if self.env.out_of_time():
                 record.termination = "timeout"
                 break
@@ -335,7 +340,13 @@ class _Episode:
             if self.dirty and every and step - self.checkpoints.latest >= every:
                 self._checkpoint()
             p0 = time.monotonic()
-            decision = agent.act(observation)
+            try:
+                decision = agent.act(observation)
+            except ContextExhausted as exc:
+                record.policy_s += time.monotonic() - p0
+                log.info("episode %s: context exhausted at step %d: %s", record.episode_id, step, exc)
+                record.termination = "context_exhausted"
+                break
             policy_s = time.monotonic() - p0
             if self.dirty and is_risky(decision.action):
                 self._checkpoint()
@@ -364,6 +375,10 @@ class _Episode:
             observation = outcome.observation
             if outcome.done:
                 record.termination = "submitted"
+                break
+            bad = 0 if well_formed(decision.action, offered) else bad + 1
+            if limits.max_bad_actions and bad >= limits.max_bad_actions:
+                record.termination = "invalid_actions"
                 break
         return self._guarded(len(record.step_rows), self._final_diff)
 

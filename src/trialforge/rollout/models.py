@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trialforge.errors import ConfigError
+from trialforge.rollout.context import ContextParams
 from trialforge.rollout.policies import Policy
 
 
@@ -35,7 +36,7 @@ class OpenAIModel(_Spec):
     api_key_env: str = "OPENAI_API_KEY"  # the variable holding the key; unset or empty: no Authorization header
     max_tokens: int | None = Field(None, ge=1)  # per reply; None: rollout.max_new_tokens
     logprobs: bool = True  # ask for the sampled tokens' log-probabilities (off for an endpoint that refuses it)
-    max_context_chars: int | None = Field(None, ge=1)  # drop the oldest turns past this; None: send everything
+    context_tokens: int | None = Field(None, ge=2)  # None: rollout.context.tokens, else the server's max_model_len
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(4, ge=0)  # on connection errors, timeouts, 429 and 5xx
 
@@ -52,27 +53,31 @@ class TransformersModel(_Spec):
     model: str  # a local directory written by save_pretrained (model and tokenizer); never downloaded
     device: str = "auto"  # auto: cuda when torch sees a GPU, else cpu; or cpu, cuda, cuda:N
     max_new_tokens: int | None = Field(None, ge=1)  # per reply; None: rollout.max_new_tokens
-    context_tokens: int | None = Field(None, ge=2)  # None: the model's max_position_embeddings
+    context_tokens: int | None = Field(None, ge=2)  # None: rollout.context.tokens, else max_position_embeddings
 
 
 ModelSpec = Annotated[OpenAIModel | TransformersModel, Field(discriminator="kind")]
 
 
-def model_policy(name: str, spec: OpenAIModel | TransformersModel, temperature: float, max_new_tokens: int) -> Policy:
-    """The policy ``spec`` describes, under ``name``; one per process for equal arguments (a local model loads
-    once for all the shards a worker runs)."""
-    key = (name, spec.model_dump_json(), temperature, max_new_tokens)
+def model_policy(
+    name: str, spec: OpenAIModel | TransformersModel, temperature: float, max_new_tokens: int, context: ContextParams
+) -> Policy:
+    """The policy ``spec`` describes, under ``name``, keeping ``context`` (``rollout.context``); one per process for
+    equal arguments (a local model loads once for all the shards a worker runs)."""
+    key = (name, spec.model_dump_json(), temperature, max_new_tokens, context.model_dump_json())
     with _lock:
         if key not in _built:
-            _built[key] = _build(name, spec, temperature, max_new_tokens)
+            _built[key] = _build(name, spec, temperature, max_new_tokens, context)
         return _built[key]
 
 
-_built: dict[tuple[str, str, float, int], Policy] = {}
+_built: dict[tuple[str, str, float, int, str], Policy] = {}
 _lock = threading.Lock()
 
 
-def _build(name: str, spec: OpenAIModel | TransformersModel, temperature: float, max_new_tokens: int) -> Policy:
+def _build(
+    name: str, spec: OpenAIModel | TransformersModel, temperature: float, max_new_tokens: int, context: ContextParams
+) -> Policy:
     temperature = spec.temperature if spec.temperature is not None else temperature
     if isinstance(spec, OpenAIModel):
         from trialforge.rollout.openai_policy import OpenAIPolicy
@@ -86,7 +91,8 @@ def _build(name: str, spec: OpenAIModel | TransformersModel, temperature: float,
             temperature=temperature,
             max_tokens=spec.max_tokens or max_new_tokens,
             logprobs=spec.logprobs,
-            max_context_chars=spec.max_context_chars,
+            context_tokens=spec.context_tokens,
+            context=context,
             name=name,
         )
     if not os.path.isdir(spec.model):
@@ -104,5 +110,6 @@ def _build(name: str, spec: OpenAIModel | TransformersModel, temperature: float,
         temperature=temperature,
         device=device,
         context_tokens=spec.context_tokens,
+        context=context,
         name=name,
     )

@@ -2,7 +2,9 @@
 
 Each turn posts the conversation with ``tools=TOOLS`` to ``{base_url}/chat/completions``; the first tool call of the
 first choice is the action. Transport failures are retried, then raised as ``InferenceError`` (the episode is an
-``env_error``); a refused request is ``PolicyError``; what the model says is never an error. With ``token_ids`` each
+``env_error``); a refused request is ``PolicyError``, save one the server refuses for not fitting the model's context
+(``ContextExhausted``: the episode ends graded); what the model says is never an error. Each turn is planned within
+the context (``rollout.context``) with prompt tokens estimated from the server's usage numbers. With ``token_ids`` each
 step records what a trainer needs to rescore the reply. Details: docs/rollouts.md, "Model policies".
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +20,8 @@ import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from trialforge.errors import ConfigError, InferenceError, PolicyError
-from trialforge.rollout.chat import Conversation, chars, fit, invalid, parse_tool_call, system_prompt
+from trialforge.rollout.chat import Conversation, invalid, parse_tool_call, system_prompt
+from trialforge.rollout.context import ContextExhausted, ContextParams, UsageCounter, plan, refuses_context
 from trialforge.rollout.env import TOOLS
 from trialforge.rollout.policies import Decision, TaskView
 
@@ -40,7 +44,8 @@ class OpenAIPolicy:
         temperature: float = 1.0,
         max_tokens: int = 1024,
         logprobs: bool = True,
-        max_context_chars: int | None = None,
+        context_tokens: int | None = None,
+        context: ContextParams | None = None,
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         system: str | None = None,
@@ -52,8 +57,9 @@ class OpenAIPolicy:
         """``api_key`` None reads ``OPENAI_API_KEY`` (no Authorization header when neither is set).
 
         ``logprobs`` asks for the sampled tokens' log-probabilities (vLLM and SGLang return them; turn it off
-        for an endpoint that rejects the field). ``max_context_chars`` drops the oldest turns of a longer
-        conversation before sending it; None sends everything and lets the server refuse what it cannot hold.
+        for an endpoint that rejects the field). ``context`` keeps each turn within the model's window:
+        ``context_tokens``, else ``context.tokens``, else the ``max_model_len`` the server lists for ``model``
+        (vLLM's ``/models`` does), else none (the server's refusal alone ends the episode).
         ``system`` replaces the default instructions. ``version`` tags the episodes (default: ``model``).
         ``token_ids``: record the token ids a trainer needs (module docstring); it needs ``logprobs``.
         """
@@ -70,7 +76,9 @@ class OpenAIPolicy:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.logprobs = logprobs
-        self.max_context_chars = max_context_chars
+        self.context = context or ContextParams()
+        self._window: tuple[int | None] | None = None if context_tokens is None else (context_tokens,)
+        self._window_lock = threading.Lock()
         self.max_backoff_s = max_backoff_s
         self._jitter = wait_random_exponential(multiplier=backoff_s, max=max_backoff_s)
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -83,15 +91,34 @@ class OpenAIPolicy:
     def close(self) -> None:
         self._client.close()
 
-    def complete(self, messages: list[dict[str, Any]], seed: int) -> tuple[dict[str, Any], int, float]:
-        """POST one chat completion: the parsed response body, the attempts it took and the seconds waited between."""
+    def window(self) -> int | None:
+        """The context window in tokens (``__init__``); the server is asked once."""
+        with self._window_lock:
+            if self._window is None:
+                self._window = (self.context.tokens or self._listed_window(),)
+            return self._window[0]
+
+    def _listed_window(self) -> int | None:
+        try:
+            answer = self._client.get(self.url.removesuffix("/chat/completions") + "/models")
+            listed = answer.json().get("data", []) if answer.status_code == 200 else []
+        except (httpx.HTTPError, ValueError, AttributeError):
+            listed = []
+        lengths = [m.get("max_model_len") for m in listed if isinstance(m, dict) and m.get("id") == self.model]
+        return lengths[0] if lengths and isinstance(lengths[0], int) and lengths[0] > 1 else None
+
+    def complete(
+        self, messages: list[dict[str, Any]], seed: int, max_tokens: int | None = None
+    ) -> tuple[dict[str, Any], int, float]:
+        """POST one chat completion (``max_tokens`` None: the policy's): the parsed response body, the attempts it
+        took and the seconds waited between."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "tools": TOOLS,
             "tool_choice": "auto",
             "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens or self.max_tokens,
             "seed": seed % 2**31,
         }
         if self.logprobs:
@@ -125,6 +152,8 @@ class OpenAIPolicy:
         if response.status_code == 404 and self.on_missing_model is not None:
             self.on_missing_model()  # e.g. load the adapter a restarted server lost, then ask again
             raise _Retryable(failure)
+        if response.status_code in (400, 413) and refuses_context(response.text):
+            raise ContextExhausted(f"{self.url} refused the request for the model's context ({failure})")
         if response.status_code not in RETRYABLE_STATUS:
             raise PolicyError(f"{self.url} refused the request ({failure}); not retried")
         raise _Retryable(failure, _retry_after(response))
@@ -159,15 +188,14 @@ class OpenAIEpisode:
         self.policy = policy
         self.seed = seed
         self.conversation = Conversation(policy.system, native_tools=True)
+        self.counter = UsageCounter()
 
     def act(self, observation: str) -> Decision:
+        policy = self.policy
         self.conversation.observe(observation)
-        messages, dropped = self.conversation.messages, 0
-        if self.policy.max_context_chars is not None:
-            budget = self.policy.max_context_chars
-            fitted = fit(messages, lambda m: chars(m) <= budget)
-            messages, dropped = fitted.messages, fitted.dropped_turns
-        data, attempts, waited = self.policy.complete(messages, self.seed + len(self.conversation.messages))
+        turn = plan(self.conversation.messages, self.counter, policy.window(), policy.max_tokens, policy.context)
+        seed = self.seed + len(self.conversation.messages)
+        data, attempts, waited = policy.complete(turn.messages, seed, turn.max_tokens)
         try:
             choice = data["choices"][0]
             message = choice["message"]
@@ -183,13 +211,15 @@ class OpenAIEpisode:
             action, call_id = invalid("the reply has no tool call"), None
         self.conversation.reply(message.get("content"), action, call_id)
         usage = data.get("usage") or {}
+        self.counter.measured(turn.messages, int(usage.get("prompt_tokens") or 0))
         token_logprobs = _token_logprobs(choice)
         info: dict[str, Any] = {
             "response_id": data.get("id", ""),
             "finish_reason": choice.get("finish_reason"),
             "attempts": attempts,
             "retry_wait_s": round(waited, 3),
-            "dropped_turns": dropped,
+            "dropped_turns": turn.dropped_turns,
+            "max_tokens": turn.max_tokens,
         }
         if message.get("content"):
             info["content"] = message["content"]

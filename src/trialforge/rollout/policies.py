@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from trialforge.errors import PolicyError
 from trialforge.rollout.env import Action
 from trialforge.store.records import EpisodeRecord
+from trialforge.tasks.patches import patch_blocks, touched_paths
 from trialforge.tasks.schema import Task
 
 
@@ -109,11 +110,10 @@ class ReplayPolicy:
 def patch_to_actions(patch: str) -> list[Action]:
     """Turn a unified diff into ``replace``/``create``/``run rm`` tool calls, one per hunk."""
     actions: list[Action] = []
-    for block in re.split(r"(?=^diff --git )", patch, flags=re.MULTILINE):
-        header = re.match(r"diff --git a/(\S+) b/(\S+)", block)
-        if not header:
+    for block in patch_blocks(patch):
+        if not (paths := touched_paths(block)):
             continue
-        path = header.group(2)
+        path = paths[-1]
         if re.search(r"^\+\+\+ /dev/null$", block, re.MULTILINE):
             actions.append(Action(tool="run", args={"command": f"rm -f -- '{path}'"}))
             continue

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from trialforge.rollout.context import ContextParams
 from trialforge.rollout.env import EnvLimits
 from trialforge.rollout.models import ModelSpec
 from trialforge.section import Section
@@ -45,6 +46,7 @@ class RolloutParams(EnvLimits, RecoveryConfig):
     setup_timeout_s: float = Field(600.0, gt=0)
     max_new_tokens: int = Field(256, ge=1)  # per turn of an LM policy
     temperature: float = Field(1.0, ge=0.0)  # an LM policy's sampling temperature (0: greedy)
+    context: ContextParams = ContextParams()  # how an LM policy's episode keeps within its context window
 
     @model_validator(mode="after")
     def _known_policies(self) -> RolloutParams:

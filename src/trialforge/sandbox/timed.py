@@ -2,8 +2,8 @@
 
 ``TimedBackend`` wraps any backend so that every sandbox it makes (the caller's own, or one a step it calls
 makes) is a ``TimedSandbox``: ``exec`` counts as test time, creating, snapshotting, restoring, copying and
-closing as sandbox time, summed over threads into one ``Timings``. Synthesis reports where its time went
-with it.
+closing as sandbox time, summed over threads into one ``Timings``, with the CPU each sandbox used. Synthesis
+reports where its time went with it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class Timings:
     busy_s: float = 0.0  # time inside the caller's units of work (synthesis: screen a candidate, make a task)
     sandbox_s: float = 0.0  # create / snapshot / restore / write / close
     tests_s: float = 0.0  # commands run in sandboxes (the test suite)
+    sandbox_cpu_s: float = 0.0  # CPU used inside the sandboxes (each one's own counter, read as it closes)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, seconds: float) -> None:
@@ -48,11 +49,11 @@ class Timings:
     def as_dict(self) -> dict[str, float]:
         return {k: round(v, 3) for k, v in {
             "wall_s": self.wall_s, "busy_s": self.busy_s, "sandbox_s": self.sandbox_s,
-            "tests_s": self.tests_s, "ours_s": self.ours_s,
+            "tests_s": self.tests_s, "ours_s": self.ours_s, "sandbox_cpu_s": self.sandbox_cpu_s,
         }.items()}  # fmt: skip
 
     def merge(self, other: Timings) -> None:
-        for name in ("wall_s", "busy_s", "sandbox_s", "tests_s"):
+        for name in ("wall_s", "busy_s", "sandbox_s", "tests_s", "sandbox_cpu_s"):
             self.add(name, getattr(other, name))
 
 
@@ -102,6 +103,7 @@ class TimedSandbox:
             self.inner.export_workspace(dest)
 
     def close(self) -> None:
+        self.timings.add("sandbox_cpu_s", self.inner.cpu_s() or 0.0)  # None: the backend cannot count it
         with self.timings.measure("sandbox_s"):
             self.inner.close()
 

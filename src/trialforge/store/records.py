@@ -49,7 +49,7 @@ class EpisodeRecord:
     attempt: int
     status: Status
     cause: str  # why a non-ok episode ended as it did
-    termination: str  # submitted | max_turns | timeout | error
+    termination: str  # submitted | max_turns | context_exhausted | invalid_actions | timeout | error
     reward: float | None  # None when unknown: never 0, never trained on
     verifier_version: str
     verifier_report: str  # JSON

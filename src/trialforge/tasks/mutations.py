@@ -674,7 +674,8 @@ def sample_mutants(
 
 
 def _balanced(mutants: Sequence[Mutant], limit: int | None, rng: random.Random) -> list[Mutant]:
-    groups = [[m for m in mutants if m.family == name] for name in FAMILIES]
+    names = dict.fromkeys([*FAMILIES, *(m.family for m in mutants)])  # candidates made elsewhere too (PR mirror)
+    groups = [[m for m in mutants if m.family == name] for name in names]
     for group in groups:
         rng.shuffle(group)
     rng.shuffle(groups)  # which family goes first matters when the cap is smaller than the number of families

@@ -20,8 +20,11 @@ from trialforge.errors import PatchError
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.pytestconfig import collects, python_files_of
 
-_HEADER = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
-_FILE_LINE = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)", re.MULTILINE)
+_HEADER = "diff --git "
+# Lines that name a file whole (to the end of the line): the ---/+++ pair, and git's rename and copy lines.
+_NAMING = re.compile(r"^(?:(?:---|\+\+\+) |(?:rename|copy) (?:from|to) )(.*)$", re.MULTILINE)
+# git's C-style quoting of a name with special bytes: its escapes, and octal for the bytes of non-ASCII text
+_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 _BLOCK = re.compile(r"(?=^diff --git )", re.MULTILINE)
 # git's binary hunk (anywhere in a block: even a text line that quotes one is refused) or its summary line
 _BINARY = re.compile(r"GIT binary patch|^Binary files .* differ$", re.MULTILINE)
@@ -46,13 +49,63 @@ TEST_MODULE_NAMES = frozenset({"test.py", "tests.py"})
 
 
 def touched_paths(patch: str) -> list[str]:
-    """Every path a patch names (old and new sides), in order, without duplicates."""
+    """Every path a patch names (old and new sides), in order, without duplicates: git's quoted names unquoted, a
+    name with spaces whole. What grading restores is judged from the trees, never from these (verify/grader.py)."""
     paths: list[str] = []
-    for a, b in _HEADER.findall(patch):
-        paths += [a, b]
-    if not paths:
-        paths = [p for p in _FILE_LINE.findall(patch) if p != "/dev/null"]
-    return list(dict.fromkeys(paths))
+    for block in patch_blocks(patch):
+        named = [_unquote(m.strip()) for m in _NAMING.findall(block)]
+        named = [_side(p, line) for p, line in zip(named, _NAMING.finditer(block), strict=True) if p != "/dev/null"]
+        paths += named or _header_paths(block)
+    return list(dict.fromkeys(p for p in paths if p))
+
+
+def _side(path: str, line: re.Match[str]) -> str:
+    """A ---/+++ name without its a/ or b/ prefix (rename and copy lines have none)."""
+    if line.group(0).startswith(("---", "+++")) and path[:2] in ("a/", "b/"):
+        return path[2:]
+    return path
+
+
+def _header_paths(block: str) -> list[str]:
+    """The names of a block with no ---/+++ lines (a mode change, an empty file), from its ``diff --git`` line."""
+    head = block.split("\n", 1)[0]
+    if not head.startswith(_HEADER):
+        return []
+    rest = head[len(_HEADER) :]
+    if rest.startswith('"'):
+        end = _quoted_end(rest)
+        first, second = rest[:end], rest[end:].strip()
+    else:  # unquoted: a/NAME b/NAME with NAME the same on both sides (a rename has rename lines)
+        half = (len(rest) - 1) // 2
+        first, second = rest[:half], rest[half + 1 :]
+    return [p[2:] for p in map(_unquote, (first, second)) if p[:2] in ("a/", "b/")]
+
+
+def _quoted_end(text: str) -> int:
+    """The index just past the quoted name ``text`` starts with."""
+    i = 1
+    while i < len(text) and text[i] != '"':
+        i += 2 if text[i] == "\\" else 1
+    return i + 1
+
+
+def _unquote(name: str) -> str:
+    """A name as git writes it: C-style quoted (escapes, octal bytes of UTF-8) when it has special bytes."""
+    if not (len(name) >= 2 and name[0] == name[-1] == '"'):
+        return name.split("\t", 1)[0]  # GNU diff puts a timestamp after a tab
+    out, i, body = bytearray(), 0, name[1:-1]
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out += c.encode()
+            i += 1
+        elif body[i + 1 : i + 2] in _ESCAPES:
+            out.append(_ESCAPES[body[i + 1]])
+            i += 2
+        else:
+            out.append(int(body[i + 1 : i + 4], 8) & 0xFF)
+            i += 4
+    return out.decode("utf-8", errors="surrogateescape")
 
 
 def patch_blocks(patch: str) -> list[str]:
@@ -160,8 +213,10 @@ def diff_trees(before: Path, after: Path) -> str:
         a, b = Path(tmp) / "a", Path(tmp) / "b"
         _copy_clean(before, a)
         _copy_clean(after, b)
+        # --no-prefix on trees named a and b: the names come out as a/NAME and b/NAME, quoted by git as git apply
+        # reads them, with no rewriting of ours in between
         done = subprocess.run(
-            ["git", "diff", "--no-index", "--no-color", "--no-ext-diff", "--binary", "a", "b"],
+            ["git", "diff", "--no-index", "--no-prefix", "--no-color", "--no-ext-diff", "--binary", "a", "b"],
             cwd=tmp,
             capture_output=True,
             check=False,
@@ -169,7 +224,40 @@ def diff_trees(before: Path, after: Path) -> str:
         )
     if done.returncode not in (0, 1):
         raise PatchError(f"git diff failed: {done.stderr.decode(errors='replace').strip()}", reason="git_error")
-    return _strip_tree_prefix(done.stdout.decode("utf-8", errors="replace"))
+    return done.stdout.decode("utf-8", errors="surrogateescape")
+
+
+def changed_paths(before: Path, after: Path) -> list[str]:
+    """Every path whose file, symlink or mode differs between two trees, or that only one of them has, sorted:
+    read from the trees, never from a diff's text. Directories are not paths; nothing is followed.
+
+    ``after`` is ``before`` copied with its metadata and then patched: a file whose type, mode, size and
+    modification time are unchanged was not written (``git apply`` writes every file it touches), so only the others
+    are read."""
+    old, new = _entries(before), _entries(after)
+    changed = []
+    for rel in sorted(old.keys() | new.keys()):
+        a, b = old.get(rel), new.get(rel)
+        if a is None or b is None or a.st_mode != b.st_mode or _differ(a, b, before / rel, after / rel):
+            changed.append(rel)
+    return changed
+
+
+def _entries(tree: Path) -> dict[str, os.stat_result]:
+    found = {}
+    for root, dirs, files in os.walk(tree):  # a symlink to a directory is listed in dirs, and not walked
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            path = os.path.join(root, name)
+            found[os.path.relpath(path, tree)] = os.lstat(path)
+    return found
+
+
+def _differ(a: os.stat_result, b: os.stat_result, old: Path, new: Path) -> bool:
+    return (a.st_size, a.st_mtime_ns) != (b.st_size, b.st_mtime_ns) and _content(old) != _content(new)
+
+
+def _content(path: Path) -> bytes:
+    return os.readlink(path).encode("utf-8", "surrogateescape") if path.is_symlink() else path.read_bytes()
 
 
 def filter_patch(patch: str, keep) -> tuple[str, list[str]]:
@@ -177,20 +265,12 @@ def filter_patch(patch: str, keep) -> tuple[str, list[str]]:
     kept: list[str] = []
     dropped: list[str] = []
     for block in patch_blocks(patch):
-        match = _HEADER.match(block)
-        paths = match.groups() if match else tuple(touched_paths(block))
+        paths = touched_paths(block)
         if all(keep(p) for p in paths):
             kept.append(block)
         else:
             dropped.extend(p for p in paths if p not in dropped)
     return "".join(kept), dropped
-
-
-def _strip_tree_prefix(diff: str) -> str:
-    """``git diff --no-index a b`` names files a/a/x, b/b/x (a/b/x for new files); make them a/x and b/x."""
-    diff = re.sub(r"^diff --git a/[ab]/(\S+) b/[ab]/(\S+)$", r"diff --git a/\1 b/\2", diff, flags=re.MULTILINE)
-    diff = re.sub(r"^--- a/a/", "--- a/", diff, flags=re.MULTILINE)
-    return re.sub(r"^\+\+\+ b/b/", "+++ b/", diff, flags=re.MULTILINE)
 
 
 def _copy_clean(src: Path, dest: Path) -> None:

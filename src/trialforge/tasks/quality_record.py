@@ -12,8 +12,8 @@ from pydantic import BaseModel, Field
 
 from trialforge.tasks.host_judged import HostJudged
 
-Gate = Literal["weak_tests", "leaks", "shortcuts"]
-GATES: tuple[Gate, ...] = ("weak_tests", "leaks", "shortcuts")
+Gate = Literal["weak_tests", "leaks", "shortcuts", "underspecified"]
+GATES: tuple[Gate, ...] = ("weak_tests", "leaks", "shortcuts", "underspecified")
 LeakKind = Literal["added_line", "new_identifier", "expected_value"]
 LEAK_KINDS: tuple[LeakKind, ...] = ("added_line", "new_identifier", "expected_value")
 
@@ -60,6 +60,8 @@ class QualityRecord(BaseModel):
     weak: bool = False
     mutants: list[Attempt] = Field(default_factory=list)  # every wrong fix graded
     leaks: list[LeakSpan] = Field(default_factory=list)
+    # what the fail-to-pass tests require that the statement never states (``StatementRecord``): types, literals
+    underspecified: list[str] = Field(default_factory=list)
     shortcuts: list[Attempt] = Field(default_factory=list)  # one per strategy of the panel
     verifier_version: str = ""
     verifier_runs: int = 0

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trialforge.envspec import EnvSpec
 from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.quality_record import QualityRecord
+from trialforge.tasks.statement_record import StatementRecord
 
 SCHEMA_VERSION = 3  # 3: ``env`` (the environment spec) replaced ``test_cmd``
 
@@ -41,7 +42,13 @@ class Validation(BaseModel):
     not_importing: list[str] = Field(default_factory=list)  # test modules that fail to collect with the fix
     unstable_ids: int = 0  # test ids not reported by every run (validate._unstable): in neither test list
     unstable_examples: list[str] = Field(default_factory=list)  # the first of them, sorted
+    # in-process evidence the task's own trees gave (testrun.baseline): grading flags it, and zeroes only the rest
+    baseline_evidence: list[str] = Field(default_factory=list)
     host_judged: HostJudged | None = None  # None: validated before blinding (graded with every slot blinded)
+    # test modules that do not import before the fix and import after it: their tests are all fail-to-pass, and
+    # count as one unit each in ``fail_to_pass_units`` (what a task tests, not how many functions one file holds)
+    fail_to_pass_modules_not_importing: list[str] = Field(default_factory=list)
+    fail_to_pass_units: int = 0
 
 
 class Decontamination(BaseModel):
@@ -76,6 +83,7 @@ class Task(BaseModel):
     decontamination: Decontamination = Field(default_factory=Decontamination)
     difficulty: list[Difficulty] = Field(default_factory=list)
     quality: QualityRecord | None = None
+    statement: StatementRecord | None = None  # None: not validated since statements were recorded
     schema_version: int = SCHEMA_VERSION
 
     def family(self) -> str:
@@ -88,6 +96,7 @@ class Task(BaseModel):
     # --- Parquet rows -------------------------------------------------------------
     _NESTED: ClassVar[tuple[str, ...]] = (
         "source", "validation", "decontamination", "difficulty", "quality", "fail_to_pass", "pass_to_pass", "env",
+        "statement",
     )  # fmt: skip
 
     def to_row(self) -> dict[str, Any]:
@@ -108,9 +117,15 @@ class Task(BaseModel):
         return hashlib.sha256(json.dumps(self.to_row(), sort_keys=True).encode()).hexdigest()
 
 
+# Validation's timings: what one machine measured, not what the task is. A task set validated again is the same
+# version; grading still keys on ``content_hash`` (its time limits scale from them).
+_MEASURED = {"duration_s": 0.0, "slowest_run_s": 0.0}
+
+
 def task_set_version(tasks: list[Task]) -> str:
-    """Content hash of a task set: same tasks in any order give the same version."""
+    """Content hash of a task set, timings left out: same tasks in any order give the same version."""
     digest = hashlib.sha256()
-    for h in sorted(t.content_hash() for t in tasks):
+    unmeasured = (t.model_copy(update={"validation": t.validation.model_copy(update=_MEASURED)}) for t in tasks)
+    for h in sorted(t.content_hash() for t in unmeasured):
         digest.update(h.encode())
     return digest.hexdigest()[:16]

@@ -14,7 +14,7 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +26,16 @@ from trialforge.funnel import Funnel
 from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.timed import TimedBackend, Timings
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.envdetect.resolve import resolve_env
+from trialforge.tasks.envimages import env_image
 from trialforge.tasks.mutations import FAMILIES, Mutant, compile_error, library_files, mutants_of_source, sample_mutants
 from trialforge.tasks.patches import IGNORED_DIRS, diff_trees
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.statements import Screened, changed_lines, public_names, write_statement
-from trialforge.tasks.validate import SuiteRuns, ValidateConfig, validate_task
+from trialforge.tasks.validate import SuiteRuns, ValidateConfig, note_marks, validate_task
 from trialforge.testrun.report import TestReport
-from trialforge.testrun.run import run_tests
+from trialforge.testrun.run import report_limits, run_tests
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,8 @@ class SynthesisConfig:
     """The knobs of one synthesis run over one repository (all plain values, ready for params.yaml)."""
 
     max_per_file: int | None = 40
-    max_total: int | None = 120  # per repository
+    max_total: int | None = 120  # candidates per repository
+    max_tasks: int | None = None  # validated tasks per repository: validation stops once this many passed
     seed: int = 0
     families: tuple[str, ...] = tuple(FAMILIES)
     limits: Limits = field(default_factory=lambda: Limits(memory_mb=512, pids=128, disk_mb=128))
@@ -89,7 +92,7 @@ class SynthesisFunnel(Funnel):
 
     def by_family(self) -> dict[str, dict[str, Any]]:
         rows = {}
-        for family in FAMILIES:
+        for family in dict.fromkeys([*FAMILIES, *self.enumerated, *self.reached]):  # the PR mirror's too
             reached, drops = self.reached.get(family, Counter()), self.family_drops.get(family, Counter())
             if not reached and not self.enumerated[family]:
                 continue
@@ -146,11 +149,13 @@ def synthesize(
     *,
     progress: Progress | None = None,
     env: EnvSpec | None = None,
+    extra: Sequence[Mutant] = (),
 ) -> tuple[list[Task], SynthesisFunnel]:
     """Validated synthetic tasks from the working repository ``repo_dir``, and the funnel that made them.
 
     ``env``: the repository's environment spec (its test command and variables), given to every task it
-    makes; None: plain pytest, and the tasks' ``env`` is left for the pipeline to resolve."""
+    makes; None: plain pytest, and the tasks' ``env`` is left for the pipeline to resolve. ``extra``: candidates
+    made elsewhere (the PR mirror's reverted hunks of real fixes), sampled and screened with the families'."""
     cfg = cfg or SynthesisConfig()
     tick = _Ticker(progress)
     funnel = SynthesisFunnel("synthesize")
@@ -161,7 +166,7 @@ def synthesize(
         original = _clean_copy(repo_dir, Path(tmp) / "original")
         with timings.measure("busy_s"):
             sources = {rel: (original / rel).read_text(encoding="utf-8") for rel in library_files(original)}
-            candidates = _candidates(sources, cfg, funnel)
+            candidates = _candidates(sources, cfg, funnel, extra)
             compiled = _compiled(candidates, sources, funnel)
         screened, digest = screen(compiled, original, sources, timed, image, cfg, funnel, tick, env)
         tasks = _tasks(screened, original, sources, repo_name, image, digest, snapshots, funnel)
@@ -171,6 +176,28 @@ def synthesize(
     log.info("synthesize %s: %d validated of %d candidates", repo_name, funnel.kept, funnel.seen,
              extra={"funnel": funnel.as_dict()})  # fmt: skip
     return validated, funnel
+
+
+@dataclass(frozen=True)
+class Synthesizer:
+    """What synthesis needs besides a repository: the sandboxes it screens and validates in, and the run's settings.
+    ``Runtime.synthesizer`` builds it from params, so the pipeline, the CLI and the flows synthesize alike."""
+
+    backend: Backend
+    cfg: SynthesisConfig
+    env_overrides: Mapping[str, Mapping[str, Any]] | None = None  # params.yaml ``env.repos``
+    build_timeout_s: float = 1800.0
+
+    def repository(
+        self, repo_dir: Path, repo_name: str, snapshots: SnapshotStore, cfg: SynthesisConfig | None = None,
+        *, extra: Sequence[Mutant] = (), progress: Progress | None = None,
+    ) -> tuple[list[Task], SynthesisFunnel]:  # fmt: skip
+        """:func:`synthesize` in the repository's own environment (detected, its image built once): mutants are
+        screened and validated there, as its mined tasks will be."""
+        env = resolve_env(repo_dir, repo_name, self.env_overrides)
+        image = env_image(env, timeout_s=self.build_timeout_s).image.name
+        return synthesize(repo_dir, repo_name, self.backend, image, snapshots, cfg or self.cfg, progress=progress,
+                          env=env, extra=extra)  # fmt: skip
 
 
 class _Ticker:
@@ -197,8 +224,12 @@ def _clean_copy(repo_dir: Path, dest: Path) -> Path:
     return dest
 
 
-def _candidates(sources: dict[str, str], cfg: SynthesisConfig, funnel: SynthesisFunnel) -> list[Mutant]:
-    everything = [m for rel in sorted(sources) for m in mutants_of_source(rel, sources[rel], cfg.families)]
+def _candidates(
+    sources: dict[str, str], cfg: SynthesisConfig, funnel: SynthesisFunnel, extra: Sequence[Mutant]
+) -> list[Mutant]:
+    files = sorted(sources) if cfg.families else []  # no family: the ``extra`` candidates alone
+    everything = [m for rel in files for m in mutants_of_source(rel, sources[rel], cfg.families)]
+    everything += [m for m in extra if m.path in sources]
     funnel.enumerated.update(m.family for m in everything)
     picked = sample_mutants(everything, max_per_file=cfg.max_per_file, max_total=cfg.max_total, seed=cfg.seed)
     for mutant in picked:
@@ -228,8 +259,9 @@ class Screener:
         self, backend: Backend, image: str, original: Path, limits: Limits, env: EnvSpec | None = None
     ) -> None:
         self.env = env
-        self.sandbox = backend.create(SandboxSpec(image=image, workspace=original, limits=limits,
-                                                  labels={"purpose": "synthesize-screen"}))  # fmt: skip
+        spec = SandboxSpec(image=image, workspace=original, limits=report_limits(limits),  # a real suite's report
+                           labels={"purpose": "synthesize-screen"})  # fmt: skip
+        self.sandbox = backend.create(spec)
         try:
             self.clean = self.sandbox.snapshot()
         except Exception:
@@ -391,16 +423,31 @@ def _validate(tasks: list[tuple[Mutant, Task]], backend: Backend, image: str, sn
         tick("validate", len(tasks))
         return checked
 
-    with ThreadPoolExecutor(max_workers=max(1, cfg.concurrency)) as pool:
-        checked = list(pool.map(one, [task for _, task in tasks]))
-    valid = []
-    for (mutant, _), task in zip(tasks, checked, strict=True):
-        funnel.note("unstable_ids", task.validation.unstable_ids)  # as record_verdicts counts a mined task's
-        if task.validation.valid:
-            funnel.accept(mutant)
-            valid.append(task)
-            continue
+    workers = max(1, cfg.concurrency)
+    wanted = len(tasks) if cfg.max_tasks is None else cfg.max_tasks
+    valid: list[Task] = []
+    pending = list(tasks)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        while pending and len(valid) < wanted:  # in batches: no validation runs once ``max_tasks`` passed
+            size = max(workers, wanted - len(valid))
+            batch, pending = pending[:size], pending[size:]
+            checked = list(pool.map(one, [task for _, task in batch]))
+            for (mutant, _), task in zip(batch, checked, strict=True):
+                _verdict(mutant, task, funnel, valid, wanted)
+    for mutant, _ in pending:
+        funnel.reject(mutant, "count_reached", f"{wanted} tasks were validated before this one's turn")
+    return valid
+
+
+def _verdict(mutant: Mutant, task: Task, funnel: SynthesisFunnel, valid: list[Task], wanted: int) -> None:
+    """Count one validated candidate in the funnel, appending its task to ``valid`` while fewer than ``wanted``."""
+    note_marks(task, funnel)  # as record_verdicts counts a mined task's
+    if task.validation.valid and len(valid) < wanted:
+        funnel.accept(mutant)
+        valid.append(task)
+    elif task.validation.valid:
+        funnel.reject(mutant, "count_reached", f"{wanted} tasks were validated in the same batch")
+    else:
         reason = task.validation.reason
         flaky = "flaky" in reason or bool(task.validation.flaky_tests)
         funnel.reject(mutant, "flaky" if flaky else reason.split(":", 1)[0], reason)
-    return valid

@@ -6,7 +6,8 @@ come from what happened; a test whose outcome changes between runs is flaky (qua
 the task depends on it), and a test id that some run of a tree does not report, or that only one tree reports while
 its module ran in both, is unstable (a clock, a uuid or a directory listing in its parameters): in neither list,
 since grading asks for ids by name. Runs of a tree already validated in the batch are reused. A rejection's reason is
-a short key (what ``record_verdicts`` counts by), then the detail. Rules: docs/pipeline.md, "Validation".
+a short key (what ``record_verdicts`` counts by), then the detail. A valid task's statement is settled from the runs
+before the fix (``tasks.observed``). Rules: docs/pipeline.md, "Validation".
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.envdetect.decide import OVERRIDE_FILE
+from trialforge.tasks.observed import settle_statement
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import Task, Validation
 from trialforge.tasks.settings import ValidateConfig
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
+from trialforge.testrun.baseline import rejection
 from trialforge.testrun.prepare import Guard, analyse_tests, prepare
 from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN, TestReport
 from trialforge.testrun.run import REPORT_CAP_BYTES, report_limits, run_tests
@@ -95,6 +98,7 @@ def validate_task(
     if validated.validation.valid:
         host_judged = calibrate(analyses, runs_after, validated.fail_to_pass, validated.pass_to_pass)
         validated.validation.host_judged = host_judged
+        validated = settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
     return validated
 
 
@@ -209,9 +213,9 @@ def _judge(
 ) -> Task:
     """The verdict on the runs before and after the fix; ``touched``: the test patch's test modules."""
     runs = len(before) + len(after)
-    tampered = [e for r in before + after for e in r.evidence]
-    if tampered:
-        return _verdict(task, False, f"tampered: {', '.join(dict.fromkeys(tampered))}", runs, start)
+    evidence = [e for r in before + after for e in r.evidence]  # the repository's own: its baseline, if it can be
+    if refused := rejection(evidence):
+        return _verdict(task, False, refused, runs, start)
     if not all(r.reported for r in before + after):
         silent = [r for r in before + after if not r.reported]
         if any(r.log_tail.startswith(OVERFLOWED) for r in silent):  # a suite too large, not an error in it
@@ -228,6 +232,7 @@ def _judge(
     broken = sorted(t for t, o in was.items() if o == "passed" and now.get(t) != "passed" and t not in flaky)
     validated = task.model_copy(update={"fail_to_pass": f2p, "pass_to_pass": p2p})
     duration = max(r.duration_s for r in before + after)
+    modules, units = _units(f2p, before, after)
     validation = Validation(
         runs=runs,
         fail_to_pass_rates={t: _pass_rate(after, t) for t in f2p},
@@ -238,6 +243,9 @@ def _judge(
         not_importing=sorted(_not_importing(after)),
         unstable_ids=len(unstable),
         unstable_examples=sorted(unstable)[:UNSTABLE_EXAMPLES],
+        baseline_evidence=sorted(set(evidence)),
+        fail_to_pass_modules_not_importing=modules,
+        fail_to_pass_units=units,
     )
     reason = ""
     broken_by_fix = _not_importing(after) - (_not_importing(before) - set(touched))
@@ -266,6 +274,15 @@ def _judge(
     validation.valid = not reason
     validation.reason = reason
     return validated.model_copy(update={"validation": validation})
+
+
+def _units(f2p: list[str], before: list[TestReport], after: list[TestReport]) -> tuple[list[str], int]:
+    """The fail-to-pass modules that did not import before the fix (each test of one is fail-to-pass, however many it
+    holds), and the fail-to-pass units: those modules once each, and each other fail-to-pass test."""
+    fixed = _not_importing(before) - _not_importing(after)
+    modules = sorted({_module(t) for t in f2p} & fixed)
+    alone = [t for t in f2p if _module(t) not in fixed]
+    return modules, len(alone) + len(modules)
 
 
 def _cannot_start(before: list[TestReport], touched: Sequence[str]) -> bool:
@@ -330,11 +347,17 @@ def _verdict(task: Task, valid: bool, reason: str, runs: int, start: float) -> T
     return task.model_copy(update={"validation": validation})
 
 
+def note_marks(task: Task, funnel: Funnel) -> None:
+    """Count in ``funnel`` what validation left out of ``task`` (unstable test ids) and marked it with."""
+    funnel.note("unstable_ids", task.validation.unstable_ids)
+    funnel.note("underspecified", bool(task.statement and task.statement.underspecified))
+
+
 def record_verdicts(tasks: list[Task], funnel: Funnel) -> list[Task]:
-    """Count each verdict in ``funnel``, and the unstable test ids left out of the tasks; return the valid tasks."""
+    """Count each verdict in ``funnel``, and what validation marked (``note_marks``); return the valid tasks."""
     valid = []
     for task in tasks:
-        funnel.note("unstable_ids", task.validation.unstable_ids)
+        note_marks(task, funnel)
         if task.validation.valid:
             funnel.keep()
             valid.append(task)

@@ -441,6 +441,10 @@ def _run_pytest(kit):
             if made is None or made[0] is not report or made[1] != report.outcome:
                 evidence(f"report_changed_after_it_was_made:{report.nodeid}")
             event = {"e": "phase", "id": report.nodeid, "w": report.when, "o": report.outcome}
+            if report.failed:  # what the failure was, for the statement validation writes (never a verdict)
+                crash = getattr(report.longrepr, "reprcrash", None)
+                said = str(getattr(crash, "message", "") or "").strip().splitlines()  # the exception's own line
+                event["m"] = said[0][:MESSAGE_CAP] if said else kit.first_error_line(report.longreprtext)
             origin = foreign_skip(report)
             if origin:
                 event["k"] = origin
@@ -593,6 +597,7 @@ def _run_unittest(kit):
     install_audit_hook(kit, framework_dirs, ("unittest",), ("unittest.mock",), (Result, Loader))
     # The recorder's state lives in this closure, not on the result object the tests can reach.
     ids, planned, state, reports, origins, finished, order = {}, [], {}, {}, {}, set(), []
+    said = {}  # test id -> its first failure's exception line
     failures, stopped, the_result = [0], [False], []
 
     def ran(test_id, when, error):
@@ -718,12 +723,15 @@ def _run_unittest(kit):
             lines += [f"    {frame.line}"] if frame.line else []
         message = "".join(traceback.format_exception_only(err[0], err[1])).rstrip()
         lines += [f"E   {line}" for line in message.splitlines()]
+        said.setdefault(test_id, message.strip().splitlines()[0][:MESSAGE_CAP] if message.strip() else "")
         write_log("\n".join(lines) + "\n")
 
     def phase(test_id, when, outcome, origin=None):
         event = {"e": "phase", "id": test_id, "w": when, "o": outcome}
         if origin:
             event["k"] = origin
+        if outcome == "failed" and said.get(test_id):  # the first failure's line, for validation's statement
+            event["m"] = said[test_id]
         emit(event)
         if outcome == "failed":
             failures[0] += 1

@@ -43,6 +43,9 @@ class TestReport:
     observations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # instrumented run: per test
     expectations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # ...and recorded slots' expected
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # instrumented run: each test's parametrize row
+    # failed test -> its failure's exception line as the run said it (``KeyError: 'a'``, ``assert 3 == 4``): what
+    # validation states as observed behaviour; from inside the sandbox, so never part of a verdict
+    failures: dict[str, str] = field(default_factory=dict)
 
     @property
     def tampered(self) -> bool:
@@ -53,9 +56,6 @@ class TestReport:
 
     def all_passed(self, test_ids: list[str]) -> bool:
         return self.reported and not self.tampered and all(self.outcome(t) == "passed" for t in test_ids)
-
-    def flags(self) -> list[str]:
-        return [f"tampered:{e}" for e in self.evidence]
 
 
 @dataclass
@@ -80,6 +80,7 @@ class _Run:
     expectations: dict[str, list[tuple[int, object]]] = field(default_factory=lambda: defaultdict(list))
     ended: set[str] = field(default_factory=set)  # blinded tests that reached their end
     rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    said: dict[str, str] = field(default_factory=dict)  # test -> its first failed phase's exception line
 
 
 def read_report(
@@ -134,6 +135,7 @@ def read_report(
         host_selected=bool(selected),
     )
     real = {t: o for t, o in run.outcomes.items() if _base(t) not in by_canary}
+    failures = {(blinding.original.get(t, t) if blinding else t): m for t, m in run.said.items() if t in real}
     host_failures: dict[str, str] = {}
     if blinding is not None:
         for test_id, checks in blinding.checks.items():
@@ -157,6 +159,7 @@ def read_report(
         observations=dict(run.observations) if blinding is None else {},
         expectations=dict(run.expectations) if blinding is None else {},
         rows=run.rows,
+        failures=failures,
     )
 
 
@@ -185,6 +188,8 @@ def _fold(events: list[dict], graded: set[str], evidence: list[str]) -> _Run:
             if outcome == "passed" and observed != "ok":
                 evidence.append(f"report_contradicts_run:{test_id}:{when}:{observed or 'not observed'}")
             run.outcomes[test_id] = _folded(run.outcomes.get(test_id), when, outcome)
+            if outcome == "failed" and event.get("m"):
+                run.said.setdefault(test_id, str(event["m"]))
             if event.get("k") and _base(test_id) in graded:
                 evidence.append(f"skip_from_code_under_test:{event['k']}")
         elif kind == "test":

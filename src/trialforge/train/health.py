@@ -3,7 +3,8 @@
 Did the environment break (``check_health``, ``assert_trainable``)? An env or verifier error rate *above* its
 threshold (``observe.max_env_error_rate``, ``observe.max_verifier_error_rate``: plain floats) stops the run. Is there
 anything to learn (``learning_health``, per learner policy: gold and noop never dilute it)? Each check
-(``effective_batch``, ``zero_variance``, ``saturation``, ``entropy``, ``reward_hacking``) has a threshold and an
+(``effective_batch``, ``zero_variance``, ``saturation``, ``entropy``, ``reward_hacking``, ``model_failures``) has a
+threshold and an
 action in ``observe.learning``: ``refuse`` skips the step (no update, no version bump, no checkpoint), ``warn`` only
 reports, ``off`` skips the check; every verdict carries its reason into the train record, the metrics and the report.
 What each check measures and why: docs/learning.md, "Health gates".
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trialforge.errors import TrialforgeError
+from trialforge.rollout.endings import ending
 from trialforge.section import Section
 from trialforge.store.records import EpisodeRecord
 from trialforge.tasks.patches import is_test_path, touched_paths
@@ -109,6 +111,9 @@ class LearningGate(BaseModel):
     saturation: Check = Check(threshold=1.0, action="warn")  # share of a tier's groups all 0 or all 1
     entropy: Check = Check(threshold=0.05, action="warn")  # mean nats per sampled decision: below, collapsed
     reward_hacking: Check = Check(threshold=0.25, action="refuse")  # pass-rate jump with suspicious passes rising
+    # share of the episodes the model itself ended in a failure of format or budget (FORMAT_OR_BUDGET): above it,
+    # the batch's lesson is the context or the reply format (rollout.context, the prompt), not the task
+    model_failures: Check = Check(threshold=0.5, action="warn")
 
     @model_validator(mode="before")
     @classmethod
@@ -146,6 +151,8 @@ class LearningHealth:
     pass_rate: float | None
     previous_pass_rate: float | None
     suspicious_pass_share: float | None  # passes whose diff touches tests or carries an integrity flag
+    model_failures: dict[str, int] = field(default_factory=dict)  # episodes of each FORMAT_OR_BUDGET ending
+    model_failure_share: float | None = None  # of every episode of the batch
     verdicts: list[Verdict] = field(default_factory=list)
 
     @property
@@ -189,6 +196,7 @@ def learning_health(
         pass_rate=now,
         previous_pass_rate=before,
         suspicious_pass_share=_suspicious_share(episodes),
+        **_model_failures(episodes),
     )
     health.verdicts = _verdicts(health, _suspicious_share(previous), gate)
     return health
@@ -258,10 +266,33 @@ def _verdicts(h: LearningHealth, suspicious_before: float | None, gate: Learning
         if hacked
         else "",
     )
+    mf = gate.model_failures.threshold
+    share = h.model_failure_share
+    judge(
+        "model_failures",
+        share,
+        share is not None and share > mf,
+        f"{share:.0%} of the episodes ended in the model's own failure of format or budget (> {mf:.0%}: "
+        + ", ".join(f"{k} {n}" for k, n in h.model_failures.items() if n)
+        + "): the batch teaches the context or the reply format, not the task; look at rollout.context, "
+        "rollout.max_new_tokens and the prompt"
+        if share is not None and share > mf
+        else "",
+    )
     for v in out:
         if v.status in ("warn", "refuse"):
             log.warning("learning health: %s %s: %s", v.check, v.status, v.reason)
     return out
+
+
+FORMAT_OR_BUDGET = ("context_exhausted", "invalid_actions")  # model endings that are no attempt at the task
+
+
+def _model_failures(episodes: Sequence[EpisodeRecord]) -> dict[str, Any]:
+    ends = [ending(e.status, e.termination, e.cause, bool(e.final_diff)) for e in episodes]
+    counts = {key: ends.count(key) for key in FORMAT_OR_BUDGET}
+    share = round(sum(counts.values()) / len(ends), 4) if ends else None
+    return {"model_failures": counts, "model_failure_share": share}
 
 
 def _pass_rate(episodes: Sequence[EpisodeRecord]) -> float | None:

@@ -23,6 +23,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from trialforge.errors import ConfigError, InferenceError
+from trialforge.rollout.context import ContextParams
 from trialforge.rollout.openai_policy import OpenAIPolicy
 from trialforge.rollout.policies import EpisodePolicy, TaskView
 from trialforge.store.objstore import ObjectStore
@@ -194,16 +195,18 @@ def served_policy(
     out_dir: str,
     temperature: float,
     max_new_tokens: int,
+    context: ContextParams,
 ) -> ServedPolicy:
-    """The learner as of ``checkpoint`` (None: untrained), sampled by ``train.inference.url`` (module docstring);
-    ``out_dir`` holds the served weights unless ``train.inference.weights_dir`` says where."""
+    """The learner as of ``checkpoint`` (None: untrained), sampled by ``train.inference.url`` (module docstring),
+    each turn kept within ``context`` (``rollout.context``); ``out_dir`` holds the served weights unless
+    ``train.inference.weights_dir`` says where."""
     spec = train.inference
     sync = _sync(train, out_dir)
     match = _VERSION.match(served_name(checkpoint)) if checkpoint else None
     version = int(match["version"]) if match else 0
     policy = OpenAIPolicy(
         spec.url, sync.base_name, spec.api_key(), timeout_s=spec.timeout_s, max_retries=spec.max_retries,
-        temperature=temperature, max_tokens=max_new_tokens, max_context_chars=spec.max_context_chars, name=name,
+        temperature=temperature, max_tokens=max_new_tokens, context=context, name=name,
         version=f"v{version}", token_ids=True,
     )  # fmt: skip
     return ServedPolicy(sync, store, checkpoint, policy)

@@ -60,7 +60,6 @@ class InferenceParams(Section):
     max_restarts: int = Field(3, ge=0)  # a started server that dies more often than this stays down
     timeout_s: float = Field(300.0, gt=0)  # per request
     max_retries: int = Field(6, ge=0)  # per request, on transport errors, 429 and 5xx: a restart fits in them
-    max_context_chars: int | None = Field(None, ge=1)  # drop the oldest turns past this; None: the server decides
 
     @field_validator("url")
     @classmethod

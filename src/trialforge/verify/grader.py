@@ -1,20 +1,23 @@
 """Grade an agent's diff without trusting anything from the rollout sandbox.
 
-The diff, less every test file and runner setting, goes on the pristine base snapshot with the task's test patch on
-top and canaries planted (``trialforge.testrun``); the named tests run in a fresh sandbox. Reward is 1 only when the
+The diff goes on a copy of the pristine base snapshot; every path it changed, as the two trees show (never as its
+text names them), that is a test file or runner setting is put back as pristine has it; the task's test patch goes on
+top and canaries are planted (``trialforge.testrun``); the named tests run in a fresh sandbox. Reward is 1 only when the
 run shows no tampering and every fail-to-pass and pass-to-pass test passed; a tampered run scores 0 with
-``tampered:<evidence>`` flags. The same diff always gets the same score, so episodes that end in the same diff are
+``tampered:<evidence>`` flags. Evidence the task's own trees gave at validation (its baseline) is a ``baseline:``
+flag, not a zero. The same diff always gets the same score, so episodes that end in the same diff are
 graded once. docs/verification.md.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError, SandboxError
@@ -23,10 +26,19 @@ from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.envimages import task_image
-from trialforge.tasks.patches import apply_patch, filter_patch, is_test_path, test_files, touched_paths
+from trialforge.tasks.patches import (
+    IGNORED_DIRS,
+    apply_patch,
+    changed_paths,
+    is_test_path,
+    link_escapes,
+    test_files,
+)
 from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import HostJudged, Task
 from trialforge.tasks.snapshots import SnapshotStore
+from trialforge.testrun.baseline import FLAG as BASELINE_FLAG
+from trialforge.testrun.baseline import beyond
 from trialforge.testrun.prepare import prepare
 from trialforge.testrun.report import TestReport
 from trialforge.testrun.run import report_limits, run_tests
@@ -51,11 +63,33 @@ class Verdict:
         return asdict(self)
 
 
-def code_only(diff: str, collected: Sequence[str] = ()) -> tuple[str, list[str]]:
-    """``diff`` without what grading restores from pristine (tests, runner configuration, import-time files), and
-    the paths it dropped. ``collected``: the base tree's ``python_files`` globs, so a repository whose tests are
-    ``check_*.py`` keeps its tests out of the policy's hands too."""
-    return filter_patch(diff, lambda p: not is_test_path(p, collected))
+def restore_tests(pristine: Path, tree: Path, collected: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """Put back in ``tree`` (``pristine`` copied, then patched) every changed path that is a test file, runner
+    setting or import-time file (``is_test_path``), as ``pristine`` has it. Returns (the changed paths kept, those put
+    back). ``collected``: the pristine tree's ``python_files`` globs, so a repository whose tests are ``check_*.py``
+    keeps its tests out of the policy's hands too."""
+    kept, dropped = [], []
+    for rel in changed_paths(pristine, tree):
+        # bytecode and tool caches (IGNORED_DIRS) are never the policy's either
+        if is_test_path(rel, collected) or any(part in IGNORED_DIRS for part in PurePosixPath(rel).parts):
+            _restore(pristine, tree, rel)
+            dropped.append(rel)
+        else:
+            kept.append(rel)
+    return kept, dropped
+
+
+def _restore(pristine: Path, tree: Path, rel: str) -> None:
+    target = tree / rel
+    for parent in reversed(target.relative_to(tree).parents[:-1]):  # a file or link where pristine has a directory
+        if (tree / parent).is_symlink() or (tree / parent).is_file():
+            (tree / parent).unlink()
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    source = pristine / rel
+    if source.is_symlink() or source.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
 
 
 @dataclass(frozen=True)
@@ -79,17 +113,16 @@ class Grader:
         start = time.monotonic()
         collected = python_files_of(self.snapshots.materialize(task.snapshot))  # the pristine tree's own globs
         flags = integrity_flags(diff, collected)
-        code_diff, dropped = code_only(diff, collected)
-        provenance = {
+        diff_sha = hashlib.sha256(diff.encode("utf-8", "surrogateescape")).hexdigest()
+        verdict = self._cached(task, diff, diff_sha)
+        verdict.flags = sorted(set(verdict.flags) | set(flags))  # runtime evidence, then the audit patterns
+        verdict.provenance = {
             "verifier_version": VERIFIER_VERSION,
             "image_digest": task.image_digest if task.image.startswith(ENV_REPO + ":") else self.image_digest,
             "base_snapshot": task.snapshot,
-            "diff_sha256": hashlib.sha256(code_diff.encode()).hexdigest(),
-            "dropped_paths": ",".join(dropped),
+            "diff_sha256": diff_sha,
+            **verdict.provenance,  # what grading put back: dropped_paths
         }
-        verdict = self._cached(task, code_diff, provenance["diff_sha256"])
-        verdict.flags = sorted(set(verdict.flags) | set(flags))  # runtime evidence, then the audit patterns
-        verdict.provenance = provenance
         verdict.duration_s = round(time.monotonic() - start, 3)
         return verdict
 
@@ -112,36 +145,44 @@ class Grader:
             return None
         return max(self.timing.min_cpu_s, self.timing.timeout_factor * slowest * max(1.0, self.limits.cpus))
 
-    def _cached(self, task: Task, code_diff: str, diff_sha: str) -> Verdict:
+    def _cached(self, task: Task, diff: str, diff_sha: str) -> Verdict:
         """One grading per (task, code diff); concurrent askers wait for the first. Infra faults are not kept."""
         graded_here: list[bool] = []
 
         def grade() -> Verdict:
             graded_here.append(True)
-            return self._grade(task, code_diff)
+            return self._grade(task, diff)
 
         verdict = self._verdicts.get(f"{task.content_hash()}:{diff_sha}", grade)
         # each caller fills in its own flags and provenance, and pays only for a grading it ran
         return replace(verdict) if graded_here else replace(verdict, cpu_s=0.0)
 
-    def _grade(self, task: Task, code_diff: str) -> Verdict:
+    def _grade(self, task: Task, diff: str) -> Verdict:
         with scratch_dir("grade") as tmp:
+            pristine = self.snapshots.materialize(task.snapshot)
             tree = Path(tmp) / "repo"
-            shutil.copytree(self.snapshots.materialize(task.snapshot), tree, symlinks=True)
-            if code_diff.strip():
+            shutil.copytree(pristine, tree, symlinks=True)
+            if diff.strip():
                 try:
-                    apply_patch(tree, code_diff)
+                    apply_patch(tree, diff)
                 except PatchError as exc:
                     return Verdict(0.0, "ok", f"diff_does_not_apply: {exc}")
+            changed, dropped = restore_tests(pristine, tree, python_files_of(pristine))
+            put_back = {"dropped_paths": ",".join(dropped)}
+            escaping = [p for p in changed if (tree / p).is_symlink() and link_escapes(p, os.readlink(tree / p))]
+            if escaping:
+                return Verdict(0.0, "ok", f"unsafe_patch: symlink {escaping[0]} points outside", provenance=put_back)
             try:
                 if task.test_patch:
                     apply_patch(tree, task.test_patch)
             except PatchError as exc:
                 return Verdict(None, "verifier_error", f"test_patch_does_not_apply: {exc}")
-            broken = _syntax_errors(tree, touched_paths(code_diff))
+            broken = _syntax_errors(tree, changed)
             if broken:  # the cheap layer: no sandbox for code that cannot even compile
-                return Verdict(0.0, "ok", f"syntax_error: {broken[0]}")
-            return self._run(task, tree, touched_paths(code_diff))
+                return Verdict(0.0, "ok", f"syntax_error: {broken[0]}", provenance=put_back)
+            verdict = self._run(task, tree, changed)
+            verdict.provenance = put_back
+            return verdict
 
     def _run(self, task: Task, tree: Path, changed: list[str]) -> Verdict:
         tests = task.fail_to_pass + task.pass_to_pass
@@ -168,28 +209,31 @@ class Grader:
         finally:
             cpu_end = sandbox.cpu_s()
             sandbox.close()
-        verdict = _judge(report, tests)
+        verdict = _judge(report, tests, task.validation.baseline_evidence)
         verdict.cpu_s = None if cpu_start is None or cpu_end is None else round(cpu_end - cpu_start, 4)
         return verdict
 
 
-def _judge(report: TestReport, tests: list[str]) -> Verdict:
+def _judge(report: TestReport, tests: list[str], known: Sequence[str] = ()) -> Verdict:
+    """The verdict on a graded run; ``known``: the task's baseline evidence, an audit flag here, never a zero."""
     outcomes = {t: report.outcome(t) for t in tests}
-    if report.tampered:
-        return Verdict(0.0, "ok", f"tampered: {', '.join(report.evidence[:5])}", outcomes, report.flags())
+    unexplained, explained = beyond(report.evidence, known)
+    flags = [f"tampered:{e}" for e in unexplained] + [f"{BASELINE_FLAG}{e}" for e in explained]
+    if unexplained:
+        return Verdict(0.0, "ok", f"tampered: {', '.join(unexplained[:5])}", outcomes, flags)
     if not report.reported:
         reason = (
             "timed_out" if report.timed_out
             else "cpu_budget_spent: the test process used up its CPU-seconds" if report.cpu_exhausted
             else "no_report: the test process died before reporting"
         )  # fmt: skip
-        return Verdict(0.0, "ok", reason, outcomes)
-    if report.all_passed(tests):  # pytest exits 1 (the must-fail canaries): report.py checks it agrees
-        return Verdict(1.0, "ok", "all_tests_passed", outcomes)
+        return Verdict(0.0, "ok", reason, outcomes, flags)
+    if all(o == "passed" for o in outcomes.values()):  # pytest exits 1 (the must-fail canaries): report.py agrees
+        return Verdict(1.0, "ok", "all_tests_passed", outcomes, flags)
     failing = sorted(t for t, o in outcomes.items() if o != "passed")
     judged = [f"{t}: {why}" for t, why in sorted(report.host_failures.items())[:3]]
     host = f"; host checks: {judged}" if judged else ""
-    return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}{host}", outcomes)
+    return Verdict(0.0, "ok", f"pytest_exit={report.exit_code}; not passed: {failing[:5]}{host}", outcomes, flags)
 
 
 def _syntax_errors(tree: Path, paths: list[str]) -> list[str]:

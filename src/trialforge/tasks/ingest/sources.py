@@ -1,9 +1,9 @@
 """The ingestion sources params.yaml can name (``sources.extra``), and one function that ingests any of them.
 
 Each entry is a typed record whose ``kind`` picks the adapter (``github``, ``github-api``, ``jira``, ``swebench``,
-``gitlog``). The CLI (``trialforge ingest KIND``) and the pipeline (``pipeline.ingest``) both build an entry and
-call :func:`ingest_source`, so the two doors cannot drift apart: each command's options are the entry's fields
-(``OnCommandLine`` where the command line writes one otherwise). docs/ingest.md.
+``gitlog``, ``synthesize``). The CLI (``trialforge ingest KIND``) and the pipeline (``pipeline.ingest``) both build
+an entry and call :func:`ingest_source`, so the two doors cannot drift apart: each command's options are the entry's
+fields (``OnCommandLine`` where the command line writes one otherwise). docs/ingest.md.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -26,8 +26,13 @@ from trialforge.tasks.ingest.github_rest import ingest_github_rest
 from trialforge.tasks.ingest.gitlog import MIN_STATEMENT_WORDS, ingest_git_history
 from trialforge.tasks.ingest.jira import ingest_jira
 from trialforge.tasks.ingest.swebench import ingest_swebench
+from trialforge.tasks.ingest.synthesized import CANDIDATES_PER_TASK, synthesize_repository
+from trialforge.tasks.mutations import FAMILIES
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
+
+if TYPE_CHECKING:  # tasks.synthesize needs the settings, which need these entries
+    from trialforge.tasks.synthesize import Synthesizer
 
 
 @dataclass(frozen=True)
@@ -125,10 +130,35 @@ class GitHistory(_GitRepository):
         return f"gitlog {self.repo_name or repo_name_of(self.repo)}@{self.rev}"
 
 
+class SynthesizeRepository(_GitRepository):
+    """Synthetic bugs in a git repository, validated in its own environment image: the mutation families and the PR
+    mirror (single hunks of its real fixes reverted), kept when its own tests notice; statements from the failures."""
+
+    kind: Literal["synthesize"]
+    count: int = Field(100, ge=1, description="validated tasks to make at most")
+    candidates: int | None = Field(
+        None, ge=1, description=f"candidates to screen at most (default: {CANDIDATES_PER_TASK} x count)"
+    )
+    families: list[str] = Field([], description=f"mutation families (repeatable; default: all: {', '.join(FAMILIES)})")
+    pr_mirror: bool = Field(True, description="also revert single hunks of the history's fix commits")
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in FAMILIES]
+        if unknown:
+            raise ValueError(f"unknown mutation families {unknown}; known: {', '.join(FAMILIES)}")
+        return value
+
+    def label(self) -> str:
+        return f"synthesize {self.repo_name or repo_name_of(self.repo)}@{self.rev}"
+
+
 SourceEntry = Annotated[
-    GithubExport | GithubApiExport | JiraExport | SwebenchFile | GitHistory, Field(discriminator="kind")
+    GithubExport | GithubApiExport | JiraExport | SwebenchFile | GitHistory | SynthesizeRepository,
+    Field(discriminator="kind"),
 ]
-KINDS = ("github", "github-api", "jira", "swebench", "gitlog")
+KINDS = ("github", "github-api", "jira", "swebench", "gitlog", "synthesize")
 
 
 def ingest_source(
@@ -136,11 +166,13 @@ def ingest_source(
     snapshots: SnapshotStore,
     caps: IngestCaps,
     env_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    synthesizer: Synthesizer | None = None,
 ) -> tuple[list[Task], Funnel]:
     """The tasks of one source and its funnel (stage ``ingest.KIND``); a missing input file is a ``ConfigError``.
 
     ``env_overrides``: params.yaml's ``env.repos``, for the adapters that read a task's environment at ingest
-    (a SWE-bench ``environment_setup_commit``; the Python a git-history commit's era needs).
+    (a SWE-bench ``environment_setup_commit``; the Python a git-history commit's era needs). ``synthesizer``:
+    the sandboxes and settings a ``synthesize`` entry runs with (``Runtime.synthesizer``).
     """
     match entry:
         case GithubExport():
@@ -177,6 +209,21 @@ def ingest_source(
                 min_statement_words=entry.min_statement_words,
                 keep_subject_only=entry.keep_subject_only,
                 env_overrides=env_overrides,
+            )
+        case SynthesizeRepository():
+            if synthesizer is None:
+                raise ConfigError(f"{entry.label()}: synthesis needs sandboxes, and none were given")
+            return synthesize_repository(
+                entry.repo,
+                snapshots,
+                synthesizer,
+                count=entry.count,
+                repo_name=entry.repo_name or None,
+                rev=entry.rev,
+                candidates=entry.candidates,
+                families=entry.families or tuple(FAMILIES),
+                pr_mirror=entry.pr_mirror,
+                max_changed_lines=entry.max_changed_lines,
             )
     raise ConfigError(f"unknown source kind {getattr(entry, 'kind', entry)!r}; kinds: {', '.join(KINDS)}")
 
