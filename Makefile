@@ -58,8 +58,8 @@ test: setup $(TEST_WHEELS)/.fetched
 test-fast: setup
 	$(PY) -m pytest -m "not services and not slow"
 
-# realrepos.py needs repositories: `make bench REPOS="--repo NAME=PATH ..."` runs it too (docs/realrepos.md);
-# synthesis_realrepos.py needs the corpus's mirrors: `make bench MIRRORS=DIR` (docs/synthesis.md).
+# realrepos.py needs repositories: `make bench REPOS="--corpus tuning"` (or "--repo NAME=PATH ...") runs it too
+# (docs/realrepos.md); synthesis_realrepos.py needs the corpus's mirrors: `make bench MIRRORS=DIR` (docs/synthesis.md).
 bench: setup
 	@for b in benchmarks/*.py; do case $$b in benchmarks/realrepos.py|benchmarks/synthesis_realrepos.py) continue;; esac; \
 		echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,17 +1,22 @@
 """Acceptance on code no one here wrote: fix commits of public repositories, end to end on both backends.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/realrepos.py [--repo NAME=PATH_OR_URL ...] [--max-instances 5]
+    PYTHONPATH=src .venv/bin/python benchmarks/realrepos.py [--corpus tuning|held-out] [--mirrors DIR]
+                                                            [--repo NAME=PATH_OR_URL ...] [--max-instances 5]
                                                             [--runs 2] [--backends bwrap,docker] [--rebuild] [--quick]
 
+``--corpus`` takes one half of the corpus (benchmarks/realrepos_corpus.toml, chosen before the work it
+measures) from its mirrors (``DIR/OWNER+NAME/repo``); ``--repo`` adds any other repository.
 For each repository (a local git mirror or a clone URL; nothing of it is kept in this repository):
 mine fix commits from its history (``ingest_git_history``, the most recent ``--max-instances`` that
 pass ingestion's filters), detect and build its environment image (``provide_images``), then on
 every backend validate each instance (fail-to-pass before/after the fix, ``--runs`` runs each) and
 grade the gold patch (must score 1) and the empty diff (must score 0). Prints per repository and
 backend: instances, valid, accepted (valid, gold 1, empty 0), the valid tasks' fail-to-pass tests and
-assertions judged on the host (docs/verification.md), rejected by reason, seconds spent
-building the environment, validating and grading; then the ingest funnel, every rejection with its
-detail, and whether the two backends agreed.
+assertions judged on the host (docs/verification.md), rejected by reason, the rejections that are the
+product's fault and the share of real fixes accepted (both from the judgments read in
+benchmarks/realrepos_judgments.toml: a rejection no one has judged yet is counted ``unjudged``), seconds
+spent building the environment, validating and grading; then the ingest funnel, every rejection with its
+detail and judgment, and whether the two backends agreed.
 
 ``--rebuild`` drops this run's environment images from the cache first, so the build time is a cold
 one. Everything else the run makes (clones, snapshots, sandboxes, the Podman service and the images it
@@ -29,16 +34,17 @@ import signal
 import sys
 import tempfile
 import time
+import tomllib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from trialforge.errors import TrialforgeError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import ENV_REPO, base_image, cache_root
@@ -60,6 +66,107 @@ from trialforge.verify.grader import Grader
 # Environment overrides (params.yaml's ``env.repos`` shape) for repositories detection gets wrong; each with why.
 OVERRIDES: dict[str, dict[str, Any]] = {}
 LIMITS = Limits(cpus=1.0, memory_mb=1024, pids=256, disk_mb=256)
+HERE = Path(__file__).parent
+CORPUS = HERE / "realrepos_corpus.toml"
+JUDGMENTS = HERE / "realrepos_judgments.toml"
+MIRRORS = Path("/work/.mirror")
+# The issue's goals (#45), on each half of the corpus.
+GOAL_REAL_FIXES_ACCEPTED = 0.70
+GOAL_PRODUCT_AT_FAULT = 0.10
+
+
+# --- the corpus and the judgments -------------------------------------------------------------------------
+
+
+def corpus_repos(half: str, mirrors: Path, corpus: Path = CORPUS) -> dict[str, str]:
+    """One half of the corpus (``tuning``: ``held_out = false``; ``held-out``), each name's mirror by its short name."""
+    entries = tomllib.loads(corpus.read_text())["repo"]
+    chosen = [e["name"] for e in entries if e["held_out"] == (half == "held-out")]
+    repos = {name.split("/", 1)[1]: mirrors / name.replace("/", "+", 1) / "repo" for name in chosen}
+    missing = [str(path) for path in repos.values() if not path.is_dir()]
+    if missing:
+        raise SystemExit(f"--corpus {half}: no mirror at {', '.join(missing)} (--mirrors DIR holds OWNER+NAME/repo)")
+    return {name: str(path) for name, path in repos.items()}
+
+
+class Judgment(BaseModel):
+    """One rejection, judged by reading the case: whose fault it is, whether the commit fixes anything, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    task: str
+    reason: str  # the rejection reason judged (``validate/no_fail_to_pass``); another reason is a new case
+    fault: Literal["product", "commit", "env-upstream"]
+    real_fix: bool  # false: the commit is no fix its tests show (nothing to accept), left out of the share
+    why: str
+
+
+def load_judgments(path: Path = JUDGMENTS) -> dict[tuple[str, str], Judgment]:
+    """The judgments file, by (task id, reason); a malformed file is a one-line error."""
+    try:
+        entries = tomllib.loads(path.read_text()).get("judgment", [])
+        judged = [Judgment.model_validate(entry) for entry in entries]
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise SystemExit(f"{path}: {' '.join(str(exc).split())}") from None
+    return {(j.task, j.reason): j for j in judged}
+
+
+@dataclass
+class Tally:
+    """Rejections by whose fault they are, and how many instances are real fixes, on one backend."""
+
+    faults: Counter[str] = field(default_factory=Counter)  # product, commit, env-upstream, unjudged
+    not_fixes: int = 0
+
+    def add(self, other: Tally) -> None:
+        self.faults.update(other.faults)
+        self.not_fixes += other.not_fixes
+
+
+def tally(rejections: list[tuple[str, str, str]], judgments: dict[tuple[str, str], Judgment]) -> Tally:
+    t = Tally()
+    for task_id, reason, _ in rejections:
+        judged = judgments.get((task_id, reason))
+        t.faults[judged.fault if judged else "unjudged"] += 1
+        t.not_fixes += bool(judged and not judged.real_fix)
+    return t
+
+
+def verdict(judged: Judgment | None) -> str:
+    if judged is None:
+        return "unjudged"
+    return f"{judged.fault}{'' if judged.real_fix else ', not a real fix'}: {judged.why}"
+
+
+def product_at_fault(t: Tally) -> str:
+    """``product of rejections (share)``, and the rejections still to read."""
+    rejected = sum(t.faults.values())
+    if not rejected:
+        return "-"
+    text = f"{t.faults['product']}/{rejected} ({t.faults['product'] / rejected:.0%})"
+    return text + (f", {t.faults['unjudged']} unjudged" if t.faults["unjudged"] else "")
+
+
+def real_fixes_accepted(accepted: int, instances: int, t: Tally) -> str:
+    """``accepted of the instances that are real fixes (share)``: an unjudged rejection counts as a real fix."""
+    real = instances - t.not_fixes
+    return f"{accepted}/{real} ({accepted / real:.0%})" if real else "-"
+
+
+def goals(accepted: int, instances: int, t: Tally) -> str:
+    """The issue's two goals on what was measured: met, or not, with the figures."""
+    real = instances - t.not_fixes
+    rejected = sum(t.faults.values())
+    share = accepted / real if real else 0.0
+    fault = t.faults["product"] / rejected if rejected else 0.0
+    lines = [
+        f"real fixes accepted {accepted}/{real} ({share:.0%}), goal >= {GOAL_REAL_FIXES_ACCEPTED:.0%}: "
+        + ("met" if share >= GOAL_REAL_FIXES_ACCEPTED else "NOT met"),
+        f"product at fault {t.faults['product']}/{rejected} of rejections ({fault:.0%}), goal <= "
+        f"{GOAL_PRODUCT_AT_FAULT:.0%}: " + ("met" if fault <= GOAL_PRODUCT_AT_FAULT else "NOT met"),
+    ]
+    if t.faults["unjudged"]:
+        lines.append(f"{t.faults['unjudged']} rejections unjudged: read them and record them in {JUDGMENTS.name}")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -142,8 +249,8 @@ def check(
         try:
             image = task_image(task, backend, default.name)
             checked = validate_task(task, backend, image.name, snapshots, LIMITS, cfg, shared)
-        except TrialforgeError as exc:  # infrastructure, not the task: say so and go on with the next one
-            result.reject(task.task_id, f"error/{type(exc).__name__}", str(exc))
+        except Exception as exc:  # infrastructure or a crash, not the task: say so, go on
+            result.reject(task.task_id, f"error/{type(exc).__name__}", f"validating: {exc}")
             console.print(f"  {backend.name} {task.task_id}: {type(exc).__name__} while validating")
             continue
         finally:
@@ -160,9 +267,15 @@ def check(
             result.judged.update(f2p=h.fail_to_pass, f2p_host=h.fail_to_pass_host_judged, asserts=h.assertions,
                                  asserts_host=h.assertions_host_judged)  # fmt: skip
         start = time.monotonic()
-        gold = grader.grade(checked, checked.gold_patch)
-        empty = grader.grade(checked, "")
-        result.grade_s += time.monotonic() - start
+        try:
+            gold = grader.grade(checked, checked.gold_patch)
+            empty = grader.grade(checked, "")
+        except Exception as exc:  # one crash is one rejection, not the end of the measurement
+            result.reject(task.task_id, f"error/{type(exc).__name__}", f"grading: {exc}")
+            console.print(f"  {backend.name} {task.task_id}: {type(exc).__name__} while grading")
+            continue
+        finally:
+            result.grade_s += time.monotonic() - start
         marked = ", underspecified" if checked.statement and checked.statement.underspecified else ""
         console.print(f"  {backend.name} {task.task_id}: valid, {len(checked.fail_to_pass)} fail-to-pass "
                       f"({v.fail_to_pass_units} units){marked}, gold {gold.reward}, empty {empty.reward}")  # fmt: skip
@@ -238,19 +351,25 @@ def _remove_imported(client: Any, before: set[str]) -> None:
 # --- the report --------------------------------------------------------------------------------------------
 
 
-def summary_table(results: list[RepoResult]) -> Table:
+def summary_table(results: list[RepoResult], judgments: dict[tuple[str, str], Judgment]) -> tuple[Table, str]:
+    """The table, and the goals as measured on the whole run (every backend's pairs together)."""
     table = Table(title="Fix commits of public repositories, per backend")
-    columns = ("repository", "backend", "instances", "image ok", "valid", "accepted", "f2p host-judged",
-               "asserts host-judged", "env s", "validate s", "grade s", "rejected by reason")  # fmt: skip
+    columns = ("repository", "backend", "instances", "image ok", "valid", "accepted", "real fixes accepted",
+               "product at fault", "f2p host-judged", "asserts host-judged", "env s", "validate s", "grade s",
+               "rejected by reason")  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name in ("repository", "backend", "rejected by reason") else "right")
     totals: Counter[str] = Counter()
     seconds: Counter[str] = Counter()
+    faults = Tally()
     for r in results:
         seconds["env"] += r.env_s
         for backend, b in r.backends.items():
             built = "built" if any(i.built for i in r.images) else "cached"
+            t = tally(b.details, judgments)
+            faults.add(t)
             table.add_row(r.name, backend, str(r.instances), str(r.env.kept), str(b.valid), str(b.accepted),
+                          real_fixes_accepted(b.accepted, r.instances, t), product_at_fault(t),
                           _share(b.judged, "f2p"), _share(b.judged, "asserts"),
                           f"{r.env_s:.1f} ({built})", f"{b.validate_s:.1f}", f"{b.grade_s:.1f}",
                           _reasons(b.rejected))  # fmt: skip
@@ -262,10 +381,11 @@ def summary_table(results: list[RepoResult]) -> Table:
     reasons = Counter({k: v for k, v in totals.items() if "/" in k})
     judged = Counter({k.removeprefix("judged:"): n for k, n in totals.items() if k.startswith("judged:")})
     table.add_row("TOTAL", "", str(totals["instances"]), str(totals["images"]), str(totals["valid"]),
-                  str(totals["accepted"]), _share(judged, "f2p"), _share(judged, "asserts"),
+                  str(totals["accepted"]), real_fixes_accepted(totals["accepted"], totals["instances"], faults),
+                  product_at_fault(faults), _share(judged, "f2p"), _share(judged, "asserts"),
                   f"{seconds['env']:.1f}", f"{seconds['validate']:.1f}",
                   f"{seconds['grade']:.1f}", _reasons(reasons), style="bold")  # fmt: skip
-    return table
+    return table, goals(totals["accepted"], totals["instances"], faults)
 
 
 def _share(counts: Counter[str], what: str) -> str:
@@ -284,7 +404,7 @@ def _clip(detail: str, head: int = 200, tail: int = 400) -> str:
     return text if len(text) <= head + tail else f"{text[:head]} [...] {text[-tail:]}"
 
 
-def details(results: list[RepoResult], console: Console) -> None:
+def details(results: list[RepoResult], judgments: dict[tuple[str, str], Judgment], console: Console) -> None:
     for r in results:
         console.print(f"\n[bold]{r.name}[/bold]: ingest of {r.rev}: {r.ingest.kept} of {r.ingest.seen} commits kept; "
                       f"dropped {_reasons(r.ingest.dropped)}")  # fmt: skip
@@ -293,6 +413,7 @@ def details(results: list[RepoResult], console: Console) -> None:
         for backend, b in r.backends.items():
             for task_id, reason, detail in b.details:
                 console.print(f"  {backend} {task_id} {reason}: {_clip(detail)}", markup=False)
+                console.print(f"    judged {verdict(judgments.get((task_id, reason)))}", markup=False)
         if len(r.backends) > 1:
             verdicts = [b.verdicts for b in r.backends.values()]
             differ = sorted(t for t in verdicts[0] if any(v.get(t) != verdicts[0][t] for v in verdicts[1:]))
@@ -300,10 +421,12 @@ def details(results: list[RepoResult], console: Console) -> None:
             console.print(f"  backends agree on every verdict and test list: {agree}")
 
 
-def parse_repos(specs: list[str]) -> dict[str, str]:
-    if not specs:
-        raise SystemExit("give the repositories: --repo NAME=PATH_OR_URL (repeatable); docs/realrepos.md has the runs")
-    repos = {}
+def parse_repos(specs: list[str], corpus: dict[str, str]) -> dict[str, str]:
+    if not specs and not corpus:
+        raise SystemExit(
+            "give the repositories: --corpus tuning or --repo NAME=PATH_OR_URL; docs/realrepos.md has the runs"
+        )
+    repos = dict(corpus)
     for spec in specs:
         name, sep, source = spec.partition("=")
         if not sep or not name or not source:
@@ -314,6 +437,8 @@ def parse_repos(specs: list[str]) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=("tuning", "held-out"), help=f"one half of {CORPUS.name}")
+    parser.add_argument("--mirrors", type=Path, default=MIRRORS, help="the corpus's mirrors: DIR/OWNER+NAME/repo")
     parser.add_argument("--repo", action="append", default=[], metavar="NAME=PATH_OR_URL",
                         help="a git mirror or clone URL (repeatable)")  # fmt: skip
     parser.add_argument("--max-instances", type=int, default=5, help="most recent ingested fix commits per repository")
@@ -330,8 +455,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     console = Console()
     if not console.is_terminal:
-        console.width = 200  # a log file: do not squeeze the tables
-    repos = parse_repos(args.repo)
+        console.width = 320  # a log file: do not squeeze the tables
+    repos = parse_repos(args.repo, corpus_repos(args.corpus, args.mirrors) if args.corpus else {})
+    load_judgments()  # a malformed file fails now, not after the run
     results = []
     start = time.monotonic()
     with (
@@ -341,10 +467,13 @@ def main() -> None:
         snapshots = SnapshotStore(open_store(f"file://{tmp}/store"), Path(tmp) / "cache")
         for name, source in repos.items():
             results.append(run_repo(name, source, backends, snapshots, Path(tmp) / "clones", args, console))
-    console.print(summary_table(results))
-    details(results, console)
+    judgments = load_judgments()  # again: cases read while the run went on count
+    table, measured = summary_table(results, judgments)
+    console.print(table)
+    details(results, judgments, console)
     console.print(f"\nwall {time.monotonic() - start:.0f}s for {len(results)} repositories "
                   f"({args.max_instances} instances at most each, {args.runs} runs per validation)")  # fmt: skip
+    console.print(measured, markup=False)
 
 
 if __name__ == "__main__":

@@ -188,6 +188,76 @@ def test_tox_pytest_command_keeps_options_and_drops_the_test_dir(tmp_path: Path)
     assert spec.requirements == ("pytest-cov",)
 
 
+def test_tox_posargs_default_with_spaces_is_what_tox_runs_without_arguments(tmp_path: Path) -> None:
+    # dateutil's tox.ini: a default of several quoted words, split into pieces before its braces were seen
+    repo = make(
+        tmp_path,
+        {
+            "tox.ini": """
+                [testenv]
+                commands = python -m pytest {posargs: "{toxinidir}/tests" "{toxinidir}/docs" --cov=pkg} -ra {posargs}
+            """,
+            "tests/test_a.py": PYTEST_TEST,
+            "docs/conf.py": "",
+        },
+    )
+    assert detect(repo).test_cmd == (*PYTEST_CMD, "docs", "--cov=pkg", "-ra")
+
+
+def test_a_root_level_tests_module_of_unittest_cases_runs_under_unittest(tmp_path: Path) -> None:
+    # itsdangerous in 2011: itsdangerous.py beside tests.py, run by `python tests.py`; pytest collects no tests.py
+    repo = make(tmp_path, {"lib.py": "", "tests.py": UNITTEST_TEST, "Makefile": "test:\n\tpython tests.py\n"})
+    spec = detect(repo)
+    assert spec.test_cmd == UNITTEST_CMD
+    assert spec.detected_from == ("test files (unittest.TestCase only)",)
+
+
+def test_tox_configuration_in_pyproject_is_read_with_its_section_references(tmp_path: Path) -> None:
+    # tqdm: tox.ini moved into pyproject.toml, the plugins the suite's addopts need listed in a [core] section
+    repo = make(
+        tmp_path,
+        {
+            "pyproject.toml": """
+                [tool.pytest.ini_options]
+                addopts = "--asyncio-mode=strict"
+
+                [tool.tox]
+                legacy_tox_ini = \"\"\"
+                [core]
+                deps=
+                    pytest-asyncio
+                    pytest-timeout
+                    git+https://github.com/casperdcl/nbval
+
+                [testenv]
+                deps=
+                    {[core]deps}
+                    rich
+                commands=
+                    {envpython} -m pytest -k "not perf"
+                \"\"\"
+            """,
+            "tests/test_a.py": PYTEST_TEST,
+        },
+    )
+    spec = detect(repo)
+    assert spec.requirements == ("pytest-asyncio", "pytest-timeout", "nbval", "rich")
+    assert spec.test_cmd == (*PYTEST_CMD, "-k", "not perf", "--asyncio-mode=strict")
+
+
+@pytest.mark.parametrize(
+    ("line", "name"),
+    [("git+https://github.com/casperdcl/nbval", "nbval"), ("git+https://example.org/a/b.git@v1.2#egg=pkg-b", "pkg-b"),
+     ("hg+https://example.org/x/tool.git", "tool")],
+)  # fmt: skip
+def test_a_vcs_requirement_is_installed_from_the_index_by_its_name(tmp_path: Path, line: str, name: str) -> None:
+    # the image builds from the package index and has no git: tqdm's fork of nbval failed the whole build
+    repo = make(tmp_path, {"requirements-test.txt": f"{line}\n", "tests/test_a.py": PYTEST_TEST})
+    spec = detect(repo)
+    assert spec.requirements == (name,)
+    assert f"requirements-test.txt ({line} installed as {name} from the package index)" in spec.detected_from
+
+
 def test_unittest_only_tests_run_under_unittest_discovering_from_their_plain_directory(tmp_path: Path) -> None:
     repo = make(tmp_path, {"pkg/__init__.py": "", "tests/test_a.py": UNITTEST_TEST, "tests/test_b.py": UNITTEST_TEST})
     spec = detect(repo)
@@ -307,13 +377,14 @@ def test_requirements_files_follow_includes_inside_the_repository(tmp_path: Path
     )
     (tmp_path / "outside.txt").write_text("evil\n")
     spec = detect(repo)
-    assert spec.requirements == ("idna==3.4", "git+https://example.org/x.git#egg=x", "responses")
+    assert spec.requirements == ("idna==3.4", "x", "responses")  # the image has no git: x from the index
     assert spec.pip_args == ("--index-url", "https://pypi.example/simple")
     assert spec.detected_from == (
         "requirements/base.txt",
         "outside.txt (outside the repository or missing: ignored)",
         "requirements/test.txt (constraints constraints.txt ignored)",
         "requirements/test.txt",
+        "requirements/test.txt (git+https://example.org/x.git#egg=x installed as x from the package index)",
         "requirements/test.txt ('==bad==' is not a requirement: ignored)",
     )
 

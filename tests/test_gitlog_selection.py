@@ -66,6 +66,7 @@ def test_test_modules_are_what_the_runner_collects_not_only_pytests_default_name
     assert dropped == {"root": "root_commit", "own_python_files": "no_code_changes"}
 
 
+SCRIPT = "#!/usr/bin/env python\nimport sys\n\nprint(sys.argv)\n"
 CHECK = '\n\ndef check(value):\n    if value is None:\n        raise ValueError("bad valeu")\n    return value\n' \
         "\n\ndef twice(value):\n    return vaule * 2\n"  # fmt: skip
 
@@ -84,6 +85,8 @@ NON_FIXES = {
     "chore": ("housekeeping_commit", "chore: tidy the helpers\n\nMoves code around while the tests follow it."),
     "docs": ("housekeeping_commit", "docs(api): describe total() and its edge cases for the reference"),
     "ci": ("housekeeping_commit", "ci: run the suite on 3.12\n\nThe matrix missed the newest interpreter."),
+    "dev_chores": ("housekeeping_commit", "Dev chores (#2226)\n\n* Migrate to pyproject.toml\n* Migrate to ruff"),
+    "project_files": ("housekeeping_commit", "update project files\n\n* update pre-commit hooks\n* update dev deps"),
     "style": ("style_commit", "style: wrap long lines\n\nThe linter asks for 79 columns in every module."),
     "black": ("style_commit", "Run black on the whole tree\n\nOne style for every module, tests included."),
 }
@@ -91,7 +94,7 @@ NON_FIXES = {
 
 def test_commits_that_fix_nothing_are_dropped_each_with_its_reason(tmp_path, snapshots):
     h = History(tmp_path)
-    h.commit("root", "Initial import", {"pkg/__init__.py": "", **h.step(0)})
+    h.commit("root", "Initial import", {"pkg/__init__.py": "", "scripts/render": SCRIPT, **h.step(0)})
     for n, (name, (_, message)) in enumerate(NON_FIXES.items(), start=1):
         h.commit(name, message, h.step(n))  # each changes code and its test: only the message tells
     base = len(NON_FIXES) + 1
@@ -103,6 +106,12 @@ def test_commits_that_fix_nothing_are_dropped_each_with_its_reason(tmp_path, sna
         "Explain step's offset\n\nA reader could not tell why the offset is added before the call returns.",
         {"pkg/core.py": code.replace("def step1(x):", "def step1(x):\n    # the offset is the step's number\n    "
                                      '"""Shift by one."""', 1), "tests/test_core.py": h.tests + "\n# see step1\n"},
+    )  # fmt: skip
+    h.commit(  # jmespath's "Fix typos": comments of a module and of a Python script named without .py
+        "comment_in_script",
+        "Fix typos\n\n* `evalution` -> `evaluation`\n* `predictible` -> `predictable`",
+        {"scripts/render": SCRIPT.replace("\n", "\n# render the evaluation\n", 1),
+         "pkg/core.py": code + "\n# predictable\n", "tests/test_core.py": h.tests + "\n# evaluation\n"},
     )  # fmt: skip
     code = h.core = (h.repo / "pkg/core.py").read_text() + CHECK
     h.commit("add_check", "check() accepts None" + WHY, {"pkg/core.py": code, "tests/test_core.py": h.tests + "\n"})
@@ -128,6 +137,7 @@ def test_commits_that_fix_nothing_are_dropped_each_with_its_reason(tmp_path, sna
         "root": "root_commit",
         **{name: reason for name, (reason, _) in NON_FIXES.items()},
         "comment_only": "no_behaviour_change",
+        "comment_in_script": "no_behaviour_change",
         "typo_in_text": "typo_fix",
     }
 

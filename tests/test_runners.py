@@ -36,7 +36,7 @@ from trialforge.testrun.canaries import plant
 from trialforge.testrun.command import PYTEST_REFUSED, log_dropped, pytest_args, run_env, unittest_plan
 from trialforge.testrun.prepare import prepare
 from trialforge.testrun.run import run_tests
-from trialforge.verify.grader import Grader
+from trialforge.verify.grader import Grader, Verdict
 
 UNITTEST = EnvSpec(test_cmd=("python3", "-m", "unittest", "discover", "-s", "tests", "-t", "."))
 
@@ -597,3 +597,99 @@ def test_a_graded_run_dropping_the_tasks_selection_is_no_warning_but_a_refused_o
     log_dropped("whole suite", pytest_args(["-x", "-m", "not stress"], named_tests=False).dropped)
     levels = {r.getMessage().split(":")[0]: r.levelname for r in caplog.records}
     assert levels == {"graded": "INFO", "whole suite": "WARNING"}
+
+
+# --- graded runs of suites shaped like real ones ----------------------------------------------------------------
+
+SELF_NAMING = {
+    "kit.py": "def check(cls):\n    raise TypeError(f'bad {cls.__name__}')\n",
+    # typeguard's shape: the message a test expects spells the test's own qualified name
+    "tests/test_kit.py": (
+        "import pytest\nfrom kit import check\n\n\nclass TestCheck:\n    def test_local_class(self):\n"
+        "        class Foo:\n            pass\n\n        pytest.raises(TypeError, check, Foo).match(\n"
+        '            rf"bad {__name__}\\.{type(self).__name__}\\.test_local_class\\.<locals>\\.Foo"\n        )\n\n'
+        "    def test_builtin(self):\n        pytest.raises(TypeError, check, int).match('bad builtins.int')\n"
+    ),
+}
+QUALIFIED = "def check(cls):\n    raise TypeError(f'bad {cls.__module__}.{cls.__qualname__}')\n"
+LOCAL_CLASS = {
+    "kit.py": "def describe(cls):\n    return cls.__name__\n",
+    "tests/test_kit.py": (
+        "from kit import describe\n\n\nclass TestDescribe:\n    def test_local_class(self):\n"
+        "        class Foo:\n            pass\n\n"
+        '        assert describe(Foo) == f"{__name__}.{type(self).__name__}.test_local_class.<locals>.Foo"\n'
+    ),
+}
+
+
+def _gold_and_empty(task: Task, bwrap_backend, base_image, snapshots) -> tuple[Task, Verdict]:
+    """The task validated; its gold patch must score 1 and the empty diff 0 (returned: which tests failed)."""
+    checked = _validate(task, bwrap_backend, base_image, snapshots)
+    assert checked.validation.valid, checked.validation.reason
+    grader = Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits(), test_timeout_s=60)
+    gold, empty = grader.grade(checked, checked.gold_patch), grader.grade(checked, "")
+    assert (gold.reward, empty.reward) == (1.0, 0.0), gold.reason
+    return checked, empty
+
+
+@pytest.mark.sandbox
+def test_a_test_that_spells_its_own_name_keeps_it_when_graded(tmp_path, snapshots, bwrap_backend, base_image):
+    fixed = {**SELF_NAMING, "kit.py": QUALIFIED}
+    task = _task(tmp_path, snapshots, SELF_NAMING, fixed)
+    checked, _ = _gold_and_empty(task, bwrap_backend, base_image, snapshots)
+    assert checked.fail_to_pass == [
+        "tests/test_kit.py::TestCheck::test_builtin",
+        "tests/test_kit.py::TestCheck::test_local_class",
+    ]
+
+
+@pytest.mark.sandbox
+def test_code_under_test_called_on_a_local_class_is_never_recorded_as_the_expected_value(
+    tmp_path, snapshots, bwrap_backend, base_image
+):
+    # the f-string reads `self`: not an expected side; `describe(Foo)` was taken for one (Foo, a class the test
+    # defines, did not count as local), recorded from the gold patch's run and the f-string observed: every diff passed
+    fixed = {**LOCAL_CLASS, "kit.py": "def describe(cls):\n    return f'{cls.__module__}.{cls.__qualname__}'\n"}
+    _, empty = _gold_and_empty(_task(tmp_path, snapshots, LOCAL_CLASS, fixed), bwrap_backend, base_image, snapshots)
+    assert empty.outcomes == {"tests/test_kit.py::TestDescribe::test_local_class": "failed"}
+
+
+@pytest.mark.sandbox
+def test_a_test_another_test_file_calls_keeps_its_name_when_graded(tmp_path, snapshots, bwrap_backend, base_image):
+    # idna's codec tests call test_idna.IDNATests().test_decode(...): renamed in its own file, it was missing there
+    base = {
+        "kit.py": "def double(x):\n    return x + x + 1\n",
+        "tests/__init__.py": "",
+        "tests/test_base.py": "from kit import double\n\n\ndef test_double():\n    assert double(2) == 4\n",
+        "tests/test_again.py": "from . import test_base\n\n\ndef test_double_again():\n    test_base.test_double()\n",
+    }
+    fixed = {**base, "kit.py": "def double(x):\n    return x * 2\n"}
+    checked, _ = _gold_and_empty(_task(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots)
+    assert checked.fail_to_pass == ["tests/test_again.py::test_double_again", "tests/test_base.py::test_double"]
+
+
+@pytest.mark.sandbox
+def test_an_expected_line_number_is_judged_in_process_not_recorded(tmp_path, snapshots, bwrap_backend, base_image):
+    # typeguard: `warning.lineno == test_f.__code__.co_firstlineno + 2`, recorded from validation's file, then
+    # compared with a line of the graded file, which blinding reprints
+    test = (
+        "import warnings\n\nfrom kit import check\n\n\n# a comment the reprint drops\n\n\ndef test_warns():\n"
+        "    with warnings.catch_warnings(record=True) as caught:\n        warnings.simplefilter('always')\n"
+        "        check()\n    assert caught[0].lineno == test_warns.__code__.co_firstlineno + 3\n"
+    )
+    kit = "import warnings\n\n\ndef check():\n    warnings.warn('checked', stacklevel={})\n"
+    base = {"kit.py": kit.format(1), "tests/test_kit.py": test}
+    fixed = {**base, "kit.py": kit.format(2)}
+    checked, _ = _gold_and_empty(_task(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots)
+    assert checked.fail_to_pass == ["tests/test_kit.py::test_warns"]
+
+
+@pytest.mark.sandbox
+def test_a_file_of_more_tests_than_two_of_its_words_can_name_is_graded(tmp_path, snapshots, bwrap_backend, base_image):
+    # idna's test_idna_uts46.py: 6,333 tests named test_uts46_N, one word of the file's own and ten borrowed
+    many = "".join(f"\n\ndef test_uts46_{n}():\n    assert ok({n})\n" for n in range(150))
+    base = {"kit.py": "def ok(n):\n    return n != 7\n", "tests/test_uts.py": "from kit import ok\n" + many}
+    fixed = {**base, "kit.py": "def ok(n):\n    return True\n"}
+    checked, _ = _gold_and_empty(_task(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots)
+    assert checked.fail_to_pass == ["tests/test_uts.py::test_uts46_7"]
+    assert len(checked.pass_to_pass) == 149

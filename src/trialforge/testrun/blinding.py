@@ -16,6 +16,7 @@ import builtins
 import copy
 import json
 import random
+import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ RECORDED_METHODS = frozenset({
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
         ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}  # fmt: skip
 _IDENTITY_CONSTANTS = (None, True, False)
+# where code stands in its file (typeguard: ``lineno == test_check_type.__code__.co_firstlineno + 2``)
+_LAYOUT = frozenset({"co_firstlineno", "co_lines", "co_positions", "f_lineno", "lineno", "end_lineno", "tb_lineno"})
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STRING_SCAN = 4096  # characters of each string searched for names (a test's data can be megabytes)
 _PREDICATES = frozenset({"isinstance", "issubclass"})  # checks of classes: their own kind of slot, or in process
 # decorators that call the test once, as written: any other (hypothesis's @given, a retry) may run it many times
 _SAFE_DECORATORS = ("pytest.mark.", "unittest.skip", "unittest.expectedFailure", "unittest.mock.patch", "mock.patch")
@@ -256,7 +261,7 @@ def _bound_by(node: ast.stmt) -> set[str]:
 
 def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> Iterator[TestFunction]:
     subclassed = {b.id for n in module.body if isinstance(n, ast.ClassDef) for b in n.bases if isinstance(b, ast.Name)}
-    referenced = _referenced_names(module)
+    referenced = referenced_names(module)
     for node in module.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and runner == "pytest":
             yield _test(node, None, node.name, rel, scope, referenced)
@@ -272,19 +277,41 @@ def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> It
                     yield test
 
 
-def _referenced_names(module: ast.Module) -> dict[str, int]:
-    """How often each name is read (as a name, an attribute or a string) anywhere in the module."""
+def referenced_names(module: ast.Module) -> dict[str, int]:
+    """How often each name is read (as a name, an attribute or a word of a string) anywhere in the module.
+
+    A word of a string counts: a test that matches its own qualified name in a message (typeguard's
+    ``rf"...\\.test_return_invalid\\.<locals>\\.Foo"``) would fail under another name."""
     counts: dict[str, int] = {}
     for node in ast.walk(module):
-        name = (
-            node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
-            else node.attr if isinstance(node, ast.Attribute)
-            else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200
-            else None
+        names = (
+            [node.id] if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+            else [node.attr] if isinstance(node, ast.Attribute)
+            else _IDENTIFIER.findall(node.value[:_STRING_SCAN]) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            else []
         )  # fmt: skip
-        if name:
+        for name in names:
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def _bound_inside(node: ast.FunctionDef) -> set[str]:
+    """Every name the test's body binds: assigned, and named by a class, function, import or handler of its own.
+
+    A class the test defines is local like an assigned name: ``describe(Foo)`` of a local ``Foo`` is no expected
+    value validation could record once for every run (it would record the code under test's answer)."""
+    found: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            found.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not node:
+            found.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            found.update((alias.asname or alias.name).split(".")[0] for alias in n.names)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+            found.add(n.name)
+    return found
 
 
 def _test(
@@ -297,7 +324,7 @@ def _test(
     for extra in (node.args.vararg, node.args.kwarg):
         if extra is not None:
             arguments.add(extra.arg)
-    stores = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    stores = _bound_inside(node)
     columns = set(parametrize.names) if parametrize else set()
     constants = _local_constants(node, arguments)
     bound = arguments | stores | columns
@@ -505,6 +532,8 @@ def _closed(node: ast.expr, scope: Scope) -> bool:
     wherever the test stands, so the gold patch's runs can record it (a recorded expectation)."""
     if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda)) for n in ast.walk(node)):
         return False
+    if any(isinstance(n, ast.Attribute) and n.attr in _LAYOUT for n in ast.walk(node)):
+        return False  # the graded file is reprinted: its line numbers are not validation's
     inner = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     return not ((loads - inner) & scope.local)
@@ -840,8 +869,12 @@ def blind(
     new_name: Callable[[], str] | None = None,
     rng: random.Random | None = None,
     recorded: Mapping[str, object] | None = None,
+    read_elsewhere: frozenset[str] = frozenset(),
 ) -> tuple[str, Blinding] | None:
     """The file for a graded run, and what the host keeps; None when nothing in it could be blinded.
+
+    ``read_elsewhere``: names other files read (idna's codec tests call ``IDNATests().test_decode``): a test of
+    this file by such a name keeps it, and stays in the file when it is not graded.
 
     ``graded``: the original ids of the tests of this file the run grades. ``in_process``: slot keys the
     task's validation kept in process. ``param_rows``: each graded parametrized id's row, and ``recorded``: each
@@ -866,7 +899,7 @@ def blind(
         holder_body = functions[_position(test.node)]
         ids = by_qual.get(qual)
         if ids is None:
-            if test.renamable and test.node.name not in graded_names:
+            if test.renamable and test.node.name not in graded_names | read_elsewhere:
                 doomed.append(holder_body)
             continue
         node = holder_body[1]
@@ -875,7 +908,7 @@ def blind(
         slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {})
         for test_id in ids:
             host_judged[test_id] = (len(slots), test.assertions)
-        name = new_name() if test.renamable else node.name
+        name = new_name() if test.renamable and node.name not in read_elsewhere else node.name
         opaque = _blind_function(node, test, slots, name, rng, hide_columns=bool(
             test.parametrize and {c for s in slots for c in s.names} & test.parametrize.columns))  # fmt: skip
         prefix = f"{analysis.rel}::{test.holder.name + '::' if test.holder else ''}{name}"

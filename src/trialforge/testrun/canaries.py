@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -47,23 +48,27 @@ class TestNames:
         }
         self.words = _words(self.taken)
         self.rng = rng
+        self.size = 2  # words per name: grows when the names of this many are (nearly) all taken
 
     def new(self) -> str:
-        for _ in range(1000):
-            name = "_".join(["test", *self.rng.sample(self.words, min(len(self.words), 2))])
-            if name not in self.taken:
-                self.taken.add(name)
-                return name
-        raise RuntimeError("no free test name")  # 1000 draws over the file's words: cannot happen
+        return self._fresh(lambda words: "_".join(["test", *words]))
 
     def new_class(self) -> str:
         """A TestCase name in the file's words: TestParseEmpty."""
-        for _ in range(1000):
-            name = "Test" + "".join(w.capitalize() for w in self.rng.sample(self.words, min(len(self.words), 2)))
-            if name not in self.taken:
-                self.taken.add(name)
-                return name
-        raise RuntimeError("no free canary class name")  # 1000 draws over the file's words: cannot happen
+        return self._fresh(lambda words: "Test" + "".join(w.capitalize() for w in words))
+
+    def _fresh(self, spell: Callable[[list[str]], str]) -> str:
+        # A file of thousands of tests in a few words (idna's 6,333 ``test_uts46_N``) takes every two-word name: then
+        # three words, and so on (the file has at least 10 words with the borrowed ones: 10! names at most).
+        while True:
+            for _ in range(100):
+                name = spell(self.rng.sample(self.words, min(len(self.words), self.size)))
+                if name not in self.taken:
+                    self.taken.add(name)
+                    return name
+            if self.size >= len(self.words):
+                raise RuntimeError("no free test name")  # every ordering of every word of the file is taken
+            self.size += 1
 
 
 def plant(

@@ -20,7 +20,7 @@ from typing import Literal
 
 from trialforge import pyast
 from trialforge.envspec import TestRunner
-from trialforge.testrun.blinding import Blinding, FileAnalysis, analyse, blind, instrument
+from trialforge.testrun.blinding import Blinding, FileAnalysis, analyse, blind, instrument, referenced_names
 from trialforge.testrun.canaries import Canary, TestNames, plant
 
 Observe = Literal["off", "instrument", "blind"]
@@ -76,12 +76,13 @@ def prepare(
     blinding: Blinding | None = None
     analyses: dict[str, FileAnalysis] = {}
     if observe == "blind":
+        read = _names_read(tree, files)
         for rel, ids in _by_file(test_ids).items():
             analysis = _analysis(tree, rel, runner)
             if analysis is None:
                 continue
             names[rel] = TestNames(analysis.module, rng)
-            blinded = blind(analysis, ids, in_process, param_rows, names[rel].new, rng, recorded)
+            blinded = blind(analysis, ids, in_process, param_rows, names[rel].new, rng, recorded, read)
             if blinded is not None:
                 (tree / rel).write_text(blinded[0], encoding="utf-8")
                 blinding = blinded[1] if blinding is None else blinding.merged(blinded[1])
@@ -132,6 +133,19 @@ def _by_file(test_ids: Iterable[str]) -> dict[str, list[str]]:
         if "::" in test_id:
             found.setdefault(test_id.split("::", 1)[0], []).append(test_id)
     return found
+
+
+def _names_read(tree: Path, files: list[str]) -> frozenset[str]:
+    """Every name the test files read (``blinding.referenced_names``): a test another file calls keeps its name."""
+    read: set[str] = set()
+    for rel in files:
+        path = tree / rel
+        if rel.endswith(".py") and path.is_file() and not path.is_symlink():
+            try:
+                read.update(referenced_names(pyast.parse(path.read_text(encoding="utf-8"))))
+            except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+                continue  # not analysed: its tests are not blinded either
+    return frozenset(read)
 
 
 def _analysis(tree: Path, rel: str, runner: TestRunner) -> FileAnalysis | None:

@@ -40,8 +40,12 @@ _OPTION = re.compile(r"^(--[\w-]+|-\w)\s*=?\s*(.*)$")
 _COMMENT = re.compile(r"(^|\s)#.*$")  # pip's rule: a '#' after whitespace (a URL's '#egg=' stays)
 _LOCAL = re.compile(r"^(?:\.{1,2}(?:[/\[]|$)|/|file:)")  # the repository or a part of it: it lives at /work
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+# git+https://github.com/casperdcl/nbval(.git)(@ref)(#egg=nbval): group 1 the repository's name, 2 the egg's
+_VCS = re.compile(r"^(?:git|hg|svn|bzr)\+\S*?/([A-Za-z0-9._-]+?)(?:\.git)?(?:@[^#\s]*)?(?:#egg=([A-Za-z0-9._-]+)\S*)?$")
 _FACTOR = re.compile(r"^[\w.,{}!-]+:\s")  # a tox line for some environments only ("py38: mock")
 _UNRESOLVED = re.compile(r"\{[^}]*\}|\$[({]")  # tox substitutions and make variables we cannot expand
+_TOX_REF = re.compile(r"\{\[([^\]]+)\]([^}]+)\}")
+_POSARGS = re.compile(r"\{posargs(?::([^{}]*))?\}")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
 _PYTHON = re.compile(r"^(?:.*/)?python[\d.]*$|^\{envpython\}$|^\$[({]PYTHON[)}]$")
 _TESTISH = re.compile(r"test|dev")
@@ -55,7 +59,7 @@ _DEV_TOOLS = frozenset(
 )
 _DEV_TOOL_FAMILIES = ("sphinx-", "sphinxcontrib-", "tox-", "flake8-", "pre-commit-", "bump")
 _IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
-_TEST_FILE = re.compile(r"^(?:test_.*|.*_test)\.py$")
+_TEST_FILE = re.compile(r"^(?:test_.*|.*_test|tests?)\.py$")  # a root tests.py: unittest's test*.py finds it
 _SKIP_DIRS = frozenset({"node_modules", "build", "dist", "venv", "site-packages", "__pycache__"})
 _PYTEST_STYLE = re.compile(
     r"^\s*(?:import pytest|from pytest\b|from _pytest\b)|^(?:async )?def test|^class Test\w*(?:\((?:object)?\))?:",
@@ -379,6 +383,12 @@ def _take_lines(repo: Path, base: Path, lines: list[str], where: str, found: Fin
 def _take_requirement(text: str, where: str, found: Findings) -> None:
     if _LOCAL.match(text):
         return
+    vcs = _VCS.match(text)
+    if vcs:  # the image has no git (and builds from the package index): the project by its name instead
+        name = vcs.group(2) or vcs.group(1)
+        found.require([name], where)
+        found.note(where, f"{text} installed as {name} from the package index")
+        return
     if _URL.match(text) or parse_requirement(text) is not None:
         found.require([text], where)
     else:
@@ -386,21 +396,50 @@ def _take_requirement(text: str, where: str, found: Findings) -> None:
 
 
 def _read_tox(repo: Path, found: Findings) -> None:
-    cfg = read_ini(repo / "tox.ini", found)
+    cfg, where = read_ini(repo / "tox.ini", found), "tox.ini"
+    if cfg is None:  # tox's next place: pyproject.toml's [tool.tox] legacy_tox_ini (tqdm since 2025)
+        cfg, where = _legacy_tox_ini(repo), "pyproject.toml (tool.tox)"
     if cfg is None:
         return
-    where = "tox.ini"
     if cfg.has_section("pytest"):
         found.runs_pytest(where)
     if not cfg.has_section("testenv"):
         return
     testenv = cfg["testenv"]
     # Commands run in the repository root, so {toxinidir} is the current directory.
-    deps = [_in_root(line) for line in _lines(testenv.get("deps", "")) if not _FACTOR.match(line)]
+    deps = [_in_root(line) for line in _tox_lines(cfg, testenv.get("deps", "")) if not _FACTOR.match(line)]
     _take_lines(repo, repo, [line for line in deps if not _UNRESOLVED.search(line)], where, found)
-    for line in _lines(testenv.get("commands", "")):
+    for line in _tox_lines(cfg, testenv.get("commands", "")):
         if not _FACTOR.match(line):
-            found.runs(_runner_command(shell_words(_in_root(line).lstrip("-! ")), repo), where)
+            found.runs(_runner_command(shell_words(_posargs(_in_root(line)).lstrip("-! ")), repo), where)
+
+
+def _legacy_tox_ini(repo: Path) -> configparser.ConfigParser | None:
+    try:
+        tool = tomllib.loads((repo / "pyproject.toml").read_text(errors="replace")).get("tool", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    text = tool.get("tox", {}).get("legacy_tox_ini") if isinstance(tool.get("tox"), dict) else None
+    if not isinstance(text, str):
+        return None
+    cfg = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        cfg.read_string(text)
+    except configparser.Error:
+        return None
+    return cfg
+
+
+def _tox_lines(cfg: configparser.ConfigParser, text: str, depth: int = 0) -> list[str]:
+    """A tox value's lines with each ``{[section]key}`` line replaced by that value's lines, as tox does."""
+    lines = []
+    for line in _lines(text):
+        ref = _TOX_REF.fullmatch(line)
+        if ref is None:
+            lines.append(line)
+        elif depth < 8 and cfg.has_option(ref.group(1), ref.group(2)):  # a cycle stops, not recurses forever
+            lines.extend(_tox_lines(cfg, cfg.get(ref.group(1), ref.group(2)), depth + 1))
+    return lines
 
 
 def _read_makefile(repo: Path, found: Findings) -> None:
@@ -439,6 +478,12 @@ def _as_list(value: object) -> list[str]:
 
 def _in_root(text: str) -> str:
     return text.replace("{toxinidir}/", "").replace("{toxinidir}", ".")
+
+
+def _posargs(command: str) -> str:
+    """tox's ``{posargs:DEFAULT}`` as tox runs it with no arguments given: its default (which may hold spaces and
+    quotes, so it is expanded before the line is split into words), and ``{posargs}`` as nothing."""
+    return _POSARGS.sub(lambda m: m.group(1) or "", command)
 
 
 def shell_words(line: str) -> list[str]:

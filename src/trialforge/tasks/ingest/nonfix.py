@@ -55,8 +55,10 @@ MESSAGE_RULES = (  # the first that matches names the commit
         rf"(?:chore\()?release\)?{_CONVENTIONAL}",
         r"(?:release|prepare(?: for)?(?: release)?|bump(?: version)?(?: to)?|version)\s+v?\d+\.\d+",
         r"v?\d+\.\d+(?:\.\d+)*[\w.+-]*\s*$")),
-    MessageRule("housekeeping_commit", "a chore, docs, CI or build commit (its conventional-commit type)",
-                (rf"(?:chore|docs?|ci|build|deps){_CONVENTIONAL}",)),
+    MessageRule("housekeeping_commit", "a chore, docs, CI or build commit (its conventional-commit type, or says so)",
+                (rf"(?:chore|docs?|ci|build|deps){_CONVENTIONAL}",
+                 r"(?:dev(?:elopment)?\s+|misc\s+)?chores?\s*(?:\(#\d+\))?\s*$",  # all of it: "Chores list..." fixes
+                 r"update (?:the )?project (?:files|config(?:uration)?|tooling)\b")),
     MessageRule("style_commit", "a formatting or lint commit", (
         rf"style{_CONVENTIONAL}", rf"(?:apply|run|ran|use)\s+{_TOOLS}",
         r"(?:fix(?:ed)?\s+)?(?:lint|linting|linter|flake8|pylint|ruff)\s+(?:errors?|warnings?|issues?|complaints?)\s*$",
@@ -64,6 +66,7 @@ MESSAGE_RULES = (  # the first that matches names the commit
 )  # fmt: skip
 _TYPO = re.compile(r"\b(?:typos?|spelling|misspel\w*|mis-spel\w*|spelled|grammar)\b", re.IGNORECASE)
 
+_PYTHON_SCRIPT = re.compile(r"#![^\n]*\bpython[\d.]*\b")
 Source = Callable[[str, str], str | None]  # (commit, path) -> the file's text there, None when absent
 
 
@@ -77,12 +80,14 @@ def check_message(commit: Commit) -> None:
 def check_code_change(commit: Commit, code_paths: Sequence[str], source: Source) -> None:
     """``no_behaviour_change`` when every code file the commit changes is Python whose syntax tree, docstrings
     left out, is the parent's (comments, docstrings, formatting); ``typo_fix`` when the subject says typo or
-    spelling and the trees differ only in string literals. A file that does not parse, or is not Python, counts
-    as a change of behaviour: the commit is kept."""
+    spelling and the trees differ only in string literals. A file that does not parse, or is not Python (a
+    ``.py`` module or a Python script), counts as a change of behaviour: the commit is kept."""
     code = [path for path in code_paths if not is_support_file(path)]  # a README edit beside is no behaviour
-    if not code or not all(PurePosixPath(path).suffix == ".py" for path in code):
+    if not code or not all(PurePosixPath(path).suffix in (".py", "") for path in code):
         return
     pairs = [(source(commit.parents[0], path), source(commit.sha, path)) for path in code]
+    if not all(_python(path, *pair) for path, pair in zip(code, pairs, strict=True)):
+        return
     if all(_same(before, after, strings=True) for before, after in pairs):
         raise RepoError(
             f"commit {commit.sha} changes only comments, docstrings or formatting of {', '.join(code)}: "
@@ -94,6 +99,11 @@ def check_code_change(commit: Commit, code_paths: Sequence[str], source: Source)
             f"commit {commit.sha} fixes a typo in text ({commit.subject!r}): only string literals change",
             reason="typo_fix",
         )
+
+
+def _python(path: str, *texts: str | None) -> bool:
+    """A module, or a script named without ``.py`` whose first line runs Python (jmespath's ``scripts/astrender``)."""
+    return PurePosixPath(path).suffix == ".py" or any(text and _PYTHON_SCRIPT.match(text) for text in texts)
 
 
 def _same(before: str | None, after: str | None, *, strings: bool) -> bool:
