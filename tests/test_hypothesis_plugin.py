@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.redteam_repo import write_tree
 from support.wheel_index import TEST_WHEELS, copy_test_wheels, serving
 
 from trialforge.sandbox.base import Limits
@@ -55,12 +56,6 @@ SWAPPING = BUGGY + (
 )
 
 
-def _write(tree: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-
-
 @pytest.fixture(scope="module")
 def index(tmp_path_factory) -> Iterator[str]:
     if not (TEST_WHEELS / ".fetched").is_file():
@@ -76,7 +71,7 @@ def given_task(tmp_path_factory, index, bwrap_backend):
     """The task validated for real in its image (hypothesis installed from the test requirements), and its grader."""
     root = tmp_path_factory.mktemp("given")
     base, hidden = root / "base", root / "hidden"
-    _write(base, {
+    write_tree(base, {
         "calc/__init__.py": BUGGY, "tests/test_own.py": OWN_TEST,
         "requirements-test.txt": "hypothesis==6.170.27\n",
         "pyproject.toml": "[project]\nname = \"calc\"\nversion = \"0.1\"\n",
