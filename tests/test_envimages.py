@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import json
 import shutil
 import subprocess
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from support.wheel_index import TEST_WHEELS, copy_test_wheels, serving
 
 from trialforge.envspec import EnvSpec
 from trialforge.errors import SandboxError
@@ -43,7 +41,6 @@ from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
 
-TEST_WHEELS = Path(__file__).resolve().parents[1] / ".cache" / "test-wheels"  # Makefile: TEST_WHEELS
 PURE = {"tfpure/__init__.py": "def scale(x, k):\n    return x * k\n"}
 CEXT = """#include <Python.h>
 static PyObject *twice(PyObject *self, PyObject *args) {
@@ -105,17 +102,6 @@ def _compiled_wheel(dest: Path, work: Path) -> None:
     )  # fmt: skip
 
 
-def _old_test_tools(dest: Path) -> None:
-    """Real old releases (pytest 6.2.4 and what it needs beyond the image) that `make test` fetched by hash."""
-    for wheel in TEST_WHEELS.glob("*.whl"):
-        shutil.copy(wheel, dest)
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def index(tmp_path_factory) -> Iterator[str]:
     """A package index on 127.0.0.1 (a flat wheel directory served over HTTP, as ``--find-links`` reads it)."""
@@ -124,14 +110,9 @@ def index(tmp_path_factory) -> Iterator[str]:
     wheels.mkdir()
     _pure_wheel(wheels)
     _compiled_wheel(wheels, root)
-    _old_test_tools(wheels)
-    handler = partial(_QuietHandler, directory=str(wheels))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    copy_test_wheels(wheels)  # real old releases (pytest 6.2.4 and what it needs beyond the image)
+    with serving(wheels) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,13 @@ TESTCASE_PROTOCOL = (
 )  # fmt: skip
 PARTS = ("setUp", "tearDown")  # a unittest test's parts wrapped on its instance, besides its method
 CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, read off the code object (inspect's helpers are patchable)
+CO_VARARGS, CO_VARKEYWORDS, CO_GENERATOR, CO_ASYNC_GEN = 0x04, 0x08, 0x20, 0x200  # inspect's flags of the same names
+# A generated forwarder's code matches the recorder's own compile in these (its file and lines are left out): the
+# constants are compared apart, by type too.
+FORWARDER_PARTS = (
+    "co_code", "co_names", "co_varnames", "co_freevars", "co_cellvars", "co_argcount", "co_posonlyargcount",
+    "co_kwonlyargcount", "co_flags", "co_nlocals", "co_name",
+)  # fmt: skip
 MESSAGE_CAP = 300  # characters of a collection error's first line
 
 
@@ -108,7 +115,7 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         return groups
 
     def check_fingerprint(groups, accept=None):
-        """Evidence for each replaced function; ``accept``: replacements that are the framework's own doing."""
+        """Evidence for each replaced function; ``accept(replacement, original)``: replacements to let be."""
         for group in groups:
             where, holder, keys, values = group
             now = tuple(map(holder.get, keys))
@@ -116,7 +123,7 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
                 continue
             for index, key in enumerate(keys):  # (no zip(strict=): the recorder runs on Python 3.9 too)
                 before, after = values[index], now[index]
-                if after is not before and not (accept is not None and accept(after)):
+                if after is not before and not (accept is not None and accept(after, before)):
                     evidence(f"framework_patched:{where}.{key}")
             group[3] = now  # e.g. _pytest.legacypath patches Config at configure time; evidence is given once
         if sys.gettrace() is not None or sys.getprofile() is not None:
@@ -183,8 +190,12 @@ def _main(run_pytest, run_unittest):  # one closure on purpose: nothing of the r
         path = getattr(module, "__file__", None)
         if pristine is None or not path or not in_workspace(path) or foreign(path) is not None:
             return
-        if function is None or not codes.vouched(function.__code__) or not codes.as_bound(function, module, test_id):
+        if function is None or not codes.as_bound(function, module, test_id):
             evidence(f"test_item_patched:{test_id}")
+            return
+        if not codes.vouched(function.__code__):  # hypothesis's @given: a generated forwarder to its wrapper
+            if not codes.given_test(function, module):
+                evidence(f"test_item_patched:{test_id}")
             return
         if id(function.__code__) not in codes.workspace_ids:
             return  # a decorator's wrapper from the image (mock.patch): its own code
@@ -237,8 +248,14 @@ def _run_pytest(kit):
     )
 
     def check_framework(settle=False):
-        """``settle``: accept replacements made by pytest's own code (configure and unconfigure time)."""
-        kit.check_fingerprint(watched, from_framework if settle else None)
+        """An installed library's wrapper of what it replaces, always; with ``settle``, also replacements made by
+        pytest's own code (configure and unconfigure time)."""
+        kit.check_fingerprint(
+            watched,
+            lambda after, before: (
+                (settle and from_framework(after)) or codes.wraps_from_image(after, before, framework_dirs)
+            ),
+        )
 
     removable = [()]  # the plugin objects of REMOVABLE_PLUGINS, as collection ended with them
 
@@ -306,11 +323,11 @@ def _run_pytest(kit):
 
     def item_state(item):
         """The test's function, its code and globals (a unittest item rebinds its method per run: the function
-        stays), and how the item runs."""
+        stays), how the item runs, and the test hypothesis's handle on it runs."""
         function = function_of(getattr(item, "obj", None))
         code = function.__code__ if function is not None else None
         scope = getattr(function, "__globals__", None)
-        return function, code, id(scope), "runtest" in vars(item), type(item).runtest
+        return function, code, id(scope), "runtest" in vars(item), type(item).runtest, codes.inner_test(function)
 
     def check_item(item):
         if items.get(item.nodeid, item_state(item)) != item_state(item):
@@ -874,8 +891,9 @@ class CodeRegistry:
     """Code objects the recorder vouches for, by identity, never by file name (``compile()`` sets that to
     anything): ``trusted``, every function's code that exists before any code under test runs (the standard
     library, the recorder's imports) and every module imported later from a file the sandbox cannot write
-    (the runner, the image's libraries); ``workspace``, what the recorder compiled itself from workspace files
-    the diff left alone (their bytes hash to the host's); ``tests``, those of the pristine test files.
+    (the runner, the image's libraries), the latter also ``image``; ``workspace``, what the recorder compiled
+    itself from workspace files the diff left alone (their bytes hash to the host's); ``tests``, those of the
+    pristine test files.
 
     A pristine workspace file is compiled from its source here, never from a ``.pyc`` the code under test
     could have written next to it. What the body of a pristine test module bound (``bodies``: every name, and
@@ -889,6 +907,7 @@ class CodeRegistry:
 
         self.workspace, self.pristine, self.tests, self.sha256 = workspace, pristine, frozenset(tests), sha256
         self.trusted, self.workspace_ids, self.test_ids, self.kept, self.code_type = set(), set(), set(), [], CodeType
+        self.image, self.getset_type = set(), type(FunctionType.__dict__["__code__"])
         self.function_of, self.function_type = function_of, FunctionType
         self.test_paths, self.bodies, self.classes, self.code_then = set(), {}, {}, {}
         for obj in gc.get_objects():
@@ -906,6 +925,7 @@ class CodeRegistry:
             code = _original(loader, fullname)
             if code is not None and not _registry.in_workspace(path) and not _registry.writable(path):
                 _registry.add(code, _registry.trusted)
+                _registry.add(code, _registry.image)
             return code
 
         SourceFileLoader.get_code = get_code
@@ -958,6 +978,119 @@ class CodeRegistry:
 
     def vouched(self, code):
         return id(code) in self.trusted or id(code) in self.workspace_ids
+
+    def wraps_from_image(self, value, original, framework_dirs):
+        """``value`` replaces ``original`` with code of an installed library (read from a file of the image after the
+        recorder started: never the workspace's, the standard library's already loaded, nor generated), other than
+        the runner's own, and holds the original it wraps (a cell of its closure, or a global its code names), as
+        hypothesis's plugin wraps ``FixtureFunctionMarker.__call__``. What the policy writes can do neither."""
+        function = self.function_of(value)
+        if function is None or original is None:
+            return False
+        code = function.__code__
+        if id(code) not in self.image or code.co_filename.startswith(framework_dirs):
+            return False
+        held = [cell.cell_contents for cell in function.__closure__ or () if self.full(cell)]
+        scope = function.__globals__
+        held += [scope[name] for name in code.co_names if name in scope]
+        return any(one is original for one in held)
+
+    def forwarded(self, function):
+        """The function that ``function``'s code only calls, passing its arguments on as they came, or None.
+
+        hypothesis's ``@given`` binds at the test's name a function it generates (``exec``) with the signature that
+        remains, whose body is ``return f(<the parameters>)``: code no file vouches for. It is vouched for by what
+        it is: the recorder compiles that body itself for the code's own signature and names, and every part of the
+        two code objects but their file and lines must match."""
+        import keyword
+
+        code = function.__code__
+        flags = code.co_flags
+        if len(code.co_freevars) != 1 or code.co_cellvars or flags & (CO_COROUTINE | CO_GENERATOR | CO_ASYNC_GEN):
+            return None
+        total = code.co_argcount + code.co_kwonlyargcount + bool(flags & CO_VARARGS) + bool(flags & CO_VARKEYWORDS)
+        names = (code.co_name, *code.co_freevars, *code.co_varnames[:total])
+        if any(type(n) is not str or not n.isidentifier() or keyword.iskeyword(n) for n in names):
+            return None
+        varnames = list(code.co_varnames[:total])
+        positional = varnames[: code.co_argcount]
+        params, passed = list(positional), list(positional)
+        if code.co_posonlyargcount:
+            params.insert(code.co_posonlyargcount, "/")
+        at = code.co_argcount + code.co_kwonlyargcount
+        if flags & CO_VARARGS:
+            params.append("*" + varnames[at])
+            passed.append("*" + varnames[at])
+        elif code.co_kwonlyargcount:
+            params.append("*")
+        kwonly = varnames[code.co_argcount : at]
+        params += kwonly
+        passed += [f"{n}={n}" for n in kwonly]
+        if flags & CO_VARKEYWORDS:
+            params.append("**" + varnames[-1])
+            passed.append("**" + varnames[-1])
+        callee = code.co_freevars[0]
+        source = (
+            f"def accept({callee}):\n    def {code.co_name}({', '.join(params)}):\n"
+            f"        return {callee}({', '.join(passed)})\n    return {code.co_name}\n"
+        )
+        try:
+            outer = compile(source, "<forwarder>", "exec", dont_inherit=True).co_consts[0]
+        except (SyntaxError, ValueError):
+            return None
+        mine = next(c for c in outer.co_consts if type(c) is self.code_type)
+        for part in FORWARDER_PARTS:
+            if getattr(code, part) != getattr(mine, part):
+                return None
+        consts = code.co_consts
+        if len(consts) != len(mine.co_consts) or not all(
+            type(consts[i]) is type(c) and type(c) in (type(None), int, str) and consts[i] == c
+            for i, c in enumerate(mine.co_consts)
+        ):
+            return None
+        cell = function.__closure__[0] if function.__closure__ and len(function.__closure__) == 1 else None
+        return cell.cell_contents if cell is not None and self.full(cell) else None
+
+    def given_test(self, forwarder, module):
+        """``forwarder`` is hypothesis's ``@given`` test of a test the pristine module ``module`` defined: it only calls
+        (``forwarded``) a function of an installed library's code (read from a file of the image after the recorder
+        started) made for it (whose closure holds it), and the test its handle runs (``.hypothesis.inner_test``,
+        read from its instance dict, never through code of its class) is that module's function of the same name."""
+        wrapper = self.function_of(self.forwarded(forwarder))
+        if wrapper is None or id(wrapper.__code__) not in self.image:
+            return False
+        if not any(self.full(cell) and cell.cell_contents is forwarder for cell in wrapper.__closure__ or ()):
+            return False
+        test = self.function_of(self.inner_test(forwarder))
+        return (
+            test is not None
+            and id(test.__code__) in self.test_ids
+            and test.__code__.co_name == forwarder.__code__.co_name
+            and test.__globals__ is getattr(module, "__dict__", None)
+        )
+
+    def inner_test(self, function):
+        """What hypothesis's handle on ``function`` runs as the test (None: no handle, or one whose class could
+        run code when read). Its attributes are reassignable by design: the item's state holds this too."""
+        handle = vars(function).get("hypothesis") if type(function) is self.function_type else None
+        cls = type(handle)
+        if handle is None or type(cls) is not type:
+            return None
+        for klass in cls.__mro__[:-1]:
+            members = vars(klass)
+            if "__getattribute__" in members or "__getattr__" in members or "inner_test" in members:
+                return None
+            if "__dict__" in members and type(members["__dict__"]) is not self.getset_type:
+                return None
+        state = object.__getattribute__(handle, "__dict__")
+        return state.get("inner_test") if type(state) is dict else None
+
+    @staticmethod
+    def full(cell):
+        try:
+            return cell.cell_contents is cell.cell_contents
+        except ValueError:  # a cell not yet (or no longer) set
+            return False
 
     def body_ran(self, module):
         """Hold what a pristine test module's body bound, now that it has run: its names, its classes' members,
