@@ -116,7 +116,8 @@ def test_each_step_is_taken_or_refused_by_the_learning_gate_and_checkpointed(dem
     trained = 0
     for u in updates:
         verdicts = {v["check"]: v["status"] for v in u["health"]["verdicts"]}
-        assert set(verdicts) == {"effective_batch", "zero_variance", "saturation", "entropy", "reward_hacking"}
+        checks = {"effective_batch", "zero_variance", "saturation", "entropy", "reward_hacking", "model_failures"}
+        assert set(verdicts) == checks
         assert (u["decision"] == "skipped") == ("refuse" in verdicts.values())
         trained += u["decision"] == "trained"
         assert u["policy_version"] == f"v{trained}"

@@ -55,7 +55,7 @@ def touched_paths(patch: str) -> list[str]:
     for block in patch_blocks(patch):
         named = [_unquote(m.strip()) for m in _NAMING.findall(block)]
         named = [_side(p, line) for p, line in zip(named, _NAMING.finditer(block), strict=True) if p != "/dev/null"]
-        paths += named or _header_paths(block)
+        paths += _header_paths(block, guess=not named) + named
     return list(dict.fromkeys(p for p in paths if p))
 
 
@@ -66,8 +66,9 @@ def _side(path: str, line: re.Match[str]) -> str:
     return path
 
 
-def _header_paths(block: str) -> list[str]:
-    """The names of a block with no ---/+++ lines (a mode change, an empty file), from its ``diff --git`` line."""
+def _header_paths(block: str, *, guess: bool) -> list[str]:
+    """The names of a block's ``diff --git`` line: quoted, or split at its one `` b/``; with ``guess`` (the block
+    names its files nowhere else: a mode change, an empty file) also an unquoted a/NAME b/NAME with spaces."""
     head = block.split("\n", 1)[0]
     if not head.startswith(_HEADER):
         return []
@@ -75,9 +76,14 @@ def _header_paths(block: str) -> list[str]:
     if rest.startswith('"'):
         end = _quoted_end(rest)
         first, second = rest[:end], rest[end:].strip()
-    else:  # unquoted: a/NAME b/NAME with NAME the same on both sides (a rename has rename lines)
+    elif rest.count(" b/") == 1 or rest.count(' "b/') == 1:
+        cut = max(rest.find(" b/"), rest.find(' "b/'))
+        first, second = rest[:cut], rest[cut + 1 :]
+    elif guess:  # a/NAME b/NAME, the same NAME on both sides (a rename has rename lines)
         half = (len(rest) - 1) // 2
         first, second = rest[:half], rest[half + 1 :]
+    else:
+        return []
     return [p[2:] for p in map(_unquote, (first, second)) if p[:2] in ("a/", "b/")]
 
 
