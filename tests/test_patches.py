@@ -239,3 +239,9 @@ def test_a_configuration_file_that_is_a_symlink_is_not_followed(tmp_path):
     (tree / "pytest.ini").unlink()
     (tree / "pytest.ini").write_text(outside.read_text())
     assert python_files_of(tree) == ("check_*.py",)
+
+
+def test_a_hand_written_quoted_name_with_a_stray_backslash_is_read_not_a_crash():
+    """git never writes ``\\z`` in a quoted name; a hand-written diff may, and reading its paths must not raise."""
+    diff = 'diff --git "a/x\\zz.py" "b/x\\zz.py"\n--- "a/x\\zz.py"\n+++ "b/x\\zz.py"\n'
+    assert touched_paths(diff) == ["x\\zz.py"]

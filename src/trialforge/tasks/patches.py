@@ -53,17 +53,16 @@ def touched_paths(patch: str) -> list[str]:
     name with spaces whole. What grading restores is judged from the trees, never from these (verify/grader.py)."""
     paths: list[str] = []
     for block in patch_blocks(patch):
-        named = [_unquote(m.strip()) for m in _NAMING.findall(block)]
-        named = [_side(p, line) for p, line in zip(named, _NAMING.finditer(block), strict=True) if p != "/dev/null"]
+        named = [p for p in map(_named, _NAMING.finditer(block)) if p != "/dev/null"]
         paths += _header_paths(block, guess=not named) + named
     return list(dict.fromkeys(p for p in paths if p))
 
 
-def _side(path: str, line: re.Match[str]) -> str:
-    """A ---/+++ name without its a/ or b/ prefix (rename and copy lines have none)."""
-    if line.group(0).startswith(("---", "+++")) and path[:2] in ("a/", "b/"):
-        return path[2:]
-    return path
+def _named(line: re.Match[str]) -> str:
+    """The name a naming line gives, unquoted; a ---/+++ name without its a/ or b/ prefix (rename and copy lines
+    have none)."""
+    path = _unquote(line.group(1).strip())
+    return path[2:] if line.group(0).startswith(("---", "+++")) and path[:2] in ("a/", "b/") else path
 
 
 def _header_paths(block: str, *, guess: bool) -> list[str]:
@@ -108,9 +107,12 @@ def _unquote(name: str) -> str:
         elif body[i + 1 : i + 2] in _ESCAPES:
             out.append(_ESCAPES[body[i + 1]])
             i += 2
-        else:
+        elif re.fullmatch(r"[0-7]{3}", body[i + 1 : i + 4]):
             out.append(int(body[i + 1 : i + 4], 8) & 0xFF)
             i += 4
+        else:  # not an escape git writes: the backslash is a character (a hand-written diff must not crash us)
+            out += b"\\"
+            i += 1
     return out.decode("utf-8", errors="surrogateescape")
 
 
