@@ -11,8 +11,10 @@ mine fix commits from its history (``ingest_git_history``, the most recent ``--m
 pass ingestion's filters), detect and build its environment image (``provide_images``), then on
 every backend validate each instance (fail-to-pass before/after the fix, ``--runs`` runs each) and
 grade the gold patch (must score 1) and the empty diff (must score 0). Prints per repository and
-backend: instances, valid, accepted (valid, gold 1, empty 0), the valid tasks' fail-to-pass tests and
-assertions judged on the host (docs/verification.md), rejected by reason, the rejections that are the
+backend: instances, valid, accepted (valid, gold 1, empty 0, and kept by the quality gate's host-judged rule, so
+a task the pipeline would never train is not counted as one it would), the valid tasks' fail-to-pass tests
+judged on the host entirely and anchored (docs/verification.md), their assertions judged on the host, rejected
+by reason, the rejections that are the
 product's fault and the share of real fixes accepted (both from the judgments read in
 benchmarks/realrepos_judgments.toml: a rejection no one has judged yet is counted ``unjudged``), seconds
 spent building the environment, validating and grading; then the ingest funnel, every rejection with its
@@ -46,6 +48,8 @@ from rich.console import Console
 from rich.table import Table
 
 from trialforge.funnel import Funnel
+from trialforge.quality.gate import host_judged_problem
+from trialforge.quality.settings import QualityConfig
 from trialforge.sandbox.base import Backend, Limits
 from trialforge.sandbox.images import ENV_REPO, base_image, cache_root
 from trialforge.store.objstore import open_store
@@ -265,7 +269,8 @@ def check(
         if v.host_judged is not None:
             h = v.host_judged
             result.judged.update(f2p=h.fail_to_pass, f2p_host=h.fail_to_pass_host_judged, asserts=h.assertions,
-                                 asserts_host=h.assertions_host_judged)  # fmt: skip
+                                 asserts_host=h.assertions_host_judged, anchored=h.fail_to_pass,
+                                 anchored_host=h.fail_to_pass_anchored)  # fmt: skip
         start = time.monotonic()
         try:
             gold = grader.grade(checked, checked.gold_patch)
@@ -283,6 +288,8 @@ def check(
             result.reject(task.task_id, f"grade/gold={gold.reward}", f"{gold.status}: {gold.reason}")
         elif empty.reward != 0.0:
             result.reject(task.task_id, f"grade/empty={empty.reward}", f"{empty.status}: {empty.reason}")
+        elif problem := host_judged_problem(checked, QualityConfig()):  # the pipeline's default gate drops it
+            result.reject(task.task_id, "quality/host_judged", problem)
         else:
             result.accepted += 1
     return result
@@ -355,8 +362,8 @@ def summary_table(results: list[RepoResult], judgments: dict[tuple[str, str], Ju
     """The table, and the goals as measured on the whole run (every backend's pairs together)."""
     table = Table(title="Fix commits of public repositories, per backend")
     columns = ("repository", "backend", "instances", "image ok", "valid", "accepted", "real fixes accepted",
-               "product at fault", "f2p host-judged", "asserts host-judged", "env s", "validate s", "grade s",
-               "rejected by reason")  # fmt: skip
+               "product at fault", "f2p host-judged", "f2p anchored", "asserts host-judged", "env s", "validate s",
+               "grade s", "rejected by reason")  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name in ("repository", "backend", "rejected by reason") else "right")
     totals: Counter[str] = Counter()
@@ -370,7 +377,7 @@ def summary_table(results: list[RepoResult], judgments: dict[tuple[str, str], Ju
             faults.add(t)
             table.add_row(r.name, backend, str(r.instances), str(r.env.kept), str(b.valid), str(b.accepted),
                           real_fixes_accepted(b.accepted, r.instances, t), product_at_fault(t),
-                          _share(b.judged, "f2p"), _share(b.judged, "asserts"),
+                          _share(b.judged, "f2p"), _share(b.judged, "anchored"), _share(b.judged, "asserts"),
                           f"{r.env_s:.1f} ({built})", f"{b.validate_s:.1f}", f"{b.grade_s:.1f}",
                           _reasons(b.rejected))  # fmt: skip
             totals.update(instances=r.instances, images=r.env.kept, valid=b.valid, accepted=b.accepted)
@@ -382,14 +389,15 @@ def summary_table(results: list[RepoResult], judgments: dict[tuple[str, str], Ju
     judged = Counter({k.removeprefix("judged:"): n for k, n in totals.items() if k.startswith("judged:")})
     table.add_row("TOTAL", "", str(totals["instances"]), str(totals["images"]), str(totals["valid"]),
                   str(totals["accepted"]), real_fixes_accepted(totals["accepted"], totals["instances"], faults),
-                  product_at_fault(faults), _share(judged, "f2p"), _share(judged, "asserts"),
-                  f"{seconds['env']:.1f}", f"{seconds['validate']:.1f}",
+                  product_at_fault(faults), _share(judged, "f2p"), _share(judged, "anchored"),
+                  _share(judged, "asserts"), f"{seconds['env']:.1f}", f"{seconds['validate']:.1f}",
                   f"{seconds['grade']:.1f}", _reasons(reasons), style="bold")  # fmt: skip
     return table, goals(totals["accepted"], totals["instances"], faults)
 
 
 def _share(counts: Counter[str], what: str) -> str:
-    """``judged of all (share)``: of the valid tasks' graded tests (``f2p``) or assertions, those judged on the host."""
+    """``judged of all (share)``: of the valid tasks' fail-to-pass tests, those judged on the host entirely (``f2p``)
+    or with one expected value no one could guess (``anchored``); or of their assertions, those judged on the host."""
     whole = counts[what]
     return f"{counts[what + '_host']}/{whole} ({counts[what + '_host'] / whole:.0%})" if whole else "-"
 

@@ -173,6 +173,21 @@ def test_a_decorator_that_may_run_the_test_many_times_makes_no_slots() -> None:
     assert analyse(source, REL).tests["test_h"].slots == []
 
 
+def test_a_class_marked_with_fixtures_keeps_its_slots_and_a_class_wide_parametrize_or_wrapper_has_none() -> None:
+    # arrow marks most of its test classes ``@pytest.mark.usefixtures(...)``: they were left wholly in process
+    head = "import pytest\nfrom unittest import mock\nfrom calc import f\n\n"
+    body = "class TestF:\n    def test_f(self):\n        assert f(2) == 'two'\n"
+    marked = {
+        "@pytest.mark.usefixtures('locale')\n": 1,
+        "@pytest.mark.skipif(False, reason='no')\n@mock.patch('calc.g')\n": 1,
+        "@pytest.mark.parametrize('x', [1, 2])\n": 0,  # each method runs once per row
+        "@retry(3)\n": 0,  # may run each test many times
+    }
+    for decorators, slots in marked.items():
+        tests = analyse(head + decorators + body, REL).tests
+        assert len(tests["TestF::test_f"].slots if "TestF::test_f" in tests else []) == slots, decorators
+
+
 def test_a_file_the_host_cannot_parse_is_left_alone() -> None:
     assert analyse("def test_x(:\n    pass\n", REL) is None
 

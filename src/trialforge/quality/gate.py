@@ -93,7 +93,7 @@ def audit_task(
                            host_judged=task.validation.host_judged)  # fmt: skip
     if "underspecified" in cfg.gates and task.statement is not None:  # validation's check: no verifier run
         record.underspecified = [*task.statement.missing_exceptions, *map(repr, task.statement.missing_literals)]
-    blinded = _host_judged(task, cfg)
+    blinded = host_judged_problem(task, cfg)
     if blinded:  # nothing could keep it: no verifier run is spent on it
         return _judged(record, [blinded, *_problems(record)], cfg, start)
     with scratch_dir("quality") as tmp:
@@ -120,8 +120,9 @@ def audit_task(
     return _judged(record, _problems(record), cfg, start)
 
 
-def _host_judged(task: Task, cfg: QualityConfig) -> str:
-    """The ``host_judged`` problem of a task whose verdict the test process decides too much of ("" if none)."""
+def host_judged_problem(task: Task, cfg: QualityConfig) -> str:
+    """The ``host_judged`` problem of a task whose verdict the test process decides too much of ("" if none): read
+    from its validation record alone, so it costs no verifier run."""
     known = task.validation.host_judged
     unknown = "" if known else " (not calibrated: validated before blinding)"
     if cfg.require_host_judged and not (known and known.fail_to_pass_anchored):

@@ -265,7 +265,7 @@ def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> It
     for node in module.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test") and runner == "pytest":
             yield _test(node, None, node.name, rel, scope, referenced)
-        elif isinstance(node, ast.ClassDef) and not node.decorator_list and (node.bases or runner == "pytest"):
+        elif isinstance(node, ast.ClassDef) and _plain_class(node, scope) and (node.bases or runner == "pytest"):
             # pytest's ``python_classes`` may name any class a test class (mako's ``*Test``): only the graded ids say
             # which are, and a slot in a class that is none is never observed
             for inner in node.body:
@@ -275,6 +275,14 @@ def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> It
                         test.blindable = test.renamable = False
                         test.slots = []
                     yield test
+
+
+def _plain_class(node: ast.ClassDef, scope: Scope) -> bool:
+    """Whether a class's decorators leave its tests as written: none, or marks that call each test once
+    (``@pytest.mark.usefixtures``, a skip, ``mock.patch``; arrow decorates most of its test classes so). A class-wide
+    parametrize runs each test once per row under ids its methods' decorators do not spell: not analysed."""
+    names = [_decorator_name(d, scope) for d in node.decorator_list]
+    return all(n is not None and n.startswith(_SAFE_DECORATORS) and n != "pytest.mark.parametrize" for n in names)
 
 
 def referenced_names(module: ast.Module) -> dict[str, int]:
