@@ -291,7 +291,8 @@ def test_a_task_whose_verdict_the_test_process_decides_too_much_of_is_dropped_be
         {"tests/test_discount.py": DISCOUNT_TESTS}, "discount(10, 15) returns -5.",
         ["tests/test_discount.py::test_discount_takes_a_share_of_the_price", "tests/test_discount.py::test_other"],
     )  # fmt: skip
-    half.validation.host_judged = HostJudged(fail_to_pass=2, fail_to_pass_host_judged=1, fail_to_pass_anchored=1)
+    # both tests anchored, one of them judged entirely on the host
+    half.validation.host_judged = HostJudged(fail_to_pass=2, fail_to_pass_host_judged=1, fail_to_pass_anchored=2)
     uncalibrated = half.model_copy(update={"task_id": "uncalibrated", "validation": Validation()})
     unanchored = half.model_copy(update={"task_id": "unanchored", "validation": Validation(
         host_judged=HostJudged(fail_to_pass=2, fail_to_pass_host_judged=2, weak=2))})  # fmt: skip
@@ -306,5 +307,12 @@ def test_a_task_whose_verdict_the_test_process_decides_too_much_of_is_dropped_be
     assert {d["reason"] for d in funnel.details} == {"host_judged"}
     _, records, _ = gate(world, [unanchored], max_mutants=0, require_host_judged=False)
     assert records["unanchored"].failed_gates != ["host_judged"]
+    # one test anchored, the other judged in process: its verdict could be forged beside an honest fix of the first
+    one_anchor = half.model_copy(update={"task_id": "one-anchor", "validation": Validation(
+        host_judged=HostJudged(fail_to_pass=2, fail_to_pass_host_judged=1, fail_to_pass_anchored=1))})  # fmt: skip
+    _, records, _ = gate(world, [one_anchor, half], max_mutants=0)
+    assert records["one-anchor"].failed_gates == ["host_judged"] and records["one-anchor"].verifier_runs == 0
+    assert "1 of 2 fail-to-pass tests have no assertion the host judges" in records["one-anchor"].reasons[0]
+    assert records["half-judged"].failed_gates != ["host_judged"]  # every test anchored: kept by this rule
     with pytest.raises(ValidationError, match="min_host_judged"):
         QualityConfig(min_host_judged=1.5)

@@ -27,6 +27,6 @@ class QualityConfig(Section):
     # Least share of a task's fail-to-pass tests whose every assertion the host judges (docs/verification.md);
     # a task below it is dropped as host_judged. 0: report the share only.
     min_host_judged: float = Field(0.0, ge=0, le=1)
-    # A task none of whose fail-to-pass tests has an assertion judged on the host with a value no one could guess is
-    # dropped as host_judged: its whole verdict would be in process, where a forged report needs no right value.
+    # A task one of whose fail-to-pass tests has no assertion judged on the host with a value no one could guess is
+    # dropped as host_judged: that test's verdict would be in process, where a forged report needs no right value.
     require_host_judged: bool = True
