@@ -131,9 +131,10 @@ def host_judged_problem(task: Task, cfg: QualityConfig) -> str:
     if cfg.require_host_judged and known.fail_to_pass_anchored < known.fail_to_pass:
         # A policy that fixes what the anchored tests check could forge the verdicts of the others in process (a
         # hypothesis engine steered from the package, a test-aware helper): every test must need a value of its own.
-        return (f"{HOST_JUDGED}: {known.fail_to_pass - known.fail_to_pass_anchored} of {known.fail_to_pass} "
-                f"fail-to-pass tests have no assertion the host judges with a value no one could guess: their "
-                f"verdicts could be forged beside an honest fix of the others (quality.require_host_judged)")  # fmt: skip
+        loose = known.fail_to_pass - known.fail_to_pass_anchored
+        return (f"{HOST_JUDGED}: {loose} of {known.fail_to_pass} fail-to-pass tests have no assertion the host "
+                f"judges with a value no one could guess: their verdicts could be forged beside an honest fix of the "
+                f"others (quality.require_host_judged)")  # fmt: skip
     opened = task.validation.baseline_evidence
     if cfg.require_host_judged and opened and known and known.fail_to_pass_host_judged < known.fail_to_pass:
         # The repository's own code trips detectors (testrun/baseline.py), so a policy's use of the same calls is no
