@@ -247,15 +247,25 @@ def _run_pytest(kit):
         lambda modname: modname in ("pytest", "pluggy") or modname.startswith(("_pytest.", "pluggy."))
     )
 
-    def check_framework(settle=False):
-        """An installed library's wrapper of what it replaces, always; with ``settle``, also replacements made by
-        pytest's own code (configure and unconfigure time)."""
+    def check_framework(settle=False, wrappers=False):
+        """Replacements of pytest's and pluggy's functions are evidence, but: with ``settle``, those made by pytest's
+        own code (configure and unconfigure time); with ``wrappers``, an installed library's wrapper of what it
+        replaces, holding the original (hypothesis's plugin wraps ``FixtureFunctionMarker.__call__`` as it loads).
+        Wrappers are let be only once, as the image's plugins have loaded and before any workspace code ran: a
+        library's wrapper installed later is the policy's doing (sortedcontainers' ``recursive_repr`` around
+        ``Function.runtest``, its ``repr_running`` cell rebound to skip chosen tests)."""
         kit.check_fingerprint(
             watched,
             lambda after, before: (
-                (settle and from_framework(after)) or codes.wraps_from_image(after, before, framework_dirs)
+                (settle and from_framework(after))
+                or (wrappers and codes.wraps_from_image(after, before, framework_dirs))
             ),
         )
+
+    def workspace_imported():
+        """Whether a module from the workspace was imported (an early ``-p`` plugin of the repository's command)."""
+        files = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+        return any(isinstance(f, str) and f and kit.in_workspace(f) for f in files)
 
     removable = [()]  # the plugin objects of REMOVABLE_PLUGINS, as collection ended with them
 
@@ -380,6 +390,7 @@ def _run_pytest(kit):
             pytest set them up."""
             config_of.append(early_config)
             load_image_plugins(early_config)
+            check_framework(wrappers=not workspace_imported())
             hooks_at_start[0] = hook_state(early_config)
             yield
 
