@@ -63,7 +63,7 @@ from pathlib import Path
 
 import pytest
 from support.redteam_repo import write_tree
-from support.wheel_index import TEST_WHEELS, copy_test_wheels, serving
+from test_hypothesis_plugin import index  # noqa: F401 (module fixture: the loopback wheel index of hypothesis)
 
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.images import BASE_NAME, ENV_REPO
@@ -380,16 +380,6 @@ WINS: dict[str, str] = {
 }
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory) -> Iterator[str]:
-    if not (TEST_WHEELS / ".fetched").is_file():
-        pytest.fail(f"{TEST_WHEELS} is missing: `make test` fetches tests/fixtures/old-test-tools.txt there")
-    wheels = tmp_path_factory.mktemp("wheels")
-    copy_test_wheels(wheels)
-    with serving(wheels) as url:
-        yield url
-
-
 class World:
     def __init__(self, task: Task, grader: Grader, base: Path, root: Path) -> None:
         self.task, self.grader, self.base, self.root = task, grader, base, root
@@ -405,7 +395,7 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, index, bwrap_backend) -> Iterator[World]:
+def world(tmp_path_factory, index, bwrap_backend) -> Iterator[World]:  # noqa: F811 (the fixture imported above)
     root = tmp_path_factory.mktemp("calc")
     base, hidden, fixed = root / "base", root / "hidden", root / "fixed"
     write_tree(base, {
