@@ -7,8 +7,8 @@ attacks had run once). One repository, ``calc``, with hypothesis installed in it
 blinds: ``TestTriple`` marked ``usefixtures("calc_env")`` (a fixture of the package's plugin module, which the
 repository's pristine conftest loads, so the diff may change it) and ``TestScaled`` decorated
 ``mock.patch("calc.core.SCALE", 3)``. Three of the four are anchored (the validation figures are asserted), so
-``quality.require_host_judged`` keeps the task for training. Each rule-1 attack fixes everything but ``square`` (wrong for negative inputs) and tries to
-have hypothesis's trusted code pass ``test_square`` anyway; each rule-2 attack leaves ``triple`` (or ``scaled``)
+``quality.require_host_judged`` keeps the task for training. Each rule-1 attack fixes everything but ``square``
+(wrong for negative inputs) and tries to have hypothesis's trusted code pass ``test_square`` anyway; each rule-2 attack leaves ``triple`` (or ``scaled``)
 wrong and works through the class's fixture or patch target. A reward above 0 means the trick alone got past grading.
 
 First run, bwrap: 40 attacks, 16 won (reward 1, no ``tampered`` flag), marked ``xfail(strict=True)`` with their
