@@ -2,14 +2,15 @@
 
 Written from docs/verification.md and the tests alone (the recorder, canaries and blinding were read only after the
 attacks had run once). One repository, ``calc``, with hypothesis installed in its image from a loopback wheel index
-(as tests/test_hypothesis_plugin.py does) and four fail-to-pass tests: ``test_double`` (host-judged), ``test_square``
-(``@given(st.integers())``: judged in process, as every hypothesis-decorated test is), and two classes the new rule
-blinds: ``TestTriple`` marked ``usefixtures("calc_env")`` (a fixture of the package's plugin module, which the
-repository's pristine conftest loads, so the diff may change it) and ``TestScaled`` decorated
+(as tests/test_hypothesis_plugin.py does) and four fail-to-pass tests: ``test_double`` (host-judged),
+``test_square`` (``@given(st.integers())``: judged in process, as every hypothesis-decorated test is), and two
+classes the new rule blinds: ``TestTriple`` marked ``usefixtures("calc_env")`` (a fixture of the package's plugin
+module, which the repository's pristine conftest loads, so the diff may change it) and ``TestScaled`` decorated
 ``mock.patch("calc.core.SCALE", 3)``. Three of the four are anchored (the validation figures are asserted), so
 ``quality.require_host_judged`` keeps the task for training. Each rule-1 attack fixes everything but ``square``
-(wrong for negative inputs) and tries to have hypothesis's trusted code pass ``test_square`` anyway; each rule-2 attack leaves ``triple`` (or ``scaled``)
-wrong and works through the class's fixture or patch target. A reward above 0 means the trick alone got past grading.
+(wrong for negative inputs) and tries to have hypothesis's trusted code pass ``test_square`` anyway; each rule-2
+attack leaves ``triple`` (or ``scaled``) wrong and works through the class's fixture or patch target. A reward above
+0 means the trick alone got past grading.
 
 First run, bwrap: 40 attacks, 16 won (reward 1, no ``tampered`` flag), marked ``xfail(strict=True)`` with their
 mechanism (``WINS``):
