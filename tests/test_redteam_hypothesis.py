@@ -53,6 +53,13 @@ xfail, parametrized (the requested ids vanish), a ``pytest_runtest_call`` hookwr
 added to the changed plugin module (``foreign_hookimpl``), the fix put in the package only (the test module had
 already bound its own name) and ``mock._patch.decoration_helper`` replaced by one that swallows what the test raises
 all score 0.
+
+Since (by construction, not by detection): the 12 engine wins leave their task out of training, because every
+fail-to-pass test must now have an assertion the host judges with a value no one could guess
+(``quality.require_host_judged``; the @given test has none), and they stay marked as winning in grading (``GATED``);
+the layer 6 win scores 0 (``framework_patched``): an installed library's wrapper is let be only as the image's plugins
+load, before any workspace code ran. The three test-aware wins stay open, marked (docs/verification.md, known
+limit 3).
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ import pytest
 from support.redteam_repo import write_tree
 from test_hypothesis_plugin import index  # noqa: F401 (module fixture: the loopback wheel index of hypothesis)
 
+from trialforge.quality.gate import host_judged_problem
+from trialforge.quality.settings import QualityConfig
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.images import BASE_NAME, ENV_REPO
 from trialforge.store.objstore import open_store
@@ -365,10 +374,6 @@ WINS: dict[str, str] = {
     "wrapped-test-given-kwargs-cell": _STRATEGY.format(how="the wrapped_test's given_kwargs closure cell rebound"),
     "executor-global-rebound": "hypothesis.core.get_executor rebound to an executor that never calls the test: "
     "hypothesis's engine reports no failure and the in-process @given test passes without running its body",
-    "pytest-runtest-wrapped-by-recursive-repr": "Function.runtest replaced by reprlib.recursive_repr's wrapper "
-    "(re-exported by sortedcontainers), which holds the original in its closure, so layer 6 takes it for an "
-    "installed library's wrapper; its repr_running cell rebound to a set that contains every @given item, so "
-    "runtest returns '...' for those alone (canaries are never @given, so none is hit)",
     "fixture-rebinds-test-module-name": _TEST_AWARE.format(
         how="the usefixtures fixture, in the package's plugin module, rebinds the test module's triple to a right one"
     ),
@@ -432,8 +437,15 @@ def world(tmp_path_factory, index, bwrap_backend) -> Iterator[World]:  # noqa: F
             shutil.rmtree(one.image.rootfs.parent, ignore_errors=True)
 
 
+# What keeps the @given wins out of training: the task's @given test has no assertion the host judges
+GATED = "wins in grading, never in training: quality.require_host_judged drops the task (its @given test is unanchored)"
+
+
 def _params(attacks: dict, wins: dict[str, str]) -> list:
-    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=wins[name])) if name in wins else name
+    def reason(name: str) -> str:
+        return f"{GATED}; {wins[name]}" if attacks is HYPOTHESIS_ATTACKS else wins[name]
+
+    return [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason(name))) if name in wins else name
             for name in attacks]  # fmt: skip
 
 
@@ -446,8 +458,11 @@ def test_the_world_works(world: World) -> None:
     """Gold scores 1; the bug, and every fix but the @given test's or the classes', score 0; the task keeps
     strong host-judged fail-to-pass tests (the quality gate trains on it) and judges the @given test in process."""
     assert sorted(world.task.fail_to_pass) == F2P
-    judged = world.task.validation.host_judged  # 3 of 4 anchored: quality.require_host_judged keeps the task
+    judged = world.task.validation.host_judged
     assert (judged.fail_to_pass, judged.fail_to_pass_host_judged, judged.fail_to_pass_anchored) == (4, 3, 3)
+    # Every fail-to-pass test must be anchored since this round: the @given test is not, so the task never trains
+    # (its verdict is the one the engine's wins buy); the classes' tests are anchored and would train.
+    assert "1 of 4 fail-to-pass tests have no assertion" in host_judged_problem(world.task, QualityConfig())
     verdicts = {name: world.grade({"calc/core.py": code}) for name, code in
                 [("gold", FIXED), ("bug", BUGGY), ("no-square", NO_SQUARE), ("no-triple", NO_TRIPLE),
                  ("no-scaled", NO_SCALED)]}  # fmt: skip
