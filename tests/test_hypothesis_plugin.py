@@ -15,18 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.redteam_repo import write_tree
+from support.hypothesis_task import hypothesis_task
 from support.wheel_index import TEST_WHEELS, copy_test_wheels, serving
 
-from trialforge.sandbox.base import Limits
-from trialforge.sandbox.images import BASE_NAME, ENV_REPO
-from trialforge.store.objstore import open_store
-from trialforge.tasks.envimages import provide_images, task_image
 from trialforge.tasks.patches import diff_trees
-from trialforge.tasks.schema import Source, Task
-from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.tasks.validate import ValidateConfig, validate_task
-from trialforge.verify.grader import Grader
 
 BUGGY = "def double(x):\n    return x + x + 1\n"
 FIXED = "def double(x):\n    return x + x\n"
@@ -70,35 +62,14 @@ def index(tmp_path_factory) -> Iterator[str]:
 def given_task(tmp_path_factory, index, bwrap_backend):
     """The task validated for real in its image (hypothesis installed from the test requirements), and its grader."""
     root = tmp_path_factory.mktemp("given")
-    base, hidden = root / "base", root / "hidden"
-    write_tree(base, {
-        "calc/__init__.py": BUGGY, "tests/test_own.py": OWN_TEST,
-        "requirements-test.txt": "hypothesis==6.170.27\n",
-        "pyproject.toml": "[project]\nname = \"calc\"\nversion = \"0.1\"\n",
-    })  # fmt: skip
-    shutil.copytree(base, hidden)
-    (hidden / "tests/test_calc.py").write_text(HIDDEN)
-    fixed = root / "fixed"
-    shutil.copytree(base, fixed)
-    (fixed / "calc/__init__.py").write_text(FIXED)
-    snapshots = SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
-    task = Task(
-        task_id="calc-given", source=Source(kind="git", ref="calc@given"), repo="calc",
-        snapshot=snapshots.put(base), problem_statement="double(2) is 5",
-        gold_patch=diff_trees(base, fixed), test_patch=diff_trees(base, hidden),
-    )  # fmt: skip
-    (provided,), funnel, built = provide_images(
-        [task], snapshots, {"calc": {"pip_args": ["--no-index", "--find-links", index]}}
-    )
-    assert funnel.kept == 1, funnel.details
-    image = task_image(provided, bwrap_backend, BASE_NAME).name
-    assert image.startswith(ENV_REPO + ":")
-    validated = validate_task(provided, bwrap_backend, image, snapshots, Limits(), ValidateConfig(runs=1))
-    grader = Grader(bwrap_backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=120)
-    yield validated, grader, base, root
-    for one in built:
-        if one.image.name.startswith(ENV_REPO):
-            shutil.rmtree(one.image.rootfs.parent, ignore_errors=True)
+    trees = {
+        "base": {"calc/__init__.py": BUGGY, "tests/test_own.py": OWN_TEST,
+                 "requirements-test.txt": "hypothesis==6.170.27\n",
+                 "pyproject.toml": "[project]\nname = \"calc\"\nversion = \"0.1\"\n"},
+        "hidden": {"tests/test_calc.py": HIDDEN}, "fixed": {"calc/__init__.py": FIXED},
+    }  # fmt: skip
+    with hypothesis_task(root, index, bwrap_backend, trees, "calc-given", "double(2) is 5") as (task, grader, base):
+        yield task, grader, base, root
 
 
 def _diff(base: Path, root: Path, name: str, code: str) -> str:

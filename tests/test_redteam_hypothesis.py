@@ -70,19 +70,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.hypothesis_task import hypothesis_task
 from support.redteam_repo import write_tree
 from test_hypothesis_plugin import index  # noqa: F401 (module fixture: the loopback wheel index of hypothesis)
 
 from trialforge.quality.gate import host_judged_problem
 from trialforge.quality.settings import QualityConfig
-from trialforge.sandbox.base import Limits
-from trialforge.sandbox.images import BASE_NAME, ENV_REPO
-from trialforge.store.objstore import open_store
-from trialforge.tasks.envimages import provide_images, task_image
 from trialforge.tasks.patches import diff_trees
-from trialforge.tasks.schema import Source, Task
-from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.tasks.validate import ValidateConfig, validate_task
+from trialforge.tasks.schema import Task
 from trialforge.verify.grader import Grader
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -403,38 +398,19 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, index, bwrap_backend) -> Iterator[World]:  # noqa: F811 (the fixture imported above)
     root = tmp_path_factory.mktemp("calc")
-    base, hidden, fixed = root / "base", root / "hidden", root / "fixed"
-    write_tree(base, {
-        "calc/__init__.py": INIT, "calc/core.py": BUGGY, "calc/testing.py": PLUGIN,
-        "conftest.py": 'pytest_plugins = ["calc.testing"]\n', "tests/test_own.py": OWN_TEST,
-        "requirements-test.txt": "hypothesis==6.170.27\n",
-        "pyproject.toml": "[project]\nname = \"calc\"\nversion = \"0.1\"\n",
-    })  # fmt: skip
-    shutil.copytree(base, hidden)
-    (hidden / "tests/test_calc.py").write_text(HIDDEN)
-    shutil.copytree(base, fixed)
-    (fixed / "calc/core.py").write_text(FIXED)
-    snapshots = SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
-    task = Task(
-        task_id="calc-redteam", source=Source(kind="git", ref="calc@redteam"), repo="calc",
-        snapshot=snapshots.put(base), problem_statement="double, square, triple and scaled are wrong",
-        gold_patch=diff_trees(base, fixed), test_patch=diff_trees(base, hidden),
-    )  # fmt: skip
-    (provided,), funnel, built = provide_images(
-        [task], snapshots, {"calc": {"pip_args": ["--no-index", "--find-links", index]}}
-    )
-    assert funnel.kept == 1, funnel.details
-    image = task_image(provided, bwrap_backend, BASE_NAME).name
-    assert image.startswith(ENV_REPO + ":")
-    validated = validate_task(provided, bwrap_backend, image, snapshots, Limits(), ValidateConfig(runs=1))
-    assert validated.validation.valid, validated.validation.reason
-    grader = Grader(bwrap_backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=120)
-    attacks = root / "attacks"
-    attacks.mkdir()
-    yield World(validated, grader, base, attacks)
-    for one in built:
-        if one.image.name.startswith(ENV_REPO):
-            shutil.rmtree(one.image.rootfs.parent, ignore_errors=True)
+    trees = {
+        "base": {"calc/__init__.py": INIT, "calc/core.py": BUGGY, "calc/testing.py": PLUGIN,
+                 "conftest.py": 'pytest_plugins = ["calc.testing"]\n', "tests/test_own.py": OWN_TEST,
+                 "requirements-test.txt": "hypothesis==6.170.27\n",
+                 "pyproject.toml": "[project]\nname = \"calc\"\nversion = \"0.1\"\n"},
+        "hidden": {"tests/test_calc.py": HIDDEN}, "fixed": {"calc/core.py": FIXED},
+    }  # fmt: skip
+    statement = "double, square, triple and scaled are wrong"
+    with hypothesis_task(root, index, bwrap_backend, trees, "calc-redteam", statement) as (task, grader, base):
+        assert task.validation.valid, task.validation.reason
+        attacks = root / "attacks"
+        attacks.mkdir()
+        yield World(task, grader, base, attacks)
 
 
 # What keeps the @given wins out of training: the task's @given test has no assertion the host judges
