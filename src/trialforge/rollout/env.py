@@ -13,9 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trialforge.envspec import Build
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import TRUNCATION_MARK, Limits, Sandbox
 from trialforge.section import Section
+from trialforge.tasks.extbuild import run_build
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -142,11 +144,18 @@ class StepOutcome:
 
 class CodingEnv:
     def __init__(
-        self, sandbox: Sandbox, problem_statement: str, limits: EnvLimits, sandbox_limits: Limits | None = None
+        self,
+        sandbox: Sandbox,
+        problem_statement: str,
+        limits: EnvLimits,
+        sandbox_limits: Limits | None = None,
+        build: Build | None = None,
     ) -> None:
         """``sandbox_limits``: the sandbox's, whose ``exec_timeout_s`` bounds a command and ``episode_timeout_s``
-        the episode (defaults: ``Limits()``)."""
+        the episode (defaults: ``Limits()``). ``build``: the repository's extension modules, rebuilt before each
+        command where their sources changed, so an edit to a .c file takes effect as it would in grading."""
         self.sandbox = sandbox
+        self.build = build
         self.problem_statement = problem_statement
         self.limits = limits
         self.timeouts = sandbox_limits or Limits()
@@ -189,9 +198,14 @@ class CodingEnv:
 
     # --- tools -----------------------------------------------------------------------
     def _run(self, command: str) -> str:
+        note = ""
+        if self.build is not None:
+            built = run_build(self.sandbox, self.build, force=False, timeout_s=self.timeouts.exec_timeout_s)
+            if not built.ok:  # the command still runs, on the extensions as they were last built
+                note = f"[the extension modules did not build: {built.why}]\n"
         result = self.sandbox.exec(["bash", "-c", command], timeout=self.timeouts.exec_timeout_s)
         status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-        return f"[{status}]\n{result.stdout}{result.stderr}"
+        return f"{note}[{status}]\n{result.stdout}{result.stderr}"
 
     def _view(self, path: str, start: int | None = None, end: int | None = None) -> str:
         lines = self.sandbox.read_file(path).decode("utf-8").splitlines()

@@ -29,6 +29,7 @@ from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.envdetect.decide import OVERRIDE_FILE
+from trialforge.tasks.extbuild import BuildFailed, build_tree
 from trialforge.tasks.observed import settle_statement
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.pytestconfig import python_files_of
@@ -91,6 +92,12 @@ def validate_task(
         collected = python_files_of(after)
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p, collected)]
         env = task.env or EnvSpec()
+        if env.build is not None:  # the repository's own extensions, compiled in each tree as its tests will see it
+            for tree, when in ((before, "before_fix"), (after, "after_fix")):
+                try:
+                    build_tree(backend, image, tree, env.build, report_limits(limits), "validate-build")
+                except BuildFailed as exc:
+                    return _verdict(task, False, f"build_failed_{when}: {exc}", 0, start)
         analyses = analyse_tests(after, test_files(after), env.runner)  # before the runs rewrite the tree
         runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env)
         runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)

@@ -26,6 +26,7 @@ from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.envimages import task_image
+from trialforge.tasks.extbuild import BuildFailed, build_tree
 from trialforge.tasks.patches import (
     IGNORED_DIRS,
     apply_patch,
@@ -189,6 +190,8 @@ class Grader:
         if not task.fail_to_pass:
             return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
         env = task.env or EnvSpec()
+        if env.build is not None and (failed := self._build(task, tree, env)) is not None:
+            return failed
         known = task.validation.host_judged or HostJudged()
         guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass, runner=env.runner,
                         observe="blind", in_process=known.in_process, param_rows=known.param_rows,
@@ -212,6 +215,21 @@ class Grader:
         verdict = _judge(report, tests, task.validation.baseline_evidence)
         verdict.cpu_s = None if cpu_start is None or cpu_end is None else round(cpu_end - cpu_start, 4)
         return verdict
+
+
+    def _build(self, task: Task, tree: Path, env: EnvSpec) -> Verdict | None:
+        """Compile the extensions of the graded tree (the diff applied, every compiled object it carried put back as
+        pristine has it) in a sandbox of their own: a diff that breaks the build scores 0, since its tests cannot
+        run; None when it built."""
+        assert env.build is not None
+        try:
+            image = task_image(task, self.backend, self.image)
+            build_tree(self.backend, image.name, tree, env.build, report_limits(self.limits), "verify-build")
+        except BuildFailed as exc:
+            return Verdict(0.0, "ok", f"build_failed: {exc}", flags=["build_failed"])
+        except SandboxError as exc:
+            return Verdict(None, "env_error", f"verifier build sandbox failed: {exc}")
+        return None
 
 
 def _judge(report: TestReport, tests: list[str], known: Sequence[str] = ()) -> Verdict:

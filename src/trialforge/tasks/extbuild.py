@@ -1,0 +1,161 @@
+"""Building a repository's own extension modules in place, in a sandbox, wherever its tree changes.
+
+A repository whose ``EnvSpec.build`` names extensions (``envdetect``: what its ``setup()`` declared when evaluated in
+a sandbox) has them compiled by setuptools' ``build_ext --inplace`` before its tests run: in validation (the tree
+before the fix and after it), in a rollout's start tree and before each command the policy runs, and in the
+grader's fresh tree after the diff. Without it the pure-Python fallback runs and a fix in the C code cannot fail
+a test before it. The build is the repository's own setup.py run with its own build commands, under the program
+below: a build that fails, or that falls back to pure Python (``setup.py`` files catch compiler errors to install
+anyway), is a failure, and every declared extension must exist afterwards. Where it runs and what it can reach:
+docs/environments.md, "Extension modules".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from trialforge.envspec import Build
+from trialforge.sandbox.base import Backend, ExecResult, Limits, Sandbox, SandboxSpec
+
+BUILD_TIMEOUT_S = 600.0  # one build of every extension; simplejson's takes ~5 s on one CPU
+BUILD_TEMP = "/tmp/trialforge-build"  # object files: outside /work, so no diff or export ever carries them
+WHY_CAP = 600  # characters of the compiler's output a failure quotes
+# Runs in the sandbox at /work: setup() runs setuptools' build_ext --inplace once, with the extensions the
+# repository's setup.py passes it, then checks each exists and stops the process: the fallback a setup.py runs
+# after a failed build (setup() again without ext_modules) never gets to run. The last stdout line is the result.
+_PROGRAM = """
+import json, os, runpy, sys
+import setuptools
+def report(ok, built, why=""):
+    sys.stderr.flush()
+    print()
+    print(json.dumps({"ok": ok, "built": built, "why": why}), flush=True)
+    os._exit(0 if ok else 1)
+real = setuptools.setup
+def setup(**kwargs):
+    if not kwargs.get("ext_modules"):
+        report(False, {}, "setup() was called without the extension modules (a fallback to pure Python)")
+    try:
+        dist = real(**kwargs)
+    except BaseException as exc:
+        report(False, {}, f"{type(exc).__name__}: {exc}")
+    command = dist.get_command_obj("build_ext")
+    paths = {e.name: os.path.relpath(command.get_ext_fullpath(e.name)) for e in dist.ext_modules}
+    missing = sorted(name for name in NAMES if not os.path.isfile(paths.get(name, "")))
+    if missing:
+        report(False, {}, "not built: " + ", ".join(missing))
+    report(True, {name: paths[name] for name in NAMES})
+setuptools.setup = setup
+try:
+    import distutils.core
+    distutils.core.setup = setup
+except ImportError:
+    pass
+sys.argv = ["setup.py", "build_ext", "--inplace", "--build-temp", TEMP] + FORCE
+sys.path.insert(0, os.getcwd())
+if os.path.isfile("setup.py"):
+    runpy.run_path("setup.py", run_name="__main__")
+else:
+    setup()
+report(False, {}, "setup() was never called")
+"""
+
+
+class BuildFailed(Exception):
+    """The repository's extensions did not build: the compiler's error, or which of them is missing."""
+
+
+@dataclass(frozen=True)
+class Built:
+    ok: bool
+    modules: dict[str, str]  # extension name -> its built file, relative to /work
+    why: str  # a failure's reason: the program's, then the tail of the compiler's output
+    seconds: float
+
+
+def run_build(sandbox: Sandbox, build: Build, *, force: bool = True, timeout_s: float = BUILD_TIMEOUT_S) -> Built:
+    """Build ``build``'s extensions in ``sandbox``'s /work, in place. ``force``: every one, whatever the timestamps
+    (a fresh tree whose files all look older than a planted object must not keep it); without it setuptools
+    rebuilds only those whose sources changed (a rollout's rebuild before each command)."""
+    program = _PROGRAM.replace("NAMES", repr(list(build.extensions))).replace("TEMP", repr(BUILD_TEMP))
+    program = program.replace("FORCE", repr(["--force"] if force else []))
+    done = sandbox.exec(["python3", "-c", program], timeout=timeout_s)
+    return _result(done, build)
+
+
+def _result(done: ExecResult, build: Build) -> Built:
+    line = done.stdout.rstrip().rpartition("\n")[2]
+    try:
+        found = json.loads(line)
+    except json.JSONDecodeError:
+        found = None
+    if done.timed_out:
+        return Built(False, {}, f"timed out after {done.duration_s:.0f}s", done.duration_s)
+    if not isinstance(found, dict) or not isinstance(found.get("built"), dict):
+        tail = _tail(done.stdout + done.stderr)
+        return Built(False, {}, f"the build stopped (exit {done.exit_code}): {tail}", done.duration_s)
+    modules = found["built"]
+    if found.get("ok") is not True or set(modules) != set(build.extensions):
+        log = done.stdout.rpartition(line)[0] + done.stderr
+        return Built(False, {}, f"{str(found.get('why'))[:200]}; {_tail(log)}", done.duration_s)
+    return Built(True, {str(k): str(v) for k, v in modules.items()}, "", done.duration_s)
+
+
+def _tail(log: str) -> str:
+    """The compiler's error lines if it printed any, else the last lines of ``log``."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return " | ".join(errors[:4] or lines[-4:])[:WHY_CAP] or "no output"
+
+
+def build_tree(backend: Backend, image: str, tree: Path, build: Build, limits: Limits, label: str) -> Built:
+    """Build ``tree``'s extensions in a fresh sandbox of ``image`` (``limits``: the tests'), then bring back into
+    ``tree`` the built modules alone, each checked to be where its name says (``BuildFailed`` when they did not
+    build). The sandbox works on a copy: nothing else it wrote reaches the host's tree."""
+    spec = SandboxSpec(image=image, workspace=tree, limits=limits, labels={"purpose": label})
+    sandbox = backend.create(spec)
+    try:
+        built = run_build(sandbox, build)
+        if not built.ok:
+            raise BuildFailed(built.why)
+        for name, rel in sorted(built.modules.items()):
+            _place(tree, _checked(name, rel), sandbox.read_file(rel))
+    finally:
+        sandbox.close()
+    return built
+
+
+def _checked(name: str, rel: str) -> PurePosixPath:
+    """``rel`` when it is where extension ``name`` is imported from (``pkg/_ext.<abi>.so`` for ``pkg._ext``, under
+    some package root); else the build failed: a setup.py cannot make the host write anywhere else."""
+    path = PurePosixPath(rel)
+    *package, module = name.split(".")
+    parts = path.parts
+    if (
+        path.is_absolute()
+        or ".." in parts
+        or not path.name.startswith(module + ".")
+        or not path.name.endswith(".so")
+        or list(parts[len(parts) - 1 - len(package) : -1]) != package
+    ):
+        raise BuildFailed(f"extension {name} was built at {rel!r}, not where it imports from")
+    return path
+
+
+def _place(tree: Path, rel: PurePosixPath, data: bytes) -> None:
+    """Write a built module into ``tree`` (the host's copy): through no symlink, replacing no link."""
+    target = tree
+    for part in rel.parts[:-1]:
+        target = target / part
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            raise BuildFailed(f"{rel}: {part} is not a directory of the tree")
+        target.mkdir(exist_ok=True)
+    path = target / rel.name
+    if path.is_symlink():
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
