@@ -174,7 +174,7 @@ def test_fixing_only_the_fallback_or_carrying_a_compiled_object_scores_0(task, s
 def test_a_base_tree_that_does_not_build_is_an_environment_rejection(task, snapshots, tmp_path, bwrap_backend):
     image = task_image(task, bwrap_backend, BASE_NAME).name
     tree = tmp_path / "broken"
-    _write(tree, {**FILES, SPEEDUPS: "this is not C\n"})
+    _write(tree, {**FILES, SPEEDUPS: C_BUGGY + "#error the base tree does not compile\n"})
     assert task.env is not None and task.env.build is not None
     with pytest.raises(BuildFailed, match=r"BuildFailed: .*error"):
         build_tree(bwrap_backend, image, tree, task.env.build, Limits(), "test")

@@ -17,7 +17,7 @@ from trialforge.envspec import Build
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import TRUNCATION_MARK, Limits, Sandbox
 from trialforge.section import Section
-from trialforge.tasks.extbuild import run_build
+from trialforge.tasks.extbuild import inputs_digest, run_build
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -156,6 +156,7 @@ class CodingEnv:
         command where their sources changed, so an edit to a .c file takes effect as it would in grading."""
         self.sandbox = sandbox
         self.build = build
+        self.built_inputs = ""  # the digest of the build inputs at the last build that succeeded
         self.problem_statement = problem_statement
         self.limits = limits
         self.timeouts = sandbox_limits or Limits()
@@ -198,14 +199,24 @@ class CodingEnv:
 
     # --- tools -----------------------------------------------------------------------
     def _run(self, command: str) -> str:
-        note = ""
-        if self.build is not None:
-            built = run_build(self.sandbox, self.build, force=False, timeout_s=self.timeouts.exec_timeout_s)
-            if not built.ok:  # the command still runs, on the extensions as they were last built
-                note = f"[the extension modules did not build: {built.why}]\n"
+        note = self._rebuild() if self.build is not None else ""
         result = self.sandbox.exec(["bash", "-c", command], timeout=self.timeouts.exec_timeout_s)
         status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return f"{note}[{status}]\n{result.stdout}{result.stderr}"
+
+    def _rebuild(self) -> str:
+        """Build the extensions when their inputs changed since the last build that succeeded here (the first
+        command always builds: a checkpoint's tree may hold objects older than its sources); a note when it failed."""
+        assert self.build is not None
+        timeout = self.timeouts.exec_timeout_s
+        inputs = inputs_digest(self.sandbox, self.build, timeout_s=timeout)
+        if inputs and inputs == self.built_inputs:
+            return ""
+        built = run_build(self.sandbox, self.build, timeout_s=timeout)
+        if not built.ok:  # the command still runs, on the extensions as they were last built
+            return f"[the extension modules did not build: {built.why}]\n"
+        self.built_inputs = inputs
+        return ""
 
     def _view(self, path: str, start: int | None = None, end: int | None = None) -> str:
         lines = self.sandbox.read_file(path).decode("utf-8").splitlines()

@@ -34,10 +34,17 @@ def report(ok, built, why=""):
     print()
     print(json.dumps({"ok": ok, "built": built, "why": why}), flush=True)
     os._exit(0 if ok else 1)
+try:
+    import distutils.core as core
+except ImportError:
+    core = None
 real = setuptools.setup
+real_core = core.setup if core else None
 def setup(**kwargs):
     if not kwargs.get("ext_modules"):
         report(False, {}, "setup() was called without the extension modules (a fallback to pure Python)")
+    if core:
+        core.setup = real_core  # what setuptools' own setup() calls
     try:
         dist = real(**kwargs)
     except BaseException as exc:
@@ -49,12 +56,9 @@ def setup(**kwargs):
         report(False, {}, "not built: " + ", ".join(missing))
     report(True, {name: paths[name] for name in NAMES})
 setuptools.setup = setup
-try:
-    import distutils.core
-    distutils.core.setup = setup
-except ImportError:
-    pass
-sys.argv = ["setup.py", "build_ext", "--inplace", "--build-temp", TEMP] + FORCE
+if core:
+    core.setup = setup
+sys.argv = ["setup.py", "build_ext", "--inplace", "--force", "--build-temp", TEMP, "--build-lib", TEMP + "/lib"]
 sys.path.insert(0, os.getcwd())
 if os.path.isfile("setup.py"):
     runpy.run_path("setup.py", run_name="__main__")
@@ -76,14 +80,48 @@ class Built:
     seconds: float
 
 
-def run_build(sandbox: Sandbox, build: Build, *, force: bool = True, timeout_s: float = BUILD_TIMEOUT_S) -> Built:
-    """Build ``build``'s extensions in ``sandbox``'s /work, in place. ``force``: every one, whatever the timestamps
-    (a fresh tree whose files all look older than a planted object must not keep it); without it setuptools
-    rebuilds only those whose sources changed (a rollout's rebuild before each command)."""
+# Runs in the sandbox: a digest of every build input in /work (C and Cython sources and headers, the build
+# configuration), so that a rollout rebuilds when, and only when, one of them changed; timestamps would not do
+# (setuptools' own check misses an edit made within a second of the build).
+_INPUTS_PROGRAM = """
+import hashlib, os
+digest = hashlib.sha256()
+for root, dirs, files in os.walk("."):
+    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    for name in sorted(files):
+        path = os.path.join(root, name)
+        if name.endswith(SUFFIXES) or name in NAMES or path[2:] in SOURCES:
+            digest.update(path.encode() + b"\\0")
+            try:
+                with open(path, "rb") as f:
+                    digest.update(f.read() + b"\\0")
+            except OSError:
+                digest.update(b"?\\0")
+print(digest.hexdigest())
+"""
+INPUT_SUFFIXES = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".pyx", ".pxd", ".pxi")
+INPUT_NAMES = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in")
+
+
+def run_build(sandbox: Sandbox, build: Build, *, timeout_s: float = BUILD_TIMEOUT_S) -> Built:
+    """Build every one of ``build``'s extensions in ``sandbox``'s /work, in place, whatever the timestamps say (a
+    fresh tree's files all look older than an object planted in it)."""
     program = _PROGRAM.replace("NAMES", repr(list(build.extensions))).replace("TEMP", repr(BUILD_TEMP))
-    program = program.replace("FORCE", repr(["--force"] if force else []))
     done = sandbox.exec(["python3", "-c", program], timeout=timeout_s)
     return _result(done, build)
+
+
+def inputs_digest(sandbox: Sandbox, build: Build, *, timeout_s: float) -> str:
+    """A digest of the build inputs in ``sandbox``'s /work (what a rebuild depends on); "" when it cannot be read."""
+    program = _INPUTS_PROGRAM.replace("SUFFIXES", repr(INPUT_SUFFIXES)).replace("NAMES", repr(INPUT_NAMES))
+    done = sandbox.exec(["python3", "-c", program.replace("SOURCES", repr(set(build.sources)))], timeout=timeout_s)
+    return done.stdout.strip() if done.ok else ""
+
+
+def is_build_input(rel: str, build: Build) -> bool:
+    """Whether a change to ``rel`` can change what the build makes (the files ``inputs_digest`` reads)."""
+    name = PurePosixPath(rel).name
+    return name.endswith(INPUT_SUFFIXES) or name in INPUT_NAMES or rel in build.sources
 
 
 def _result(done: ExecResult, build: Build) -> Built:
