@@ -167,6 +167,7 @@ def test_fixing_only_the_fallback_or_carrying_a_compiled_object_scores_0(task, s
     planted = "src/fastcalc/_speedups.cpython-311-x86_64-linux-gnu.so"
     carried = grader.grade(checked, _new_file(planted, "not an ELF file"))
     assert carried.reward == 0.0 and planted in carried.provenance["dropped_paths"].split(","), carried
+    assert grader._pristine_builds.hits == 1  # neither diff touched a build input: the pristine build, made once
 
 
 @pytest.mark.sandbox

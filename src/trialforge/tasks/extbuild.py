@@ -149,21 +149,27 @@ def _tail(log: str) -> str:
     return " | ".join(errors[:4] or lines[-4:])[:WHY_CAP] or "no output"
 
 
-def build_tree(backend: Backend, image: str, tree: Path, build: Build, limits: Limits, label: str) -> Built:
+def build_tree(backend: Backend, image: str, tree: Path, build: Build, limits: Limits, label: str) -> dict[str, bytes]:
     """Build ``tree``'s extensions in a fresh sandbox of ``image`` (``limits``: the tests'), then bring back into
     ``tree`` the built modules alone, each checked to be where its name says (``BuildFailed`` when they did not
-    build). The sandbox works on a copy: nothing else it wrote reaches the host's tree."""
+    build). The sandbox works on a copy: nothing else it wrote reaches the host's tree. Returns what it placed."""
     spec = SandboxSpec(image=image, workspace=tree, limits=limits, labels={"purpose": label})
     sandbox = backend.create(spec)
     try:
         built = run_build(sandbox, build)
         if not built.ok:
             raise BuildFailed(built.why)
-        for name, rel in sorted(built.modules.items()):
-            _place(tree, _checked(name, rel), sandbox.read_file(rel))
+        files = {str(_checked(name, rel)): sandbox.read_file(rel) for name, rel in sorted(built.modules.items())}
     finally:
         sandbox.close()
-    return built
+    place(tree, files)
+    return files
+
+
+def place(tree: Path, files: dict[str, bytes]) -> None:
+    """Write built modules (relative path -> content, as ``build_tree`` returned them) into ``tree``."""
+    for rel, data in files.items():
+        _place(tree, PurePosixPath(rel), data)
 
 
 def _checked(name: str, rel: str) -> PurePosixPath:
