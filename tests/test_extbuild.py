@@ -168,6 +168,11 @@ def test_fixing_only_the_fallback_or_carrying_a_compiled_object_scores_0(task, s
     carried = grader.grade(checked, _new_file(planted, "not an ELF file"))
     assert carried.reward == 0.0 and planted in carried.provenance["dropped_paths"].split(","), carried
     assert grader._pristine_builds.hits == 1  # neither diff touched a build input: the pristine build, made once
+    # a setup.py that writes beside the modules as it builds (here: a package that would pass): the build works on a
+    # copy, and nothing but the declared modules comes back to the tree the tests run on
+    forge = "open('src/fastcalc/__init__.py', 'w').write('def twice(x):\\n    return 2 * x\\n')\n"
+    forged = grader.grade(checked, _edit(task, snapshots, tmp_path / "f", {"setup.py": forge + SETUP}))
+    assert forged.reward == 0.0 and "build_failed" not in forged.flags, forged.reason
 
 
 @pytest.mark.sandbox
