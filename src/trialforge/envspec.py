@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 # Debian release whose python3 is each version: images for another Python come from that release's packages
 # (no interpreter is ever downloaded outside the package registries).
@@ -53,6 +53,14 @@ class EnvSpec(BaseModel):
     test_cmd: tuple[str, ...] = PYTEST_CMD  # how the suite is run: pytest or unittest, with their options
     build: Build | None = None  # the repository's own extensions, built in each sandbox's tree before its tests
     detected_from: tuple[str, ...] = ()  # the files (or override) each value came from: provenance only
+
+    @model_serializer(mode="wrap")
+    def _no_build_unsaid(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """A spec without a build serializes as it did before there were builds: stored tasks keep their hashes."""
+        data = handler(self)
+        if self.build is None:
+            data.pop("build", None)
+        return data
 
     @field_validator("python")
     @classmethod
