@@ -95,9 +95,13 @@ def snapshots(tmp_path):
 @pytest.fixture
 def task(tmp_path, snapshots) -> Task:
     """The fix commit: the C code alone changes, with a new test; its image has a compiler (built once a machine)."""
+    return _fix_task(tmp_path, snapshots, C_BUGGY, C_FIXED, {"tests/test_twice.py": TEST})
+
+
+def _fix_task(tmp_path: Path, snapshots: SnapshotStore, buggy: str, fixed_c: str, tests: dict[str, str]) -> Task:
     base, fixed = tmp_path / "base", tmp_path / "fixed"
-    _write(base, {**FILES, SPEEDUPS: C_BUGGY})
-    _write(fixed, {**FILES, SPEEDUPS: C_FIXED, "tests/test_twice.py": TEST})
+    _write(base, {**FILES, SPEEDUPS: buggy})
+    _write(fixed, {**FILES, SPEEDUPS: fixed_c, **tests})
     diff = diff_trees(base, fixed)
     raw = Task(
         task_id="fastcalc-1",
@@ -205,3 +209,24 @@ def test_an_edit_to_the_c_file_takes_effect_in_the_rollout_workspace(task, snaps
         env.step(Action(tool="replace", args={"path": SPEEDUPS, "old": "return PyLong", "new": "retrun PyLong"}))
         failed = env.step(probe).observation
         assert failed.startswith("[the extension modules did not build: ") and failed.splitlines()[-1] == "42"
+
+
+# markupsafe's eb9c1d434ba7: the unfixed C code crashes the interpreter on the new test (a NULL dereference)
+C_CRASHING = C_FIXED.replace(
+    "return PyLong_FromLong(2 * x);",
+    "if (x < 0) { PyObject *none = NULL; Py_INCREF(none); }\n    return PyLong_FromLong(2 * x);",
+)
+NEGATIVE = "from fastcalc import twice\n\n\ndef test_negative():\n    assert twice(-1) == -2\n"
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_test_that_crashes_the_interpreter_before_the_fix_is_fail_to_pass(tmp_path, snapshots, bwrap_backend):
+    task = _fix_task(tmp_path, snapshots, C_CRASHING, C_FIXED, {"tests/test_negative.py": NEGATIVE})
+    image = task_image(task, bwrap_backend, BASE_NAME).name
+    checked = validate_task(task, bwrap_backend, image, snapshots, Limits(), ValidateConfig(runs=1))
+    assert checked.validation.valid, checked.validation.reason
+    assert checked.fail_to_pass == ["tests/test_negative.py::test_negative"]
+    assert checked.pass_to_pass == ["tests/test_basics.py::test_imports"]
+    grader = Grader(bwrap_backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=60)
+    assert (grader.grade(checked, checked.gold_patch).reward, grader.grade(checked, "").reward) == (1.0, 0.0)
