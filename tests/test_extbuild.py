@@ -13,6 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.fixtasks import fix_task
+from support.redteam_repo import write_tree
 
 from trialforge.envspec import BUILD_PACKAGES, Build
 from trialforge.rollout.env import Action, CodingEnv, EnvLimits
@@ -21,8 +23,8 @@ from trialforge.sandbox.images import BASE_NAME
 from trialforge.store.objstore import open_store
 from trialforge.tasks.envimages import provide_images, task_image
 from trialforge.tasks.extbuild import BuildFailed, build_tree
-from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
-from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.patches import diff_trees
+from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
@@ -81,12 +83,6 @@ FILES = {
 TEST = "from fastcalc import twice\n\n\ndef test_twice():\n    assert twice(21) == 42\n"
 
 
-def _write(tree: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tree / rel).write_text(text)
-
-
 @pytest.fixture
 def snapshots(tmp_path):
     return SnapshotStore(open_store(f"file://{tmp_path / 'store'}"), tmp_path / "cache")
@@ -99,19 +95,8 @@ def task(tmp_path, snapshots) -> Task:
 
 
 def _fix_task(tmp_path: Path, snapshots: SnapshotStore, buggy: str, fixed_c: str, tests: dict[str, str]) -> Task:
-    base, fixed = tmp_path / "base", tmp_path / "fixed"
-    _write(base, {**FILES, SPEEDUPS: buggy})
-    _write(fixed, {**FILES, SPEEDUPS: fixed_c, **tests})
-    diff = diff_trees(base, fixed)
-    raw = Task(
-        task_id="fastcalc-1",
-        source=Source(kind="git", ref="fastcalc@1"),
-        repo="fastcalc",
-        snapshot=snapshots.put(base),
-        problem_statement="twice(21) returns 63",
-        gold_patch=filter_patch(diff, lambda p: not is_test_path(p))[0],
-        test_patch=filter_patch(diff, is_test_path)[0],
-    )
+    base, fixed = {**FILES, SPEEDUPS: buggy}, {**FILES, SPEEDUPS: fixed_c, **tests}
+    raw = fix_task(tmp_path, snapshots, base, fixed, repo="fastcalc", statement="twice(21) returns 63")
     (provided,), funnel, _ = provide_images([raw], snapshots)
     assert funnel.kept == 1, funnel.details
     return provided
@@ -121,7 +106,7 @@ def _edit(task: Task, snapshots: SnapshotStore, dest: Path, files: dict[str, str
     """A policy's diff: ``files`` written over a copy of the base tree."""
     src = snapshots.materialize(task.snapshot)
     shutil.copytree(src, dest, symlinks=True)
-    _write(dest, files)
+    write_tree(dest, files)
     return diff_trees(src, dest)
 
 
@@ -184,7 +169,7 @@ def test_fixing_only_the_fallback_or_carrying_a_compiled_object_scores_0(task, s
 def test_a_base_tree_that_does_not_build_is_an_environment_rejection(task, snapshots, tmp_path, bwrap_backend):
     image = task_image(task, bwrap_backend, BASE_NAME).name
     tree = tmp_path / "broken"
-    _write(tree, {**FILES, SPEEDUPS: C_BUGGY + "#error the base tree does not compile\n"})
+    write_tree(tree, {**FILES, SPEEDUPS: C_BUGGY + "#error the base tree does not compile\n"})
     assert task.env is not None and task.env.build is not None
     with pytest.raises(BuildFailed, match=r"BuildFailed: .*error"):
         build_tree(bwrap_backend, image, tree, task.env.build, Limits(), "test")
