@@ -18,8 +18,10 @@ from support.redteam_repo import write_tree
 
 from trialforge.envspec import BUILD_PACKAGES, Build
 from trialforge.rollout.env import Action, CodingEnv, EnvLimits
+from trialforge.rollout.starts import Setup, start_tree
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.sandbox.images import BASE_NAME
+from trialforge.sandbox.pool import SandboxPool
 from trialforge.store.objstore import open_store
 from trialforge.tasks.envimages import provide_images, task_image
 from trialforge.tasks.extbuild import BuildFailed, build_tree
@@ -215,3 +217,19 @@ def test_a_test_that_crashes_the_interpreter_before_the_fix_is_fail_to_pass(tmp_
     assert checked.pass_to_pass == ["tests/test_basics.py::test_imports"]
     grader = Grader(bwrap_backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=60)
     assert (grader.grade(checked, checked.gold_patch).reward, grader.grade(checked, "").reward) == (1.0, 0.0)
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_rollout_starts_from_its_tree_with_the_extension_built_and_its_diff_carries_no_object(
+    task, snapshots, bwrap_backend
+):
+    image = task_image(task, bwrap_backend, BASE_NAME)
+    pool = SandboxPool(bwrap_backend, Limits())
+    try:
+        start = start_tree(task, Setup(), snapshots, pool, image.name, image.digest)
+    finally:
+        pool.close()
+    built = sorted(p.name for p in (start / "src" / "fastcalc").iterdir() if p.name.endswith(".so"))
+    assert built == ["_speedups.cpython-311-x86_64-linux-gnu.so"] and not (start / "build").exists()
+    assert diff_trees(snapshots.materialize(task.snapshot), start) == ""  # compiled objects never enter a diff
