@@ -23,10 +23,12 @@ from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.sandbox.images import BASE_NAME
 from trialforge.sandbox.pool import SandboxPool
 from trialforge.store.objstore import open_store
+from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.envimages import provide_images, task_image
 from trialforge.tasks.extbuild import BuildFailed, build_tree
 from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Task
+from trialforge.tasks.setupeval import setup_arguments
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
@@ -233,3 +235,14 @@ def test_a_rollout_starts_from_its_tree_with_the_extension_built_and_its_diff_ca
     built = sorted(p.name for p in (start / "src" / "fastcalc").iterdir() if p.name.endswith(".so"))
     assert built == ["_speedups.cpython-311-x86_64-linux-gnu.so"] and not (start / "build").exists()
     assert diff_trees(snapshots.materialize(task.snapshot), start) == ""  # compiled objects never enter a diff
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_an_extension_the_tree_cannot_compile_as_it_is_is_left_to_its_fallback_and_said_so(tmp_path):
+    """msgpack's shape: the C file is generated from Cython at release time, so a commit's tree has only the .pyx."""
+    tree = write_tree(tmp_path / "tree", {**FILES, "setup.py": SETUP.replace("_speedups.c", "_speedups.pyx")})
+    (tree / "src" / "fastcalc" / "_speedups.pyx").write_text("def twice(x):\n    return 3 * x\n")
+    spec = resolve_env(tree, "fastcalc", evaluate=setup_arguments)
+    assert spec.build is None and spec.system_packages == ()
+    assert any("extension fastcalc._speedups not built: src/fastcalc/_speedups.pyx" in s for s in spec.detected_from)

@@ -67,7 +67,7 @@ def detect(repo: Path, python: str | None = None, setup_args: Mapping[str, Any] 
         found, why = read(repo, python, setup_args), ()
     root = found.package_root or _src_root(repo, found)
     test_cmd = _test_cmd(repo, found)
-    build = _build(found)
+    build, unbuilt = _build(repo, found)
     return EnvSpec(
         python=python,
         system_packages=BUILD_PACKAGES if build else (),
@@ -76,17 +76,28 @@ def detect(repo: Path, python: str | None = None, setup_args: Mapping[str, Any] 
         env=({"PYTHONPATH": f"{WORKDIR}/{root}"} if root else {}) | found.env,
         test_cmd=test_cmd,
         build=build,
-        detected_from=(*found.sources, *why),
+        detected_from=(*found.sources, *why, *unbuilt),
     )
 
 
-def _build(found: Findings) -> Build | None:
+def _build(repo: Path, found: Findings) -> tuple[Build | None, tuple[str, ...]]:
     """The repository's own extensions, built in place before its tests (and the toolchain in its image): without
-    them its pure-Python fallback would run, and a fix in its C code could never fail a test before it."""
-    if not found.extensions:
-        return None
-    sources = dict.fromkeys(source for _, srcs in found.extensions for source in srcs)
-    return Build(extensions=tuple(dict.fromkeys(name for name, _ in found.extensions)), sources=tuple(sources))
+    them its pure-Python fallback would run, and a fix in its C code could never fail a test before it. Those
+    whose sources the tree cannot compile as it is (Cython, or a C file generated at release time: msgpack's) are
+    left to the fallback, as before, and said so in the provenance."""
+    kept: dict[str, tuple[str, ...]] = {}
+    notes = []
+    for name, sources in found.extensions:
+        unbuildable = [s for s in sources if s.endswith(".pyx") or not (s.startswith("/") or (repo / s).is_file())]
+        if unbuildable:
+            missing = ", ".join(unbuildable)
+            notes.append(f"setup.py (extension {name} not built: {missing}: Cython, or not in the tree)")
+        else:
+            kept[name] = sources
+    if not kept:
+        return None, tuple(notes)
+    sources = dict.fromkeys(source for srcs in kept.values() for source in srcs)
+    return Build(extensions=tuple(kept), sources=tuple(sources)), tuple(notes)
 
 
 def _choose_python(found: Findings) -> tuple[str, tuple[str, ...]]:
