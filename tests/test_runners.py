@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from support.fixtasks import fix_task
 
 from trialforge.envspec import EnvSpec
 from trialforge.funnel import Funnel
@@ -27,7 +28,7 @@ from trialforge.observe.metrics import task_metrics
 from trialforge.observe.summary import print_summary
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.store.objstore import open_store
-from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
+from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.patches import test_files as files_of_tests  # not "test_*": pytest would collect it
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
@@ -54,19 +55,7 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def _task(tmp_path: Path, snapshots: SnapshotStore, base: dict[str, str], fixed: dict[str, str], env=None) -> Task:
-    """A task whose snapshot is ``base`` and whose fix (code) and test patch (tests) lead to ``fixed``."""
-    before, after = _write(tmp_path / "base", base), _write(tmp_path / "fixed", fixed)
-    diff = diff_trees(before, after)
-    return Task(
-        task_id="calc-1",
-        source=Source(kind="synthetic", ref="test"),
-        repo="calc",
-        snapshot=snapshots.put(before),
-        problem_statement="double(2) returns 5",
-        gold_patch=filter_patch(diff, lambda p: not is_test_path(p))[0],
-        test_patch=filter_patch(diff, is_test_path)[0],
-        env=env,
-    )
+    return fix_task(tmp_path, snapshots, base, fixed, env=env)
 
 
 def _validate(task: Task, backend, image, snapshots, runs: int = 1) -> Task:

@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 # Debian release whose python3 is each version: images for another Python come from that release's packages
 # (no interpreter is ever downloaded outside the package registries).
@@ -25,6 +25,20 @@ DEFAULT_PYTHON = "3.11"
 PYTEST_CMD = ("python3", "-m", "pytest")
 UNITTEST_CMD = ("python3", "-m", "unittest")
 TestRunner = Literal["pytest", "unittest"]
+# What compiling a repository's own C extensions needs in its image (Debian names; python3-dev brings the headers
+# of the image's own python3): only specs with a ``build`` get them.
+BUILD_PACKAGES = ("gcc", "libc6-dev", "python3-dev")
+
+
+class Build(BaseModel):
+    """The repository's own extension modules, built in place in a sandbox before its tests run, every time its tree
+    changes (``tasks.extbuild``): setuptools' ``build_ext --inplace``, as the repository's ``setup.py`` (or its
+    setuptools configuration) declares them. What setuptools said when asked in a sandbox (``tasks.setupeval``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    extensions: tuple[str, ...]  # dotted module names the build must produce ("markupsafe._speedups")
+    sources: tuple[str, ...] = ()  # their declared sources and depends, relative to the repository root
 
 
 class EnvSpec(BaseModel):
@@ -37,7 +51,16 @@ class EnvSpec(BaseModel):
     install: tuple[str, ...] = ()  # shell commands run at build time, in the image, with the network
     env: dict[str, str] = Field(default_factory=dict)  # environment of every test run (e.g. PYTHONPATH)
     test_cmd: tuple[str, ...] = PYTEST_CMD  # how the suite is run: pytest or unittest, with their options
+    build: Build | None = None  # the repository's own extensions, built in each sandbox's tree before its tests
     detected_from: tuple[str, ...] = ()  # the files (or override) each value came from: provenance only
+
+    @model_serializer(mode="wrap")
+    def _no_build_unsaid(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """A spec without a build serializes as it did before there were builds: stored tasks keep their hashes."""
+        data = handler(self)
+        if self.build is None:
+            data.pop("build", None)
+        return data
 
     @field_validator("python")
     @classmethod

@@ -13,9 +13,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from trialforge.envspec import Build
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import TRUNCATION_MARK, Limits, Sandbox
 from trialforge.section import Section
+from trialforge.tasks.extbuild import inputs_digest, run_build
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -142,11 +144,19 @@ class StepOutcome:
 
 class CodingEnv:
     def __init__(
-        self, sandbox: Sandbox, problem_statement: str, limits: EnvLimits, sandbox_limits: Limits | None = None
+        self,
+        sandbox: Sandbox,
+        problem_statement: str,
+        limits: EnvLimits,
+        sandbox_limits: Limits | None = None,
+        build: Build | None = None,
     ) -> None:
         """``sandbox_limits``: the sandbox's, whose ``exec_timeout_s`` bounds a command and ``episode_timeout_s``
-        the episode (defaults: ``Limits()``)."""
+        the episode (defaults: ``Limits()``). ``build``: the repository's extension modules, rebuilt before each
+        command where their sources changed, so an edit to a .c file takes effect as it would in grading."""
         self.sandbox = sandbox
+        self.build = build
+        self.built_inputs = ""  # the digest of the build inputs at the last build that succeeded
         self.problem_statement = problem_statement
         self.limits = limits
         self.timeouts = sandbox_limits or Limits()
@@ -189,9 +199,24 @@ class CodingEnv:
 
     # --- tools -----------------------------------------------------------------------
     def _run(self, command: str) -> str:
+        note = self._rebuild() if self.build is not None else ""
         result = self.sandbox.exec(["bash", "-c", command], timeout=self.timeouts.exec_timeout_s)
         status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-        return f"[{status}]\n{result.stdout}{result.stderr}"
+        return f"{note}[{status}]\n{result.stdout}{result.stderr}"
+
+    def _rebuild(self) -> str:
+        """Build the extensions when their inputs changed since the last build that succeeded here (the first
+        command always builds: a checkpoint's tree may hold objects older than its sources); a note when it failed."""
+        assert self.build is not None
+        timeout = self.timeouts.exec_timeout_s
+        inputs = inputs_digest(self.sandbox, self.build, timeout_s=timeout)
+        if inputs and inputs == self.built_inputs:
+            return ""
+        built = run_build(self.sandbox, self.build, timeout_s=timeout)
+        if not built.ok:  # the command still runs, on the extensions as they were last built
+            return f"[the extension modules did not build: {built.why}]\n"
+        self.built_inputs = inputs
+        return ""
 
     def _view(self, path: str, start: int | None = None, end: int | None = None) -> str:
         lines = self.sandbox.read_file(path).decode("utf-8").splitlines()

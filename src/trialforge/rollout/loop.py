@@ -496,7 +496,8 @@ class _Episode:
         with self.checkpoints.tree(checkpoint) as tree:
             self.sandbox = self.ro.sandboxes.acquire(self.image, tree, labels={"episode": self.record.episode_id})
         self.cpu_start = self.sandbox.cpu_s()
-        self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits, self.ro.limits)
+        build = self.job.task.env.build if self.job.task.env is not None else None
+        self.env = CodingEnv(self.sandbox, self.job.task.problem_statement, self.ro.env_limits, self.ro.limits, build)
         self.env.started = self.start  # the episode's clock, not this sandbox's
 
     def _live(self) -> Sandbox:

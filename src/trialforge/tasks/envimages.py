@@ -123,6 +123,7 @@ def _steps(spec: EnvSpec) -> list[list[str]]:
     if spec.system_packages:
         steps.append(["apt-get", "update", "-q"])
         steps.append(["apt-get", "install", "-y", "-q", "--no-install-recommends", *spec.system_packages])
+        steps.append(["apt-get", "clean"])  # the downloaded packages: 75 MB of a compiler's image
     if spec.requirements:
         steps.append(["python3", "-m", "pip", "install", "-q", *spec.pip_args, *spec.requirements])
     steps += [["/bin/sh", "-ec", command] for command in spec.install]
@@ -140,7 +141,8 @@ def _run(rootfs: Path, argv: list[str], deadline: float, spec: EnvSpec) -> str:
         binds += ["--ro-bind", HOST_CA, "/tmp/host-ca.crt"]
         env |= {"PIP_CERT": "/tmp/host-ca.crt", "SSL_CERT_FILE": "/tmp/host-ca.crt"}
     bwrap = [
-        "bwrap", "--bind", str(rootfs), "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *binds,
+        "bwrap", "--bind", str(rootfs), "/", "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+        *binds,
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session",
         "--chdir", "/", "--clearenv", *[a for k, v in env.items() for a in ("--setenv", k, v)], *argv,
     ]  # fmt: skip

@@ -38,9 +38,11 @@ TEST_CONFIG_NAMES = frozenset({
     "sitecustomize.py", "usercustomize.py",
 })  # fmt: skip
 # What the interpreter or a package index reads at start or import, whoever wrote it: .pth files (run by site),
-# bytecode (imported instead of its source when it looks fresh), and distribution metadata (entry points: pytest
+# bytecode (imported instead of its source when it looks fresh), compiled extension modules (imported before a
+# module's .py; only the sandbox's own build makes them), and distribution metadata (entry points: pytest
 # plugins that load before the run's first check).
-IMPORT_TIME_SUFFIXES = (".pth", ".pyc", ".pyo")
+COMPILED_SUFFIXES = (".so", ".pyd")
+IMPORT_TIME_SUFFIXES = (".pth", ".pyc", ".pyo", *COMPILED_SUFFIXES)
 IMPORT_TIME_DIR_SUFFIXES = (".dist-info", ".egg-info", ".egg")
 IGNORED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".trialforge"})
 # Test modules by name beyond pytest's default globs: unittest discovery's ``test*.py`` collects them, suites run
@@ -283,7 +285,9 @@ def filter_patch(patch: str, keep) -> tuple[str, list[str]]:
 
 def _copy_clean(src: Path, dest: Path) -> None:
     if src.exists():
-        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(*IGNORED_DIRS, "*.pyc"))
+        # compiled objects are built in each sandbox from the sources, never carried by a diff
+        ignored = shutil.ignore_patterns(*IGNORED_DIRS, "*.pyc", *(f"*{suffix}" for suffix in COMPILED_SUFFIXES))
+        shutil.copytree(src, dest, symlinks=True, ignore=ignored)
     else:
         dest.mkdir()
 

@@ -23,7 +23,8 @@ from trialforge.tasks.envdetect.readers import SETUP_ARGS
 
 OUTPUT_CAP = 1 << 20  # the arguments' JSON: requirement lists, never megabytes
 # Runs in the sandbox: setup() (setuptools' and distutils') records its arguments; the last stdout line is
-# them as JSON, strings, lists and dicts only (a set of requirements becomes a sorted list).
+# them as JSON, strings, lists and dicts only (a set of requirements becomes a sorted list; an Extension its name
+# and its sources and depends).
 _PROGRAM = """
 import json, os, runpy, sys
 got = {}
@@ -37,6 +38,8 @@ try:
 except ImportError:
     pass
 def plain(value):
+    if hasattr(value, "sources") and isinstance(getattr(value, "name", None), str):  # an Extension
+        return {"name": value.name, "sources": plain([*value.sources, *(getattr(value, "depends", None) or [])])}
     if isinstance(value, str):
         return value
     if isinstance(value, dict):

@@ -25,10 +25,11 @@ from trialforge.envspec import EnvSpec
 from trialforge.errors import PatchError
 from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
-from trialforge.sandbox.base import Backend, Limits, SandboxSpec
+from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.calibration import calibrate
 from trialforge.tasks.envdetect.decide import OVERRIDE_FILE
+from trialforge.tasks.extbuild import BuildFailed, build_tree
 from trialforge.tasks.observed import settle_statement
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.pytestconfig import python_files_of
@@ -49,6 +50,7 @@ REASON_LINE_CAP = 160
 REASON_CAP = 500
 UNSTABLE_EXAMPLES = 10  # unstable ids the validation record quotes (a uuid-parametrized test makes new ones each run)
 _COMPILE_ERROR = re.compile(r"^(?:SyntaxError|IndentationError|TabError)\b")  # a module that cannot compile
+_FATAL = re.compile(r"Fatal Python error: (.*)$", re.MULTILINE)  # faulthandler's first line: the interpreter died
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([\w.]*(?:Error|Exception|Exit)\b.*)$")
 
 
@@ -91,6 +93,12 @@ def validate_task(
         collected = python_files_of(after)
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p, collected)]
         env = task.env or EnvSpec()
+        if env.build is not None:  # the repository's own extensions, compiled in each tree as its tests will see it
+            for tree, when in ((before, "before_fix"), (after, "after_fix")):
+                try:
+                    build_tree(backend, image, tree, env.build, report_limits(limits), "validate-build")
+                except BuildFailed as exc:
+                    return _verdict(task, False, f"build_failed_{when}: {exc}", 0, start)
         analyses = analyse_tests(after, test_files(after), env.runner)  # before the runs rewrite the tree
         runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env)
         runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)
@@ -130,20 +138,79 @@ def _runs(
     # No must-fail copies here: a copy's changed constant may be what the unfixed code returns (a good task rejected
     # as tampered), and nothing in these runs is the policy's; the self-contained canaries and the other layers stay.
     guard = prepare(tree, [], tests, plant_in=plant_in, copy_from=[], rng=rng, runner=env.runner, observe=mode)
-    if shared is None:
-        return _run(backend, image, tree, limits, cfg, guard, env)
-    return shared.get(key, lambda: _run(backend, image, tree, limits, cfg, guard, env))
+    every = [p for p in tests if is_test_module(p, collected)]
+
+    def run() -> list[TestReport]:
+        return _run(backend, image, tree, limits, cfg, guard, env, every)
+
+    return run() if shared is None else shared.get(key, run)
 
 
 def _run(
-    backend: Backend, image: str, tree: Path, limits: Limits, cfg: ValidateConfig, guard: Guard, env: EnvSpec
+    backend: Backend,
+    image: str,
+    tree: Path,
+    limits: Limits,
+    cfg: ValidateConfig,
+    guard: Guard,
+    env: EnvSpec,
+    modules: list[str],
 ) -> list[TestReport]:
     spec = SandboxSpec(image=image, workspace=tree, limits=report_limits(limits), labels={"purpose": "validate"})
     sandbox = backend.create(spec)
     try:
-        return [run_tests(sandbox, None, timeout=cfg.test_timeout_s, guard=guard, env=env) for _ in range(cfg.runs)]
+        reports = []
+        for _ in range(cfg.runs):
+            report = run_tests(sandbox, None, timeout=cfg.test_timeout_s, guard=guard, env=env)
+            if fatal := _crashed(report):
+                report = _isolated(sandbox, modules, cfg, guard, env, fatal) or report
+            reports.append(report)
+        return reports
     finally:
         sandbox.close()
+
+
+def _crashed(report: TestReport) -> str:
+    """The fatal error that killed a run's interpreter (an extension module's segfault, as the runner's
+    faulthandler printed it), or "": a crash is no tampering, and says nothing of the other tests."""
+    if report.reported or report.timed_out or report.cpu_exhausted or report.evidence:
+        return ""
+    found = _FATAL.search(report.log_tail)
+    return found.group(1).strip() if found else ""
+
+
+def _isolated(
+    sandbox: Sandbox, modules: list[str], cfg: ValidateConfig, guard: Guard, env: EnvSpec, fatal: str
+) -> TestReport | None:
+    """A run whose interpreter crashed, again one test module at a time: the modules' outcomes as each reports them,
+    and a module whose run crashes too as one that failed as a whole (a collection error saying so), as a module
+    that does not import is: before a fix, its tests fail and count as one unit. None when another module's run
+    has no report either (a timeout): the crash stays unexplained."""
+    parts = {
+        module: run_tests(sandbox, [module], timeout=cfg.test_timeout_s, guard=guard, env=env) for module in modules
+    }
+    crashed = {module: why for module, part in parts.items() if (why := _crashed(part))}
+    if not crashed or any(not part.reported for module, part in parts.items() if module not in crashed):
+        return None
+    done = [part for module, part in parts.items() if module not in crashed]
+    outcomes = {t: o for part in done for t, o in part.outcomes.items()}
+    outcomes |= {COLLECTION + module: "error" for module in crashed}
+    return TestReport(
+        exit_code=1,
+        outcomes=outcomes,
+        duration_s=round(sum(part.duration_s for part in parts.values()), 3),
+        log_tail=f"Fatal Python error: {fatal}",
+        evidence=tuple(dict.fromkeys(e for part in done for e in part.evidence)),
+        canaries={c: o for part in done for c, o in part.canaries.items()},
+        collection_errors={
+            module: f"the test process crashed: Fatal Python error: {why}" for module, why in crashed.items()
+        }
+        | {m: e for part in done for m, e in part.collection_errors.items()},
+        failures={t: m for part in done for t, m in part.failures.items()},
+        observations={t: v for part in done for t, v in part.observations.items()},
+        expectations={t: v for part in done for t, v in part.expectations.items()},
+        rows={f: r for part in done for f, r in part.rows.items()},
+    )
 
 
 def _stable(reports: list[TestReport], unstable: set[str]) -> tuple[dict[str, str], set[str]]:

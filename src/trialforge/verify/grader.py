@@ -26,6 +26,7 @@ from trialforge.sandbox.base import Backend, Limits, SandboxSpec
 from trialforge.sandbox.images import ENV_REPO
 from trialforge.scratch import scratch_dir
 from trialforge.tasks.envimages import task_image
+from trialforge.tasks.extbuild import BuildFailed, build_tree, is_build_input, place
 from trialforge.tasks.patches import (
     IGNORED_DIRS,
     apply_patch,
@@ -33,6 +34,7 @@ from trialforge.tasks.patches import (
     is_test_path,
     link_escapes,
     test_files,
+    touched_paths,
 )
 from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import HostJudged, Task
@@ -101,6 +103,10 @@ class Grader:
     limits: Limits
     test_timeout_s: float = 120.0  # the most a graded test run may take
     timing: VerifyConfig = field(default_factory=VerifyConfig)  # how much of that a task's graded run gets
+    # The modules each task's pristine sources compile to, for diffs that change none of its build inputs.
+    _pristine_builds: OncePerKey[dict[str, bytes]] = field(
+        default_factory=OncePerKey, init=False, repr=False, compare=False
+    )
     # One grading per (task, code diff); infrastructure faults are not kept.
     _verdicts: OncePerKey[Verdict] = field(
         default_factory=lambda: OncePerKey(keep=lambda v: v.status != "env_error"),
@@ -189,6 +195,8 @@ class Grader:
         if not task.fail_to_pass:
             return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
         env = task.env or EnvSpec()
+        if env.build is not None and (failed := self._build(task, tree, env, changed)) is not None:
+            return failed
         known = task.validation.host_judged or HostJudged()
         guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass, runner=env.runner,
                         observe="blind", in_process=known.in_process, param_rows=known.param_rows,
@@ -212,6 +220,36 @@ class Grader:
         verdict = _judge(report, tests, task.validation.baseline_evidence)
         verdict.cpu_s = None if cpu_start is None or cpu_end is None else round(cpu_end - cpu_start, 4)
         return verdict
+
+    def _build(self, task: Task, tree: Path, env: EnvSpec, changed: list[str]) -> Verdict | None:
+        """Compile the extensions of the graded tree (the diff applied, every compiled object it carried put back as
+        pristine has it) in a sandbox of their own: a diff that breaks the build scores 0, since its tests cannot
+        run; None when it built. A tree whose build inputs the diff left alone gets the modules its pristine
+        sources (and test patch) compile to, built once per task by this grader: never an object of the policy's."""
+        build = env.build
+        assert build is not None
+        limits = report_limits(self.limits)
+        try:
+            image = task_image(task, self.backend, self.image)
+            if any(is_build_input(p, build) for p in [*changed, *touched_paths(task.test_patch)]):
+                build_tree(self.backend, image.name, tree, build, limits, "verify-build")
+            else:
+                key = f"{task.snapshot}|{image.digest}|{build.model_dump_json()}|{task.test_patch}"
+                place(tree, self._pristine_builds.get(key, lambda: self._pristine_build(task, image.name, limits)))
+        except BuildFailed as exc:
+            return Verdict(0.0, "ok", f"build_failed: {exc}", flags=["build_failed"])
+        except SandboxError as exc:
+            return Verdict(None, "env_error", f"verifier build sandbox failed: {exc}")
+        return None
+
+    def _pristine_build(self, task: Task, image: str, limits: Limits) -> dict[str, bytes]:
+        assert task.env is not None and task.env.build is not None
+        with scratch_dir("grade-build") as tmp:
+            tree = Path(tmp) / "repo"
+            shutil.copytree(self.snapshots.materialize(task.snapshot), tree, symlinks=True)
+            if task.test_patch:
+                apply_patch(tree, task.test_patch)
+            return build_tree(self.backend, image, tree, task.env.build, limits, "verify-build")
 
 
 def _judge(report: TestReport, tests: list[str], known: Sequence[str] = ()) -> Verdict:

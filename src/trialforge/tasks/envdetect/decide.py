@@ -21,7 +21,16 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from trialforge.envspec import DEFAULT_PYTHON, PYTEST_CMD, SUITES, UNITTEST_CMD, EnvSpec, runner_of
+from trialforge.envspec import (
+    BUILD_PACKAGES,
+    DEFAULT_PYTHON,
+    PYTEST_CMD,
+    SUITES,
+    UNITTEST_CMD,
+    Build,
+    EnvSpec,
+    runner_of,
+)
 from trialforge.errors import TaskError
 from trialforge.sandbox.base import WORKDIR
 from trialforge.tasks.envdetect.readers import Findings, parse_requirement, read, shell_words, test_styles
@@ -58,14 +67,37 @@ def detect(repo: Path, python: str | None = None, setup_args: Mapping[str, Any] 
         found, why = read(repo, python, setup_args), ()
     root = found.package_root or _src_root(repo, found)
     test_cmd = _test_cmd(repo, found)
+    build, unbuilt = _build(repo, found)
     return EnvSpec(
         python=python,
+        system_packages=BUILD_PACKAGES if build else (),
         requirements=_applicable([text for text, _ in found.requirements], python, found.project),
         pip_args=tuple(found.pip_args),
         env=({"PYTHONPATH": f"{WORKDIR}/{root}"} if root else {}) | found.env,
         test_cmd=test_cmd,
-        detected_from=(*found.sources, *why),
+        build=build,
+        detected_from=(*found.sources, *why, *unbuilt),
     )
+
+
+def _build(repo: Path, found: Findings) -> tuple[Build | None, tuple[str, ...]]:
+    """The repository's own extensions, built in place before its tests (and the toolchain in its image): without
+    them its pure-Python fallback would run, and a fix in its C code could never fail a test before it. Those
+    whose sources the tree cannot compile as it is (Cython, or a C file generated at release time: msgpack's) are
+    left to the fallback, as before, and said so in the provenance."""
+    kept: dict[str, tuple[str, ...]] = {}
+    notes = []
+    for name, sources in found.extensions:
+        unbuildable = [s for s in sources if s.endswith(".pyx") or not (s.startswith("/") or (repo / s).is_file())]
+        if unbuildable:
+            missing = ", ".join(unbuildable)
+            notes.append(f"setup.py (extension {name} not built: {missing}: Cython, or not in the tree)")
+        else:
+            kept[name] = sources
+    if not kept:
+        return None, tuple(notes)
+    sources = dict.fromkeys(source for srcs in kept.values() for source in srcs)
+    return Build(extensions=tuple(kept), sources=tuple(sources)), tuple(notes)
 
 
 def _choose_python(found: Findings) -> tuple[str, tuple[str, ...]]:

@@ -83,6 +83,8 @@ class Findings:
     pytest_config: bool = False
     project: str | None = None  # the repository's own distribution: never a requirement of itself
     sources: list[str] = field(default_factory=list)
+    # the extension modules setup() declares, as its evaluation in a sandbox reports them: (name, its sources)
+    extensions: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     read_files: set[Path] = field(default_factory=set)  # requirements files, each read once
 
     def source(self, name: str) -> None:
@@ -234,6 +236,7 @@ SETUP_ARGS = (
     "extras_require",
     "package_dir",
     "use_scm_version",
+    "ext_modules",  # never literal (Extension objects): its presence is what makes a sandbox evaluate setup.py
 )
 
 
@@ -296,6 +299,9 @@ def _take_setup_args(repo: Path, args: Mapping[str, Any], found: Findings, where
     scm = args.get("use_scm_version")
     if isinstance(scm, dict):
         found.version_file(repo, scm.get("write_to") or scm.get("version_file"), where)
+    for ext in args.get("ext_modules") or ():  # only an evaluation reports them, as {name, sources}
+        if isinstance(ext, dict) and isinstance(ext.get("name"), str):
+            found.extensions.append((ext["name"], tuple(s for s in ext.get("sources") or () if isinstance(s, str))))
 
 
 def _callee(call: ast.Call) -> str | None:
