@@ -136,6 +136,26 @@ def test_a_graded_file_keeps_no_expected_value_comment_docstring_or_test_name(an
     assert all("[" in r and "1001" not in r for r in ids)  # opaque ids: pytest's would spell the values
 
 
+def test_a_graded_file_keeps_every_line_at_its_number(analysis) -> None:
+    # code sees where it stands (typeguard: `warning.lineno == test.__code__.co_firstlineno + 3`): lines the rewrite
+    # does not touch keep their number and text, and an observed actual side keeps its line
+    graded = [f"{REL}::test_compare", f"{REL}::test_raises", f"{REL}::test_rows[one-1001]", f"{REL}::test_recorded"]
+    text, _ = blind(analysis, graded, param_rows={graded[2]: 0}, rng=random.Random(5), recorded={})
+    before, after = SOURCE.splitlines(), text.splitlines()
+    assert len(after) == len(before)
+    kept = [
+        n for n, line in enumerate(before) if line.strip() in ("def helper(x):", "from calc import Ledger, add, parse")
+    ]
+    assert kept and all(after[n] == before[n] for n in kept)
+    for n, line in enumerate(before):
+        if "add(0.5, 0.25)" in line:  # a reflected slot: the expected side goes, the actual stays on its line
+            assert "add(0.5, 0.25)" in after[n] and "0.8125" not in after[n]
+    module = ast.parse(text)
+    assert {f.lineno for f in module.body if isinstance(f, ast.FunctionDef)} <= {
+        f.lineno for f in analysis.module.body if isinstance(f, ast.FunctionDef)
+    }
+
+
 def test_a_parametrized_test_whose_rows_validation_did_not_record_keeps_its_expected_column(analysis) -> None:
     text, blinding = blind(analysis, [f"{REL}::test_rows[one-1001]"], rng=random.Random(2))
     assert "1001" in text and not blinding.checks  # nothing blinded in it: judged in process, not unchecked
