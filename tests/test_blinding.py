@@ -156,6 +156,21 @@ def test_a_graded_file_keeps_every_line_at_its_number(analysis) -> None:
     }
 
 
+def test_a_test_ending_in_a_block_with_no_blank_line_below_gets_its_end_on_a_line_of_its_own() -> None:
+    # the one edit that adds a line: the tests below it still lose their expected values
+    source = (
+        "from kit import f\nclass TestX:\n    def test_a(self):\n        assert f(1) == 2\n        for i in range(2):\n"
+        "            f(i)\n    def test_b(self):\n        expected = 91234\n        assert f(3) == expected\n"
+    )
+    found = analyse(source, REL)
+    assert found is not None
+    text, _ = blind(found, [f"{REL}::TestX::test_a", f"{REL}::TestX::test_b"], rng=random.Random(6))
+    assert "91234" not in text and "== 2" not in text
+    assert len(text.splitlines()) == len(source.splitlines()) + 1
+    ends = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name) and n.id == "__tf_end__"]
+    assert len(ends) == 2
+
+
 def test_a_parametrized_test_whose_rows_validation_did_not_record_keeps_its_expected_column(analysis) -> None:
     text, blinding = blind(analysis, [f"{REL}::test_rows[one-1001]"], rng=random.Random(2))
     assert "1001" in text and not blinding.checks  # nothing blinded in it: judged in process, not unchecked

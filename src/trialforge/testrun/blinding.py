@@ -897,7 +897,7 @@ def blind(
     original: dict[str, str] = {}
     host_judged: dict[str, tuple[int, int]] = {}
     graded_names = {q.rsplit("::", 1)[-1] for q in by_qual}
-    blinded: list[tuple[TestFunction, list[Slot]]] = []
+    blinded: list[tuple[TestFunction, list[Slot], str]] = []  # each graded test, its slots and its sandbox name
     left: dict[int, int] = {}  # id of a body -> its statements still there (a body is never emptied)
     try:
         edits.strip_comments()
@@ -919,7 +919,7 @@ def blind(
             name = new_name() if test.renamable and node.name not in read_elsewhere else node.name
             opaque = _blind_function(edits, test, slots, name, rng, hide_columns=bool(
                 test.parametrize and {c for s in slots for c in s.names} & test.parametrize.columns))  # fmt: skip
-            blinded.append((test, slots))
+            blinded.append((test, slots, name))
             prefix = f"{analysis.rel}::{test.holder.name + '::' if test.holder else ''}{name}"
             for test_id, row in zip(ids, rows, strict=True):
                 if opaque is not None and row is not None:
@@ -1080,9 +1080,9 @@ def _end(edits: LineEdits, node: ast.FunctionDef) -> None:
         edits.insert(edits.end(last), "\n" + indent + call)
 
 
-def _drop_unread(text: str, analysis: FileAnalysis, blinded: list[tuple[TestFunction, list[Slot]]]) -> str:
+def _drop_unread(text: str, analysis: FileAnalysis, blinded: list[tuple[TestFunction, list[Slot], str]]) -> str:
     """``text`` less the constants nothing reads any more (their only readers were blinded expected sides): module
-    constants, and blinded tests' own, found in the edited file by the lines they kept."""
+    constants, and blinded tests' own, found in the edited file by their sandbox names."""
     module = pyast.parse(text)
     loads = {n.id for n in ast.walk(module) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     read = {name for test in analysis.tests.values() for slot in test.slots for name in slot.names}
@@ -1091,9 +1091,12 @@ def _drop_unread(text: str, analysis: FileAnalysis, blinded: list[tuple[TestFunc
     gone = [s for s in module.body if isinstance(s, (ast.Assign, ast.AnnAssign)) and _assigned_name(s) in unused]
     if len(gone) == len(module.body):
         gone = gone[1:]  # a module is never left without a statement
-    functions = {(n.lineno, n.col_offset): n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)}
-    for test, slots in blinded:
-        edited = functions.get((test.node.lineno, test.node.col_offset))
+    functions: dict[str, ast.FunctionDef] = {}  # qual -> the definition Python keeps (the last of a name)
+    for holder in [module, *(n for n in module.body if isinstance(n, ast.ClassDef))]:
+        prefix = f"{holder.name}::" if isinstance(holder, ast.ClassDef) else ""
+        functions |= {prefix + n.name: n for n in holder.body if isinstance(n, ast.FunctionDef)}
+    for test, slots, name in blinded:
+        edited = functions.get((f"{test.holder.name}::" if test.holder else "") + name)
         if edited is None:
             continue
         names = {n.id for n in ast.walk(edited) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
