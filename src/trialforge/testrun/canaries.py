@@ -149,7 +149,7 @@ def _plant_file(
         planted.append(Canary(f"{rel}::{node_id}", must, "self_contained"))
     rng.shuffle(ends)
     # Bottom up, so earlier line numbers stay valid; at one line the method copies go in last, so they land
-    # right after their class's last line, before any top-level canary placed at the same line.
+    # right after their class's last line, before a copy of a function placed at the same line.
     for after, text, _ in sorted(inserts, key=lambda i: (i[0], not i[2]), reverse=True):
         lines.insert(after, text)
     path.write_text("".join([*lines, tail, *ends]), encoding="utf-8", errors="surrogateescape")
