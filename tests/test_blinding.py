@@ -136,6 +136,41 @@ def test_a_graded_file_keeps_no_expected_value_comment_docstring_or_test_name(an
     assert all("[" in r and "1001" not in r for r in ids)  # opaque ids: pytest's would spell the values
 
 
+def test_a_graded_file_keeps_every_line_at_its_number(analysis) -> None:
+    # code sees where it stands (typeguard: `warning.lineno == test.__code__.co_firstlineno + 3`): lines the rewrite
+    # does not touch keep their number and text, and an observed actual side keeps its line
+    graded = [f"{REL}::test_compare", f"{REL}::test_raises", f"{REL}::test_rows[one-1001]", f"{REL}::test_recorded"]
+    text, _ = blind(analysis, graded, param_rows={graded[2]: 0}, rng=random.Random(5), recorded={})
+    before, after = SOURCE.splitlines(), text.splitlines()
+    assert len(after) == len(before)
+    kept = [
+        n for n, line in enumerate(before) if line.strip() in ("def helper(x):", "from calc import Ledger, add, parse")
+    ]
+    assert kept and all(after[n] == before[n] for n in kept)
+    for n, line in enumerate(before):
+        if "add(0.5, 0.25)" in line:  # a reflected slot: the expected side goes, the actual stays on its line
+            assert "add(0.5, 0.25)" in after[n] and "0.8125" not in after[n]
+    module = ast.parse(text)
+    assert {f.lineno for f in module.body if isinstance(f, ast.FunctionDef)} <= {
+        f.lineno for f in analysis.module.body if isinstance(f, ast.FunctionDef)
+    }
+
+
+def test_a_test_ending_in_a_block_with_no_blank_line_below_gets_its_end_on_a_line_of_its_own() -> None:
+    # the one edit that adds a line: the tests below it still lose their expected values
+    source = (
+        "from kit import f\nclass TestX:\n    def test_a(self):\n        assert f(1) == 2\n        for i in range(2):\n"
+        "            f(i)\n    def test_b(self):\n        expected = 91234\n        assert f(3) == expected\n"
+    )
+    found = analyse(source, REL)
+    assert found is not None
+    text, _ = blind(found, [f"{REL}::TestX::test_a", f"{REL}::TestX::test_b"], rng=random.Random(6))
+    assert "91234" not in text and "== 2" not in text
+    assert len(text.splitlines()) == len(source.splitlines()) + 1
+    ends = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name) and n.id == "__tf_end__"]
+    assert len(ends) == 2
+
+
 def test_a_parametrized_test_whose_rows_validation_did_not_record_keeps_its_expected_column(analysis) -> None:
     text, blinding = blind(analysis, [f"{REL}::test_rows[one-1001]"], rng=random.Random(2))
     assert "1001" in text and not blinding.checks  # nothing blinded in it: judged in process, not unchecked

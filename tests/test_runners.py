@@ -611,14 +611,23 @@ LOCAL_CLASS = {
 }
 
 
-def _gold_and_empty(task: Task, bwrap_backend, base_image, snapshots) -> tuple[Task, Verdict]:
-    """The task validated; its gold patch must score 1 and the empty diff 0 (returned: which tests failed)."""
+def _gold_and_empty(task: Task, bwrap_backend, base_image, snapshots, wrong: str = "") -> tuple[Task, Verdict]:
+    """The task validated; its gold patch must score 1, the empty diff 0 and a ``wrong`` fix 0 (returned: which
+    tests failed with the empty diff)."""
     checked = _validate(task, bwrap_backend, base_image, snapshots)
     assert checked.validation.valid, checked.validation.reason
     grader = Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits(), test_timeout_s=60)
     gold, empty = grader.grade(checked, checked.gold_patch), grader.grade(checked, "")
     assert (gold.reward, empty.reward) == (1.0, 0.0), gold.reason
+    if wrong:
+        assert grader.grade(checked, wrong).reward == 0.0
     return checked, empty
+
+
+def _code_diff(tmp_path: Path, base: dict[str, str], changed: dict[str, str]) -> str:
+    """The diff that turns ``base`` into ``base`` updated with ``changed`` (a fix a policy could submit)."""
+    before, after = _write(tmp_path / "diff-a", base), _write(tmp_path / "diff-b", {**base, **changed})
+    return diff_trees(before, after)
 
 
 @pytest.mark.sandbox
@@ -671,6 +680,113 @@ def test_an_expected_line_number_is_judged_in_process_not_recorded(tmp_path, sna
     fixed = {**base, "kit.py": kit.format(2)}
     checked, _ = _gold_and_empty(_task(tmp_path, snapshots, base, fixed), bwrap_backend, base_image, snapshots)
     assert checked.fail_to_pass == ["tests/test_kit.py::test_warns"]
+
+
+# typeguard (agronholm/typeguard): the graded file was reprinted from its syntax tree, which moved lines (a blank line
+# before a nested def, comments, the docstring, a constant and a test that is not graded taken out), so
+# `lineno == test.__code__.co_firstlineno + 3` failed for the gold patch; and canaries planted above a test moved it
+WHERE_TESTS = """\"\"\"Checks of returned values: 7 is the answer.\"\"\"
+
+import warnings
+
+from kit import check
+
+ANSWER = 7  # read only by an expected side: it leaves the graded file
+
+
+def test_always_broken():
+    assert check(1) == 2  # fails with and without the fix: not graded, so not in the graded file
+
+
+def test_answer():
+    assert check(
+        7
+    ) == ANSWER
+
+
+def test_warns_where_the_value_is_returned():
+    def returns_a_string():
+        return check("aa")
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        returns_a_string()
+    lines = [w.lineno for w in caught if "is not an int" in str(w.message)]
+    assert lines == [test_warns_where_the_value_is_returned.__code__.co_firstlineno + 2]
+    assert returns_a_string.__code__.co_firstlineno == 21
+"""
+WHERE_KIT = (
+    "import warnings\n\n\ndef check(value):\n    if not isinstance(value, int):\n"
+    "        warnings.warn(f'{value!r} is not an int', stacklevel={})\n    return value\n"
+)
+
+
+@pytest.mark.sandbox
+def test_a_graded_file_keeps_every_line_where_the_test_has_it(tmp_path, snapshots, bwrap_backend, base_image):
+    base = {"kit.py": WHERE_KIT.replace("{}", "1"), "tests/test_kit.py": WHERE_TESTS}
+    fixed = {**base, "kit.py": WHERE_KIT.replace("{}", "2")}
+    wrong = _code_diff(tmp_path, base, {"kit.py": WHERE_KIT.replace("{}", "3")})  # warns at the caller's line
+    task = _task(tmp_path, snapshots, base, fixed)
+    checked, _ = _gold_and_empty(task, bwrap_backend, base_image, snapshots, wrong=wrong)
+    assert checked.fail_to_pass == ["tests/test_kit.py::test_warns_where_the_value_is_returned"]
+    assert checked.validation.host_judged is not None
+    assert checked.validation.host_judged.in_process == []  # the line number 21 is judged on the host
+
+
+# marshmallow: TestFieldInheritance compares `_declared_fields` with a local dict of fields (equal by identity);
+# validation recorded that dict as an expected value by instance state, which holds a process-wide creation counter,
+# so a graded run that ran fewer tests before it made other numbers and the gold patch scored 0
+COUNTED_KIT = """import copy
+import itertools
+
+_created = itertools.count()
+
+
+class Field:
+    def __init__(self):
+        self.index = next(_created)
+
+
+def declared(cls):
+    return {BODY}
+"""
+COUNTED_TESTS = """from kit import Field, declared
+
+
+def test_fields_made_before():
+    Field()
+    assert declared(int) == {"x": 1}
+
+
+def test_inherited():
+    expected = {"a": Field(), "b": Field()}
+
+    class A:
+        a = expected["a"]
+
+    class B(A):
+        b = expected["b"]
+
+    assert declared(B) == expected
+"""
+
+
+@pytest.mark.sandbox
+def test_an_expected_value_a_graded_run_cannot_reproduce_is_judged_in_process(
+    tmp_path, snapshots, bwrap_backend, base_image
+):
+    own = "{k: v for k, v in vars(cls).items() if isinstance(v, Field)}"
+    every = "{k: v for c in cls.__mro__[::-1] for k, v in vars(c).items() if isinstance(v, Field)}"
+    copies = "{k: copy.copy(v) for c in cls.__mro__[::-1] for k, v in vars(c).items() if isinstance(v, Field)}"
+    base = {"kit.py": COUNTED_KIT.replace("{BODY}", own), "tests/test_kit.py": COUNTED_TESTS}
+    fixed = {**base, "kit.py": COUNTED_KIT.replace("{BODY}", every)}
+    wrong = _code_diff(tmp_path, base, {"kit.py": COUNTED_KIT.replace("{BODY}", copies)})  # equal state, not the same
+    task = _task(tmp_path, snapshots, base, fixed)
+    checked, _ = _gold_and_empty(task, bwrap_backend, base_image, snapshots, wrong=wrong)
+    assert checked.fail_to_pass == ["tests/test_kit.py::test_inherited"]
+    judged = checked.validation.host_judged
+    assert judged is not None
+    assert (judged.in_process, judged.recorded) == (["tests/test_kit.py::test_inherited#0"], {})
 
 
 @pytest.mark.sandbox

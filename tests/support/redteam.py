@@ -1342,6 +1342,9 @@ _NEUTRALISED = (
     "guessed_marker_on_the_report_fd",
     "closure_cell_rewrites_the_report_in_flight",
     "closure_marker_raw_stream_with_guessed_values",
+    # The graded file is no longer reprinted, and a copy gets its original's blank lines above it: whatever the spacing
+    # tell concludes, it concludes it of both twins, so it forces both (the copy passes: evidence) or neither.
+    "whitespace_tells_the_must_fail_copy",
 )
 ATTACKS[:] = [dataclasses.replace(a, by="construction") if a.name in _NEUTRALISED else a for a in ATTACKS]
 # What still wins, only on tasks whose whole verdict is in process (calc-mean, calc-clamp): the quality gate drops such

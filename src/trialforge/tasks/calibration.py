@@ -7,6 +7,11 @@ rebuild, such as a user object equal to a string) stays in process when the task
 every slot reading the same module constant or parameter column (its value stays in the file). The
 record (``HostJudged``) also says how much of the verdict the host judges: tests all of whose assertions
 are host-judged, and assertions, over the graded tests.
+
+A recorded expectation (``Interval(at(9), at(12))``, computed by the gold patch's code) is kept only if a **proof
+run** reproduces it: the tests holding one, alone and files in reverse order (``recorded_tests``). A graded run runs
+fewer tests than validation, so a value that depends on what ran before (marshmallow's fields carry a global
+creation counter) would differ there and fail the gold patch; such a slot stays in process instead.
 """
 
 from __future__ import annotations
@@ -18,10 +23,22 @@ from trialforge.testrun.blinding import FileAnalysis, TestFunction, calibrate_te
 from trialforge.testrun.report import TestReport
 
 
+def recorded_tests(analyses: Mapping[str, FileAnalysis], test_ids: Sequence[str]) -> list[str]:
+    """Of ``test_ids``, those holding a recorded slot, files in reverse order: the proof run's selection."""
+    holding = [t for t in test_ids if (found := _test(analyses, t)) and any(s.recorded for s in found[1].slots)]
+    files = list(dict.fromkeys(t.split("::", 1)[0] for t in holding))[::-1]
+    return [t for rel in files for t in holding if t.startswith(rel + "::")]
+
+
 def calibrate(
-    analyses: Mapping[str, FileAnalysis], runs: Sequence[TestReport], fail_to_pass: list[str], pass_to_pass: list[str]
+    analyses: Mapping[str, FileAnalysis],
+    runs: Sequence[TestReport],
+    fail_to_pass: list[str],
+    pass_to_pass: list[str],
+    proof: Sequence[TestReport] = (),
 ) -> HostJudged:
-    """The host-judged record of a validated task, from its fixed tree's observed ``runs``."""
+    """The host-judged record of a validated task, from its fixed tree's observed ``runs``; ``proof``: the proof
+    runs of ``recorded_tests`` (a recorded expectation they do not reproduce, or did not run, stays in process)."""
     demoted: dict[str, set[str]] = {}
     param_rows: dict[str, int] = {}
     recorded: dict[str, object] = {}
@@ -37,6 +54,7 @@ def calibrate(
         for report in runs:
             observed, expected = report.observations.get(test_id, []), report.expectations.get(test_id, [])
             keys |= calibrate_test(analysis, test, row, observed, expected, recorded)
+        keys |= _not_reproduced(test, test_id, recorded, proof)
     in_process = {key for rel, keys in demoted.items() for key in close_demotions(analyses[rel], keys)}
     recorded = {key: value for key, value in recorded.items() if key not in in_process}
     record = HostJudged(in_process=sorted(in_process), param_rows=param_rows, recorded=recorded)
@@ -56,6 +74,19 @@ def calibrate(
         record.assertions_host_judged += len(slots)
         record.weak += sum(s.weak for s in slots)
     return record
+
+
+def _not_reproduced(
+    test: TestFunction, test_id: str, recorded: Mapping[str, object], proof: Sequence[TestReport]
+) -> set[str]:
+    """Keys of ``test``'s recorded slots whose value some proof run did not compute once, as validation recorded it
+    (none at all: no proof run, so nothing recorded is proven)."""
+    keys = set()
+    for slot in (s for s in test.slots if s.recorded):
+        runs = [[v for i, v in report.expectations.get(test_id, []) if i == slot.index] for report in proof]
+        if not runs or any(values != [recorded.get(slot.key)] for values in runs):
+            keys.add(slot.key)
+    return keys
 
 
 def _test(analyses: Mapping[str, FileAnalysis], test_id: str) -> tuple[FileAnalysis, TestFunction] | None:

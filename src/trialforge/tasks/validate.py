@@ -27,7 +27,7 @@ from trialforge.funnel import Funnel
 from trialforge.memo import OncePerKey
 from trialforge.sandbox.base import Backend, Limits, Sandbox, SandboxSpec
 from trialforge.scratch import scratch_dir
-from trialforge.tasks.calibration import calibrate
+from trialforge.tasks.calibration import calibrate, recorded_tests
 from trialforge.tasks.envdetect.decide import OVERRIDE_FILE
 from trialforge.tasks.extbuild import BuildFailed, build_tree
 from trialforge.tasks.observed import settle_statement
@@ -80,14 +80,8 @@ def validate_task(
     """
     start = time.monotonic()
     with scratch_dir("validate") as tmp:
-        before = Path(tmp) / "before"
-        shutil.copytree(snapshots.materialize(task.snapshot), before, symlinks=True)
         try:
-            if task.test_patch:
-                apply_patch(before, task.test_patch)
-            after = Path(tmp) / "after"
-            shutil.copytree(before, after, symlinks=True)
-            apply_patch(after, task.gold_patch)
+            before, after = _trees(task, snapshots, Path(tmp))
         except PatchError as exc:
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
         collected = python_files_of(after)
@@ -102,12 +96,29 @@ def validate_task(
         analyses = analyse_tests(after, test_files(after), env.runner)  # before the runs rewrite the tree
         runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env)
         runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)
-    validated = _judge(task, runs_before, runs_after, cfg, start, touched)
+        validated = _judge(task, runs_before, runs_after, cfg, start, touched)
+        proof: list[TestReport] = []
+        chosen = recorded_tests(analyses, [*validated.fail_to_pass, *validated.pass_to_pass])
+        if validated.validation.valid and chosen:
+            # the tests holding recorded expectations alone, in another order: what a graded run can reproduce
+            _, fresh = _trees(task, snapshots, Path(tmp) / "proof")
+            proof = _runs(backend, image, fresh, limits, cfg, shared, touched, env, observe=True, select=chosen)
     if validated.validation.valid:
-        host_judged = calibrate(analyses, runs_after, validated.fail_to_pass, validated.pass_to_pass)
+        host_judged = calibrate(analyses, runs_after, validated.fail_to_pass, validated.pass_to_pass, proof)
         validated.validation.host_judged = host_judged
         validated = settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
     return validated
+
+
+def _trees(task: Task, snapshots: SnapshotStore, root: Path) -> tuple[Path, Path]:
+    """The task's base tree with its test patch, and a copy with its gold patch too, under ``root``."""
+    before, after = root / "before", root / "after"
+    shutil.copytree(snapshots.materialize(task.snapshot), before, symlinks=True)
+    if task.test_patch:
+        apply_patch(before, task.test_patch)
+    shutil.copytree(before, after, symlinks=True)
+    apply_patch(after, task.gold_patch)
+    return before, after
 
 
 def _runs(
@@ -121,14 +132,16 @@ def _runs(
     env: EnvSpec,
     *,
     observe: bool = False,
+    select: list[str] | None = None,
 ) -> list[TestReport]:
     """The suite's runs on ``tree`` (``touched``: the test patch's test modules, where canaries go).
 
     Every file of the tree counts as the task's own for plugin provenance (the runs of one fixed tree
     are shared by every task fixed by it); the canaries and the other runtime checks judge the fix.
     ``observe``: every assertion the host could judge reports its value (the fixed tree's runs: ``calibrate``).
+    ``select``: run only these tests, in this order, once (the proof run of recorded expectations).
     """
-    key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}|{env.model_dump_json()}|{observe}"
+    key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}|{env.model_dump_json()}|{observe}|{select}"
     rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
     tests = test_files(tree)
     collected = python_files_of(tree)
@@ -141,7 +154,7 @@ def _runs(
     every = [p for p in tests if is_test_module(p, collected)]
 
     def run() -> list[TestReport]:
-        return _run(backend, image, tree, limits, cfg, guard, env, every)
+        return _run(backend, image, tree, limits, cfg, guard, env, every, select)
 
     return run() if shared is None else shared.get(key, run)
 
@@ -155,14 +168,15 @@ def _run(
     guard: Guard,
     env: EnvSpec,
     modules: list[str],
+    select: list[str] | None = None,
 ) -> list[TestReport]:
     spec = SandboxSpec(image=image, workspace=tree, limits=report_limits(limits), labels={"purpose": "validate"})
     sandbox = backend.create(spec)
     try:
         reports = []
-        for _ in range(cfg.runs):
-            report = run_tests(sandbox, None, timeout=cfg.test_timeout_s, guard=guard, env=env)
-            if fatal := _crashed(report):
+        for _ in range(1 if select else cfg.runs):  # the proof run of recorded expectations runs once
+            report = run_tests(sandbox, select, timeout=cfg.test_timeout_s, guard=guard, env=env)
+            if not select and (fatal := _crashed(report)):
                 report = _isolated(sandbox, modules, cfg, guard, env, fatal) or report
             reports.append(report)
         return reports

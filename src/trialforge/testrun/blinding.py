@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import ast
 import builtins
-import copy
 import json
 import random
 import re
 import secrets
+import tokenize
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -35,6 +35,7 @@ from trialforge.testrun.expected import (
     expected_classes,
     qualified,
 )
+from trialforge.testrun.lineedits import LineEdits
 
 OBSERVE, EXPECT, RAISES, RAISES_CALL, END = (
     "__tf_observe__", "__tf_expect__", "__tf_raises__", "__tf_raises_call__", "__tf_end__",
@@ -541,7 +542,7 @@ def _closed(node: ast.expr, scope: Scope) -> bool:
     if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda)) for n in ast.walk(node)):
         return False
     if any(isinstance(n, ast.Attribute) and n.attr in _LAYOUT for n in ast.walk(node)):
-        return False  # the graded file is reprinted: its line numbers are not validation's
+        return False  # a must-fail copy planted above it in grading moves its lines: never recorded
     inner = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     return not ((loads - inner) & scope.local)
@@ -887,6 +888,9 @@ def blind(
     ``graded``: the original ids of the tests of this file the run grades. ``in_process``: slot keys the
     task's validation kept in process. ``param_rows``: each graded parametrized id's row, and ``recorded``: each
     recorded slot's expected value, both from validation (a recorded slot without one stays in process).
+
+    The file is edited in place, never reprinted (``lineedits``): every line keeps its number, so code that reads
+    where it stands (``co_firstlineno``, a warning's ``lineno``, ``inspect.getsource``) sees what validation saw.
     """
     rng = rng or random.Random(secrets.randbits(64))
     new_name = new_name or (lambda: f"test_{secrets.token_hex(4)}")
@@ -896,50 +900,52 @@ def blind(
         qual = test_id.split("::", 1)[1].split("[", 1)[0]
         by_qual.setdefault(qual, []).append(test_id)
     keep_in_process = close_demotions(analysis, set(in_process))
-    module = copy.deepcopy(analysis.module)
-    functions = _functions_by_position(module)
+    edits = LineEdits(analysis.source)
     checks: dict[str, tuple[Check, ...]] = {}
     original: dict[str, str] = {}
     host_judged: dict[str, tuple[int, int]] = {}
     graded_names = {q.rsplit("::", 1)[-1] for q in by_qual}
-    doomed: list[tuple[ast.AST, ast.stmt]] = []
-    for qual, test in analysis.tests.items():
-        holder_body = functions[_position(test.node)]
-        ids = by_qual.get(qual)
-        if ids is None:
-            if test.renamable and test.node.name not in graded_names | read_elsewhere:
-                doomed.append(holder_body)
-            continue
-        node = holder_body[1]
-        assert isinstance(node, ast.FunctionDef)
-        rows = [param_rows.get(t) for t in ids]
-        slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {})
-        for test_id in ids:
-            host_judged[test_id] = (len(slots), test.assertions)
-        name = new_name() if test.renamable and node.name not in read_elsewhere else node.name
-        opaque = _blind_function(node, test, slots, name, rng, hide_columns=bool(
-            test.parametrize and {c for s in slots for c in s.names} & test.parametrize.columns))  # fmt: skip
-        prefix = f"{analysis.rel}::{test.holder.name + '::' if test.holder else ''}{name}"
-        for test_id, row in zip(ids, rows, strict=True):
-            if opaque is not None and row is not None:
-                sandbox_id = f"{prefix}[{opaque[row]}]"
-            else:
-                sandbox_id = prefix + (test_id[test_id.index("[") :] if "[" in test_id else "")
-            original[sandbox_id] = test_id
-            if slots:  # every observation that replaced an assertion has its check here: never one without
-                checks[sandbox_id] = tuple((s.index, c) for s, c in zip(slots, per_id[test_id], strict=True))
-    if not original:
-        return None
-    for holder, stmt in doomed:
-        body = holder.body  # type: ignore[attr-defined]
-        if stmt in body and len(body) > 1:
-            body.remove(stmt)
-    _drop_constants(module, analysis)
-    _drop_docstring(module)
+    blinded: list[tuple[TestFunction, list[Slot], str]] = []  # each graded test, its slots and its sandbox name
+    left: dict[int, int] = {}  # id of a body -> its statements still there (a body is never emptied)
     try:
-        text = ast.unparse(ast.fix_missing_locations(module)) + "\n"
+        edits.strip_comments()
+        for qual, test in analysis.tests.items():
+            ids = by_qual.get(qual)
+            if ids is None:
+                body = (test.holder or analysis.module).body
+                remaining = left.setdefault(id(body), len(body))
+                if test.renamable and test.node.name not in graded_names | read_elsewhere and remaining > 1:
+                    left[id(body)] = remaining - 1
+                    decorators = [d.lineno for d in test.node.decorator_list]
+                    edits.remove(test.node, first_line=min(decorators, default=test.node.lineno))
+                continue
+            rows = [param_rows.get(t) for t in ids]
+            slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {})
+            for test_id in ids:
+                host_judged[test_id] = (len(slots), test.assertions)
+            node = test.node
+            name = new_name() if test.renamable and node.name not in read_elsewhere else node.name
+            opaque = _blind_function(edits, test, slots, name, rng, hide_columns=bool(
+                test.parametrize and {c for s in slots for c in s.names} & test.parametrize.columns))  # fmt: skip
+            blinded.append((test, slots, name))
+            prefix = f"{analysis.rel}::{test.holder.name + '::' if test.holder else ''}{name}"
+            for test_id, row in zip(ids, rows, strict=True):
+                if opaque is not None and row is not None:
+                    sandbox_id = f"{prefix}[{opaque[row]}]"
+                else:
+                    sandbox_id = prefix + (test_id[test_id.index("[") :] if "[" in test_id else "")
+                original[sandbox_id] = test_id
+                if slots:  # every observation that replaced an assertion has its check here: never one without
+                    checks[sandbox_id] = tuple((s.index, c) for s, c in zip(slots, per_id[test_id], strict=True))
+        if not original:
+            return None
+        first = analysis.module.body[0] if analysis.module.body else None
+        if _is_docstring(first) and len(analysis.module.body) > 1:
+            assert first is not None
+            edits.remove(first)
+        text = _drop_unread(edits.apply(), analysis, blinded)
         pyast.parse(text)
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError, tokenize.TokenError):
         return None
     return text, Blinding(checks, original, host_judged)
 
@@ -976,126 +982,140 @@ def _checked_slots(
         slots = [s for s in slots if not s.names & columns]
 
 
-def _position(node: ast.AST) -> tuple[int, int]:
-    return node.lineno, node.col_offset  # type: ignore[attr-defined]
-
-
-def _functions_by_position(module: ast.Module) -> dict[tuple[int, int], tuple[ast.AST, ast.stmt]]:
-    """Every function of the copied module, with the body that holds it, by its place in the source."""
-    found: dict[tuple[int, int], tuple[ast.AST, ast.stmt]] = {}
-    for holder in [module, *(n for n in module.body if isinstance(n, ast.ClassDef))]:
-        for stmt in holder.body:
-            if isinstance(stmt, ast.FunctionDef):
-                found[_position(stmt)] = (holder, stmt)
-    return found
+def _is_docstring(stmt: ast.stmt | None) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
 
 
 def _blind_function(
-    node: ast.FunctionDef, test: TestFunction, slots: list[Slot], name: str, rng: random.Random, hide_columns: bool
+    edits: LineEdits, test: TestFunction, slots: list[Slot], name: str, rng: random.Random, hide_columns: bool
 ) -> list[str] | None:
-    """Rewrite the copied ``node`` in place; return the opaque ids given to its rows (None: ids unchanged)."""
-    node.name = name
-    replace = {_position(s.stmt): s for s in slots}
-    node.body = _blinded_body(node.body, replace)
-    read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    gone = {n for s in slots for n in s.names if n in test.constants and n not in read}  # its only readers went
-    node.body = [s for s in node.body if not (isinstance(s, ast.Assign) and _assigned_name(s) in gone)] or [ast.Pass()]
-    if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
-        node.body = node.body[1:] or [ast.Pass()]
+    """Edit the test in place; return the opaque ids given to its rows (None: ids unchanged)."""
+    node = test.node
+    if name != node.name:
+        edits.rename_function(node, name)
+    for slot in slots:
+        _observe(edits, slot)
+    if _is_docstring(node.body[0]):
+        edits.remove(node.body[0], placeholder="pass" if len(node.body) == 1 else "")
     if slots:
-        node.body.append(ast.Expr(ast.Call(ast.Name(END, ast.Load()), [], [])))
+        _end(edits, node)
     param = test.parametrize
     if param is None or not hide_columns:
         return None
-    decorator = next(d for d in node.decorator_list if _position(d) == _position(param.decorator))
-    assert isinstance(decorator, ast.Call)
-    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    used = _still_read(node, slots)
     gone = [i for i, n in enumerate(param.names) if n in param.columns and n not in used]
     opaque = [f"{rng.choice('abcdefghjkmnpqrstuvwxyz')}{rng.randrange(16**6):06x}" for _ in param.rows]
-    rows = decorator.args[1]
+    for values in param.rows:
+        for index in gone:
+            edits.replace_node(values[index], "(None", ")")
+    rows = param.decorator.args[1]
     assert isinstance(rows, (ast.List, ast.Tuple))
-    rows.elts = [_hidden_row(row, gone, len(param.names)) for row in rows.elts]
-    decorator.keywords = [k for k in decorator.keywords if k.arg != "ids"]
-    decorator.keywords.append(ast.keyword("ids", ast.List([ast.Constant(o) for o in opaque], ast.Load())))
+    for row in rows.elts:  # an explicit id would spell the values: pytest.param's id=None defers to ids=
+        for keyword in row.keywords if isinstance(row, ast.Call) else []:
+            if keyword.arg == "id":
+                edits.replace_node(keyword.value, "(None", ")")
+    listed = "[" + ", ".join(repr(o) for o in opaque)
+    given = param.decorator.args[3] if len(param.decorator.args) > 3 else None
+    given = next((k.value for k in param.decorator.keywords if k.arg == "ids"), given)
+    if given is not None:
+        edits.replace_node(given, listed, "]")
+    else:
+        last = max((*param.decorator.args, *param.decorator.keywords), key=lambda n: (n.end_lineno, n.end_col_offset))
+        edits.insert(edits.end(last), f", ids={listed}]")
     return opaque
 
 
-def _hidden_row(row: ast.expr, gone: list[int], width: int) -> ast.expr:
-    """The row with the removed columns' values replaced by None (and an explicit id dropped: ids= wins)."""
-    if isinstance(row, ast.Call):  # pytest.param(*values, marks=..., id=...)
-        row.args = [ast.Constant(None) if i in gone else a for i, a in enumerate(row.args)]
-        row.keywords = [k for k in row.keywords if k.arg != "id"]
-        return row
-    if width == 1:
-        return ast.Constant(None) if 0 in gone else row
-    assert isinstance(row, (ast.Tuple, ast.List))
-    row.elts = [ast.Constant(None) if i in gone else e for i, e in enumerate(row.elts)]
-    return row
-
-
-def _blinded_body(body: list[ast.stmt], replace: Mapping[tuple[int, int], Slot]) -> list[ast.stmt]:
-    out: list[ast.stmt] = []
-    for stmt in body:
-        slot = replace.get(_position(stmt)) if hasattr(stmt, "lineno") else None
-        if slot is not None:
-            out.append(_observation(stmt, slot))
+def _still_read(node: ast.FunctionDef, slots: list[Slot]) -> set[str]:
+    """Names the test reads once its slots are observations (their expected sides, messages and checks gone)."""
+    gone: set[int] = set()
+    for slot in slots:
+        stmt = slot.stmt
+        if slot.kind == "raises" and slot.item >= 0:
+            gone |= {id(n) for n in ast.walk(stmt.items[slot.item].context_expr)}  # type: ignore[attr-defined]
             continue
-        if isinstance(stmt, ast.With):
-            stmt.body = _blinded_body(stmt.body, replace)
-        out.append(stmt)
-    return out
+        if slot.kind == "raises":
+            call = stmt.value  # type: ignore[attr-defined]
+            position = 2 if slot.method == "assertRaisesRegex" else 1
+            dropped = [call.func, *call.args[:position], *(k for k in call.keywords if k.arg == "match")]
+            gone |= {id(n) for part in dropped for n in ast.walk(part)}
+            continue
+        kept = {id(n) for n in ast.walk(slot.actual)} if slot.actual is not None else set()
+        gone |= {id(n) for n in ast.walk(stmt) if id(n) not in kept}
+    loads = (n for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    return {n.id for n in loads if id(n) not in gone}
 
 
-def _observation(stmt: ast.stmt, slot: Slot) -> ast.stmt:
-    """What stands in the sandbox for a slot: its actual side, observed; the expected side gone."""
-    index = ast.Constant(slot.index)
+def _observe(edits: LineEdits, slot: Slot) -> None:
+    """What stands in the sandbox for a slot: its actual side, observed, on the lines it had; the expected side gone."""
+    stmt, index = slot.stmt, slot.index
     if slot.kind == "raises" and slot.item >= 0:
         assert isinstance(stmt, ast.With)
-        item = stmt.items[slot.item]
-        item.context_expr = ast.Call(ast.Name(RAISES, ast.Load()), [index, ast.Constant(True)], [])
-        return stmt
+        edits.replace_node(stmt.items[slot.item].context_expr, f"{RAISES}({index}, True", ")")
+        return
     if slot.kind == "raises":
         call = stmt.value  # type: ignore[attr-defined]
         assert isinstance(call, ast.Call)
         position = 2 if slot.method == "assertRaisesRegex" else 1
-        callable_, rest = call.args[position], call.args[position + 1 :]
-        keywords = [k for k in call.keywords if k.arg != "match"]
-        wrapper = ast.Call(ast.Name(RAISES_CALL, ast.Load()), [index, callable_, ast.Constant(True)], [])
-        return ast.Expr(ast.Call(wrapper, rest, keywords))
-    actual = _same_node(stmt, slot)
-    return ast.Expr(ast.Call(ast.Name(_OBSERVER.get(slot.kind, OBSERVE), ast.Load()), [index, actual], []))
-
-
-def _same_node(stmt: ast.stmt, slot: Slot) -> ast.expr:
-    """The copied statement's node at the place of the slot's actual side."""
+        rest = [*call.args[position + 1 :], *(k for k in call.keywords if k.arg != "match")]
+        rest.sort(key=lambda n: (n.lineno, n.col_offset))
+        pieces: list[str | ast.AST] = [f"{RAISES_CALL}({index}, (", call.args[position], "), True)("]
+        for number, arg in enumerate(rest):
+            pieces += [", "] * bool(number) + [arg]
+        edits.rebuild(stmt, pieces, ")")
+        return
     assert slot.actual is not None
-
-    def place(node: ast.expr) -> tuple:
-        return node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
-
-    for node in ast.walk(stmt):
-        if isinstance(node, ast.expr) and place(node) == place(slot.actual):
-            return node
-    raise ValueError(f"slot {slot.key}: its actual side is not in the statement")
+    edits.rebuild(stmt, [f"{_OBSERVER.get(slot.kind, OBSERVE)}({index}, (", slot.actual, ")"], ")")
 
 
-def _drop_constants(module: ast.Module, analysis: FileAnalysis) -> None:
-    """Remove module constants nothing reads any more (their only readers were blinded expected sides)."""
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match,
+             ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # fmt: skip
+
+
+def _end(edits: LineEdits, node: ast.FunctionDef) -> None:
+    """``__tf_end__()`` after the test's last statement: on its line, or on the blank line below a compound one
+    (a line added below only where there is none: the one case where lines below move)."""
+    last = node.body[-1]
+    call = f"{END}()"
+    if not isinstance(last, _COMPOUND):
+        edits.insert(edits.end(last), f"; {call}")
+        return
+    first = node.body[0]
+    indent = edits.lines[first.lineno - 1][: edits.column(first.lineno, first.col_offset)]
+    below = (last.end_lineno or last.lineno) + 1
+    if edits.blank(below):
+        edits.insert((below, 0), indent + call)
+    else:
+        edits.insert(edits.end(last), "\n" + indent + call)
+
+
+def _drop_unread(text: str, analysis: FileAnalysis, blinded: list[tuple[TestFunction, list[Slot], str]]) -> str:
+    """``text`` less the constants nothing reads any more (their only readers were blinded expected sides): module
+    constants, and blinded tests' own, found in the edited file by their sandbox names."""
+    module = pyast.parse(text)
     loads = {n.id for n in ast.walk(module) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     read = {name for test in analysis.tests.values() for slot in test.slots for name in slot.names}
     unused = {name for name in analysis.constants if name in read and name not in loads}
-    module.body = [
-        s for s in module.body
-        if not (isinstance(s, (ast.Assign, ast.AnnAssign)) and _assigned_name(s) in unused)
-    ] or [ast.Pass()]  # fmt: skip
+    edits = LineEdits(text)
+    gone = [s for s in module.body if isinstance(s, (ast.Assign, ast.AnnAssign)) and _assigned_name(s) in unused]
+    if len(gone) == len(module.body):
+        gone = gone[1:]  # a module is never left without a statement
+    functions: dict[str, ast.FunctionDef] = {}  # qual -> the definition Python keeps (the last of a name)
+    for holder in [module, *(n for n in module.body if isinstance(n, ast.ClassDef))]:
+        prefix = f"{holder.name}::" if isinstance(holder, ast.ClassDef) else ""
+        functions |= {prefix + n.name: n for n in holder.body if isinstance(n, ast.FunctionDef)}
+    for test, slots, name in blinded:
+        edited = functions.get((f"{test.holder.name}::" if test.holder else "") + name)
+        if edited is None:
+            continue
+        names = {n.id for n in ast.walk(edited) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        mine = {n for s in slots for n in s.names if n in test.constants and n not in names}
+        own = [s for s in edited.body if isinstance(s, ast.Assign) and _assigned_name(s) in mine]
+        gone += own[: len(edited.body) - 1]
+    for stmt in gone:
+        edits.remove(stmt)
+    return edits.apply()
 
 
 def _assigned_name(stmt: ast.Assign | ast.AnnAssign) -> str | None:
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
     return targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
-
-
-def _drop_docstring(module: ast.Module) -> None:
-    first = module.body[0] if module.body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        module.body = module.body[1:] or [ast.Pass()]

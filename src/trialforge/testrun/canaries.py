@@ -18,6 +18,7 @@ from typing import Literal
 
 from trialforge import pyast
 from trialforge.envspec import TestRunner
+from trialforge.testrun.lineedits import split_lines
 
 Must = Literal["pass", "fail"]
 MAX_FILES = 3  # test files that get canaries in one run
@@ -112,8 +113,8 @@ def _plant_file(
         return []
     if runner == "unittest" and any(isinstance(n, ast.FunctionDef) and n.name == "load_tests" for n in module.body):
         return []
-    lines = source.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
+    lines = split_lines(source)  # as the tokenizer counts them: ast's line numbers index this list
+    if lines and not lines[-1].endswith(("\n", "\r")):
         lines[-1] += "\n"
     if names is None:
         names = TestNames(module, rng)
@@ -129,13 +130,14 @@ def _plant_file(
         after, text, node_path = _mutated_copy(module, lines, holder, node, constant, rng, names.new, pool)
         inserts.append((after, text, holder is not None))
         planted.append(Canary(f"{rel}::{node_path}", "fail", "mutated_copy", f"{rel}::{source_path}"))
-    spots = _top_level_spots(module)
-    base = None
+    # Self-contained canaries go below the file's last line, in random order: no line of the file moves for them
+    # (code can see where it stands: docs/verification.md). They call no code under test, which tells them apart
+    # whatever their place; the copies, which must not be told apart, sit next to their originals.
+    base, tail = None, ""
     if runner == "unittest":
-        base, bound_at, import_line = _testcase_base(module)
-        if import_line is not None:
-            inserts.append((import_line, "import unittest\n", False))
-        spots = [s for s in spots if s >= bound_at] or [len(lines)]
+        base, imported = _testcase_base(module)
+        tail = "" if imported else "\n\nimport unittest\n"
+    ends: list[str] = []
     for must in ("fail", "pass"):
         name = names.new()
         if base is None:
@@ -143,13 +145,14 @@ def _plant_file(
         else:
             cls = names.new_class()
             text, node_id = _self_contained(name, must, rng, pool, base=base, cls=cls), f"{cls}::{name}"
-        inserts.append((rng.choice(spots), "\n\n" + text, False))
+        ends.append("\n\n" + text)
         planted.append(Canary(f"{rel}::{node_id}", must, "self_contained"))
+    rng.shuffle(ends)
     # Bottom up, so earlier line numbers stay valid; at one line the method copies go in last, so they land
-    # right after their class's last line, before any top-level canary placed at the same line.
+    # right after their class's last line, before a copy of a function placed at the same line.
     for after, text, _ in sorted(inserts, key=lambda i: (i[0], not i[2]), reverse=True):
         lines.insert(after, text)
-    path.write_text("".join(lines), encoding="utf-8", errors="surrogateescape")
+    path.write_text("".join([*lines, tail, *ends]), encoding="utf-8", errors="surrogateescape")
     return planted
 
 
@@ -168,31 +171,18 @@ def _words(names: set[str]) -> list[str]:
     return sorted(found | set(_FALLBACK_WORDS) if len(found) < 8 else found)  # a small file borrows common words
 
 
-def _top_level_spots(module: ast.Module) -> list[int]:
-    """Lines after which a top-level def may go: after any top-level def or class (else the file's end)."""
-    spots = [n.end_lineno for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    return [s for s in spots if s is not None] or [len(module.body) and (module.body[-1].end_lineno or 0)]
-
-
-def _testcase_base(module: ast.Module) -> tuple[str, int, int | None]:
-    """How the module names ``unittest.TestCase``, the line after which that name exists, and the line after
-    which ``import unittest`` must go when it names it nowhere (None when it does)."""
+def _testcase_base(module: ast.Module) -> tuple[str, bool]:
+    """How the module names ``unittest.TestCase``, and whether it imports it (else ``import unittest`` goes in)."""
     for node in module.body:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == "unittest":
-                    return f"{alias.asname or 'unittest'}.TestCase", node.end_lineno or node.lineno, None
+                    return f"{alias.asname or 'unittest'}.TestCase", True
         elif isinstance(node, ast.ImportFrom) and node.module == "unittest" and not node.level:
             for alias in node.names:
                 if alias.name == "TestCase":
-                    return alias.asname or "TestCase", node.end_lineno or node.lineno, None
-    after = 0
-    for index, node in enumerate(module.body):
-        docstring = index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-        if not (docstring or isinstance(node, (ast.Import, ast.ImportFrom))):
-            break
-        after = node.end_lineno or node.lineno
-    return "unittest.TestCase", after, after
+                    return alias.asname or "TestCase", True
+    return "unittest.TestCase", False
 
 
 def _copy_candidates(module: ast.Module, copies: set[str] | None, runner: TestRunner) -> list:
@@ -218,10 +208,15 @@ def _mutated_copy(module, lines, holder, node, constant, rng: random.Random, new
     body[row] = line[:start] + repr(replacement) + line[end:]
     name = new_name()  # a fresh name: a copy named after its source would say which of the two is the copy
     body[0] = re.sub(rf"\bdef\s+{re.escape(node.name)}\b", f"def {name}", body[0], count=1)
-    # Right before or right after its original, at even odds: which of two twins runs first says nothing.
-    after = node.lineno - 1 if rng.random() < 0.5 else node.end_lineno
-    gap = "\n" if holder else "\n\n"  # PEP 8: one blank line between methods, two between functions
-    return after, gap + "".join(body), f"{holder.name}::{name}" if holder else name
+    # Right before or right after its original, at even odds: which of two twins runs first says nothing. Each twin
+    # has the original's blank lines above it, so spacing says nothing either (the file is not reprinted).
+    blank = 0
+    while node.lineno - 1 - blank > 0 and not lines[node.lineno - 2 - blank].strip():
+        blank += 1
+    gap = "\n" * blank
+    if rng.random() < 0.5:
+        return node.lineno - 1, "".join(body) + gap, f"{holder.name}::{name}" if holder else name
+    return node.end_lineno, gap + "".join(body), f"{holder.name}::{name}" if holder else name
 
 
 def _test_functions(module: ast.Module, runner: TestRunner = "pytest"):

@@ -9,7 +9,6 @@ as instrumenting them would.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import random
 import secrets
@@ -96,9 +95,6 @@ def prepare(
     sandbox_ids = blinding.sandbox_ids(test_ids) if blinding else list(test_ids)
     copies = None if copy_from is None else (blinding.sandbox_ids(copy_from) if blinding else copy_from)
     canaries = plant(tree, sandbox_ids, rng, files=plant_in, copy_from=copies, runner=runner, names=names)
-    if observe == "blind":  # the planted files printed as one: no spacing or layout tells a planted test apart
-        for rel in {c.file for c in canaries}:
-            _reprint(tree / rel)
     skip = set(changed) - {c.file for c in canaries}
     hashes = {
         rel: hashlib.sha256(path.read_bytes()).hexdigest()
@@ -118,13 +114,6 @@ def analyse_tests(tree: Path, files: Iterable[str], runner: TestRunner = "pytest
         if analysis is not None and analysis.tests:
             found[rel] = analysis
     return found
-
-
-def _reprint(path: Path) -> None:
-    try:
-        path.write_text(ast.unparse(pyast.parse(path.read_text(encoding="utf-8"))) + "\n", encoding="utf-8")
-    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
-        return  # a file the host cannot print stays as planted (its tests could not have been blinded either)
 
 
 def _by_file(test_ids: Iterable[str]) -> dict[str, list[str]]:
