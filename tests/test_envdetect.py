@@ -575,6 +575,49 @@ def test_pytest_pin_no_allowed_python_runs_is_relaxed_and_recorded(tmp_path: Pat
     )
 
 
+# jmespath/jmespath.py's requirements.txt of 2017, whose tox.ini runs nosetests: on Python 3.11 pytest cannot start
+# (py's "AttributeError: __spec__"), nose and hypothesis fail to import and coverage fails as it starts.
+JMESPATH_2017 = {
+    "setup.py": "from setuptools import setup\nsetup(name='jmespath', packages=['jmespath'])\n",
+    "requirements.txt": "nose==1.2.1\npy==1.4.12\ntox==1.4.2\nwheel==0.24.0\ncoverage==3.7.1\nhypothesis==3.1.0\n",
+    "tox.ini": "[testenv]\ncommands = nosetests\ndeps =\n    nose\n    mock\n",
+    "jmespath/__init__.py": "",
+}
+
+
+def test_old_test_tool_pins_are_relaxed_each_with_its_reason(tmp_path: Path) -> None:
+    spec = detect(make(tmp_path, JMESPATH_2017))
+    assert spec.python == "3.11"
+    assert spec.requirements == (
+        "nose==1.3.7", "py==1.11.0", "wheel==0.24.0", "coverage==4.4", "hypothesis==4.40.0", "nose", "mock",
+    )  # fmt: skip
+    relaxed = [line for line in spec.detected_from if " relaxed to " in line]
+    assert relaxed == [
+        "requirements.txt (nose==1.2.1 relaxed to nose==1.3.7: no nose it allows runs on Python 3.9+, 1.3.7 is the "
+        "first: Python 3.11)",
+        "requirements.txt (py==1.4.12 relaxed to py==1.11.0: no py it allows runs on Python 3.11+, 1.11.0 is the "
+        "first: Python 3.11)",
+        "requirements.txt (coverage==3.7.1 relaxed to coverage==4.4: no coverage it allows runs on Python 3.8+, 4.4 "
+        "is the first: Python 3.11)",
+        "requirements.txt (hypothesis==3.1.0 relaxed to hypothesis==4.40.0: no hypothesis it allows runs on Python "
+        "3.8+, 4.40.0 is the first: Python 3.11)",
+    ]
+
+
+def test_runtime_dependency_is_never_relaxed(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "setup.py": "from setuptools import setup\nsetup(name='p', python_requires='>=3.10', install_requires=['py==1.4.12'])\n",
+            "requirements-test.txt": "pytest==3.0.7\n",
+        },
+    )
+    spec = detect(repo)
+    assert spec.requirements == ("py==1.4.12", "pytest==6.2.4")
+    assert "setup.py (py==1.4.12 not relaxed, a runtime dependency: no py it allows runs on Python 3.11+, 1.11.0 is " \
+        "the first: Python 3.11)" in spec.detected_from
+
+
 def test_relaxed_pin_keeps_its_marker_and_extras(tmp_path: Path) -> None:
     repo = make(
         tmp_path,
