@@ -188,6 +188,30 @@ def test_tox_pytest_command_keeps_options_and_drops_the_test_dir(tmp_path: Path)
     assert spec.requirements == ("pytest-cov",)
 
 
+def test_a_suite_run_in_parts_runs_as_the_part_that_names_no_test_file(tmp_path: Path) -> None:
+    # tqdm's tox.ini of 2024: its notebook through nbval, then the rest without the slow perf tests
+    repo = make(
+        tmp_path,
+        {
+            "tox.ini": """
+                [testenv]
+                commands=
+                    pytest --cov=pkg -W=ignore tests_notebook.ipynb --nbval --nbval-current-env
+                    pytest --cov=pkg --cov-append -k "not perf"
+            """,
+            "tests_notebook.ipynb": "{}",
+            "tests/test_a.py": PYTEST_TEST,
+        },
+    )
+    spec = detect(repo)
+    assert spec.test_cmd == (*PYTEST_CMD, "--cov=pkg", "--cov-append", "-k", "not perf")
+    assert spec.detected_from == (
+        "tox.ini (runs its suite in parts: the part that names no test file, not pytest --cov=pkg -W=ignore "
+        "tests_notebook.ipynb --nbval --nbval-current-env)",
+        "tox.ini",
+    )
+
+
 def test_tox_posargs_default_with_spaces_is_what_tox_runs_without_arguments(tmp_path: Path) -> None:
     # dateutil's tox.ini: a default of several quoted words, split into pieces before its braces were seen
     repo = make(
@@ -608,14 +632,19 @@ def test_runtime_dependency_is_never_relaxed(tmp_path: Path) -> None:
     repo = make(
         tmp_path,
         {
-            "setup.py": "from setuptools import setup\nsetup(name='p', python_requires='>=3.10', install_requires=['py==1.4.12'])\n",
+            "setup.py": (
+                "from setuptools import setup\n"
+                "setup(name='p', python_requires='>=3.10', install_requires=['py==1.4.12'])\n"
+            ),
             "requirements-test.txt": "pytest==3.0.7\n",
         },
     )
     spec = detect(repo)
     assert spec.requirements == ("py==1.4.12", "pytest==6.2.4")
-    assert "setup.py (py==1.4.12 not relaxed, a runtime dependency: no py it allows runs on Python 3.11+, 1.11.0 is " \
+    assert (
+        "setup.py (py==1.4.12 not relaxed, a runtime dependency: no py it allows runs on Python 3.11+, 1.11.0 is "
         "the first: Python 3.11)" in spec.detected_from
+    )
 
 
 def test_relaxed_pin_keeps_its_marker_and_extras(tmp_path: Path) -> None:

@@ -252,7 +252,9 @@ CLOSING = {
         "        if total < 0:\n            raise ValueError(total)\n        self.total = total\n\n"
         "    def close(self):\n        return self.total\n"
     ),
-    "tests/conftest.py": "import bar\n\n\ndef pytest_unconfigure(config):\n    for one in bar.INSTANCES:\n        one.close()\n",
+    "tests/conftest.py": (
+        "import bar\n\n\ndef pytest_unconfigure(config):\n    for one in bar.INSTANCES:\n        one.close()\n"
+    ),
     "tests/test_bar.py": "from bar import Bar\n\n\ndef test_total():\n    assert Bar(2).total == 2\n",
 }
 CLOSING_TEST = (
@@ -266,7 +268,7 @@ def test_a_suite_that_fails_at_its_end_after_reporting_every_test_validates(
     tmp_path, snapshots, bwrap_backend, base_image
 ):
     """Before the fix pytest raises after the session ended: the recorder still reports every outcome."""
-    fixed_bar = CLOSING["bar.py"].replace("        INSTANCES.append", "        self.total = None\n        INSTANCES.append")
+    fixed_bar = CLOSING["bar.py"].replace("        INSTANCES", "        self.total = None\n        INSTANCES")
     fixed = {**CLOSING, "bar.py": fixed_bar, "tests/test_close.py": CLOSING_TEST}
     checked = _validate(_task_from(tmp_path, snapshots, CLOSING, fixed), bwrap_backend, base_image, snapshots, runs=1)
     assert checked.validation.valid, checked.validation.reason
