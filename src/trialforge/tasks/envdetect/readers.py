@@ -415,7 +415,7 @@ def _read_tox(repo: Path, found: Findings) -> None:
     # A suite run in parts (tqdm: its notebook through nbval, then the rest with -k "not perf") is run as the part
     # that names no test file: the others run only what they name; the whole suite runs with that part's options.
     whole = [cmd for argv, cmd in commands if not _test_paths(argv, repo)]
-    named = [shlex.join(argv) for argv, _ in commands if _test_paths(argv, repo)]
+    named = [" ".join(argv) for argv, _ in commands if _test_paths(argv, repo)]
     if whole and named:
         found.note(where, f"runs its suite in parts: the part that names no test file, not {'; '.join(named)}")
     for cmd in whole or [cmd for _, cmd in commands]:
