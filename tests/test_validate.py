@@ -18,6 +18,7 @@ from trialforge.tasks.validate import SuiteRuns, ValidateConfig, _judge, validat
 from trialforge.testrun.report import OVERFLOWED, read_report
 from trialforge.testrun.report import TestReport as Report  # not "Test*": pytest would collect it
 from trialforge.testrun.run import REPORT_CAP_BYTES
+from trialforge.verify.grader import Grader
 
 BUGGY = "def double(x):\n    return x + x + 1\n"
 BUGGY_TOO = "def double(x):\n    return x * 3\n"
@@ -274,6 +275,32 @@ def test_a_suite_that_fails_at_its_end_after_reporting_every_test_validates(
     assert checked.validation.valid, checked.validation.reason
     assert checked.fail_to_pass == ["tests/test_close.py::test_a_bar_whose_init_failed_closes"]
     assert checked.pass_to_pass == ["tests/test_bar.py::test_total"]
+
+
+# An order-dependent suite (tqdm's tests_synchronisation hangs once tests_tqdm has run): pytest runs test_a.py
+# before the fix's test_b.py, whose autouse fixture changes what test_a.py checks.
+IN_ORDER = {
+    "calc.py": BUGGY,
+    "tests/test_a.py": "import calc\n\n\ndef test_untouched():\n    assert not getattr(calc, 'USED', False)\n",
+}
+LATER = (
+    "import pytest\n\nimport calc\n\n\n@pytest.fixture(autouse=True)\ndef _used():\n    calc.USED = True\n\n\n"
+    "def test_double():\n    assert calc.double(2) == 4\n"
+)
+
+
+@pytest.mark.sandbox
+def test_a_graded_run_keeps_the_suites_module_order(tmp_path, snapshots, bwrap_backend, base_image):
+    fixed = {**IN_ORDER, "calc.py": FIXED, "tests/test_b.py": LATER}
+    checked = _validate(_task_from(tmp_path, snapshots, IN_ORDER, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    assert checked.validation.valid, checked.validation.reason
+    assert (checked.fail_to_pass, checked.pass_to_pass) == (
+        ["tests/test_b.py::test_double"],
+        ["tests/test_a.py::test_untouched"],
+    )
+    grader = Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits())
+    verdict = grader.grade(checked, checked.gold_patch)
+    assert verdict.reward == 1.0, verdict.reason
 
 
 # A module of the repository's own that never imports from a tree that is not installed (click's tests read
