@@ -611,12 +611,9 @@ JMESPATH_2017 = {
 
 def test_old_test_tool_pins_are_relaxed_each_with_its_reason(tmp_path: Path) -> None:
     spec = detect(make(tmp_path, JMESPATH_2017))
-    assert spec.python == "3.11"
-    assert spec.requirements == (
-        "nose==1.3.7", "py==1.11.0", "wheel==0.24.0", "coverage==4.4", "hypothesis==4.40.0", "nose", "mock",
-    )  # fmt: skip
-    relaxed = [line for line in spec.detected_from if " relaxed to " in line]
-    assert relaxed == [
+    relaxed = ("nose==1.3.7", "py==1.11.0", "wheel==0.24.0", "coverage==4.4", "hypothesis==4.40.0", "nose", "mock")
+    assert (spec.python, spec.requirements) == ("3.11", relaxed)
+    assert [line for line in spec.detected_from if " relaxed to " in line] == [
         "requirements.txt (nose==1.2.1 relaxed to nose==1.3.7: no nose it allows runs on Python 3.9+, 1.3.7 is the "
         "first: Python 3.11)",
         "requirements.txt (py==1.4.12 relaxed to py==1.11.0: no py it allows runs on Python 3.11+, 1.11.0 is the "
