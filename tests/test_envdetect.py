@@ -188,22 +188,21 @@ def test_tox_pytest_command_keeps_options_and_drops_the_test_dir(tmp_path: Path)
     assert spec.requirements == ("pytest-cov",)
 
 
+# tqdm's tox.ini of 2024: its notebook through nbval, then the rest without the slow perf tests
+TQDM_2024_PARTS = {
+    "tox.ini": """
+        [testenv]
+        commands=
+            pytest --cov=pkg -W=ignore tests_notebook.ipynb --nbval --nbval-current-env
+            pytest --cov=pkg --cov-append -k "not perf"
+    """,
+    "tests_notebook.ipynb": "{}",
+    "tests/test_a.py": PYTEST_TEST,
+}
+
+
 def test_a_suite_run_in_parts_runs_as_the_part_that_names_no_test_file(tmp_path: Path) -> None:
-    # tqdm's tox.ini of 2024: its notebook through nbval, then the rest without the slow perf tests
-    repo = make(
-        tmp_path,
-        {
-            "tox.ini": """
-                [testenv]
-                commands=
-                    pytest --cov=pkg -W=ignore tests_notebook.ipynb --nbval --nbval-current-env
-                    pytest --cov=pkg --cov-append -k "not perf"
-            """,
-            "tests_notebook.ipynb": "{}",
-            "tests/test_a.py": PYTEST_TEST,
-        },
-    )
-    spec = detect(repo)
+    spec = detect(make(tmp_path, TQDM_2024_PARTS))
     assert spec.test_cmd == (*PYTEST_CMD, "--cov=pkg", "--cov-append", "-k", "not perf")
     assert spec.detected_from == (
         "tox.ini (runs its suite in parts: the part that names no test file, not pytest --cov=pkg -W=ignore "
@@ -603,7 +602,10 @@ def test_pytest_pin_no_allowed_python_runs_is_relaxed_and_recorded(tmp_path: Pat
 # (py's "AttributeError: __spec__"), nose and hypothesis fail to import and coverage fails as it starts.
 JMESPATH_2017 = {
     "setup.py": "from setuptools import setup\nsetup(name='jmespath', packages=['jmespath'])\n",
-    "requirements.txt": "nose==1.2.1\npy==1.4.12\ntox==1.4.2\nwheel==0.24.0\ncoverage==3.7.1\nhypothesis==3.1.0\n",
+    "requirements.txt": "".join(
+        f"{pin}\n"
+        for pin in ("nose==1.2.1", "py==1.4.12", "tox==1.4.2", "wheel==0.24.0", "coverage==3.7.1", "hypothesis==3.1.0")
+    ),
     "tox.ini": "[testenv]\ncommands = nosetests\ndeps =\n    nose\n    mock\n",
     "jmespath/__init__.py": "",
 }
