@@ -188,6 +188,29 @@ def test_tox_pytest_command_keeps_options_and_drops_the_test_dir(tmp_path: Path)
     assert spec.requirements == ("pytest-cov",)
 
 
+# tqdm's tox.ini of 2024: its notebook through nbval, then the rest without the slow perf tests
+TQDM_2024_PARTS = {
+    "tox.ini": """
+        [testenv]
+        commands=
+            pytest --cov=pkg -W=ignore tests_notebook.ipynb --nbval --nbval-current-env
+            pytest --cov=pkg --cov-append -k "not perf"
+    """,
+    "tests_notebook.ipynb": "{}",
+    "tests/test_a.py": PYTEST_TEST,
+}
+
+
+def test_a_suite_run_in_parts_runs_as_the_part_that_names_no_test_file(tmp_path: Path) -> None:
+    spec = detect(make(tmp_path, TQDM_2024_PARTS))
+    assert spec.test_cmd == (*PYTEST_CMD, "--cov=pkg", "--cov-append", "-k", "not perf")
+    assert spec.detected_from == (
+        "tox.ini (runs its suite in parts: the part that names no test file, not pytest --cov=pkg -W=ignore "
+        "tests_notebook.ipynb --nbval --nbval-current-env)",
+        "tox.ini",
+    )
+
+
 def test_tox_posargs_default_with_spaces_is_what_tox_runs_without_arguments(tmp_path: Path) -> None:
     # dateutil's tox.ini: a default of several quoted words, split into pieces before its braces were seen
     repo = make(
@@ -572,6 +595,54 @@ def test_pytest_pin_no_allowed_python_runs_is_relaxed_and_recorded(tmp_path: Pat
     assert spec.detected_from[-1] == (
         "tox.ini (pytest<6 relaxed to pytest==6.2.4: no pytest it allows runs on Python 3.10+, 6.2.4 is the first: "
         "Python 3.11)"
+    )
+
+
+# jmespath/jmespath.py's requirements.txt of 2017, whose tox.ini runs nosetests: on Python 3.11 pytest cannot start
+# (py's "AttributeError: __spec__"), nose and hypothesis fail to import and coverage fails as it starts.
+JMESPATH_2017 = {
+    "setup.py": "from setuptools import setup\nsetup(name='jmespath', packages=['jmespath'])\n",
+    "requirements.txt": "".join(
+        f"{pin}\n"
+        for pin in ("nose==1.2.1", "py==1.4.12", "tox==1.4.2", "wheel==0.24.0", "coverage==3.7.1", "hypothesis==3.1.0")
+    ),
+    "tox.ini": "[testenv]\ncommands = nosetests\ndeps =\n    nose\n    mock\n",
+    "jmespath/__init__.py": "",
+}
+
+
+def test_old_test_tool_pins_are_relaxed_each_with_its_reason(tmp_path: Path) -> None:
+    spec = detect(make(tmp_path, JMESPATH_2017))
+    relaxed = ("nose==1.3.7", "py==1.11.0", "wheel==0.24.0", "coverage==4.4", "hypothesis==4.40.0", "nose", "mock")
+    assert (spec.python, spec.requirements) == ("3.11", relaxed)
+    assert [line for line in spec.detected_from if " relaxed to " in line] == [
+        "requirements.txt (nose==1.2.1 relaxed to nose==1.3.7: no nose it allows runs on Python 3.9+, 1.3.7 is the "
+        "first: Python 3.11)",
+        "requirements.txt (py==1.4.12 relaxed to py==1.11.0: no py it allows runs on Python 3.11+, 1.11.0 is the "
+        "first: Python 3.11)",
+        "requirements.txt (coverage==3.7.1 relaxed to coverage==4.4: no coverage it allows runs on Python 3.8+, 4.4 "
+        "is the first: Python 3.11)",
+        "requirements.txt (hypothesis==3.1.0 relaxed to hypothesis==4.40.0: no hypothesis it allows runs on Python "
+        "3.8+, 4.40.0 is the first: Python 3.11)",
+    ]
+
+
+def test_runtime_dependency_is_never_relaxed(tmp_path: Path) -> None:
+    repo = make(
+        tmp_path,
+        {
+            "setup.py": (
+                "from setuptools import setup\n"
+                "setup(name='p', python_requires='>=3.10', install_requires=['py==1.4.12'])\n"
+            ),
+            "requirements-test.txt": "pytest==3.0.7\n",
+        },
+    )
+    spec = detect(repo)
+    assert spec.requirements == ("py==1.4.12", "pytest==6.2.4")
+    assert (
+        "setup.py (py==1.4.12 not relaxed, a runtime dependency: no py it allows runs on Python 3.11+, 1.11.0 is "
+        "the first: Python 3.11)" in spec.detected_from
     )
 
 

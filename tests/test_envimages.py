@@ -448,16 +448,17 @@ def test_the_evaluated_setup_py_has_no_network_and_cannot_write_outside_its_copy
     assert sorted(p.name for p in tree.iterdir()) == ["setup.py"]  # the evaluation wrote into a copy
 
 
-# A years-old test requirements file (issue #45): pytest==3.0.7 cannot start on any Python requires-python allows.
+# A years-old test requirements file (issue #45): pytest==3.0.7 cannot start on any Python requires-python allows,
+# and with py==1.4.12 (jmespath's of 2017) no pytest can: "AttributeError: __spec__" from py's apipkg.
 OLD_PINS = {
     "pyproject.toml": PYPROJECT.replace(">=3.9", ">=3.10"),
-    "requirements-test.txt": "pytest==3.0.7\n",
+    "requirements-test.txt": "pytest==3.0.7\npy==1.4.12\n",
 }
 
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-def test_an_old_pytest_pin_is_relaxed_recorded_and_pytest_starts_in_the_image(
+def test_old_pytest_and_py_pins_are_relaxed_recorded_and_pytest_starts_in_the_image(
     tmp_path, snapshots, index, built_images, bwrap_backend
 ):
     if not (TEST_WHEELS / ".fetched").is_file():
@@ -467,4 +468,5 @@ def test_an_old_pytest_pin_is_relaxed_recorded_and_pytest_starts_in_the_image(
     env = provided.env
     assert env is not None and env.python == "3.11" and "pytest==6.2.4" in env.requirements
     assert any("pytest==3.0.7 relaxed to pytest==6.2.4" in line for line in env.detected_from)
+    assert any("py==1.4.12 relaxed to py==1.11.0" in line for line in env.detected_from)
     assert checked.fail_to_pass == ["tests/test_calc.py::test_quad", "tests/test_calc.py::test_zero"]

@@ -18,6 +18,7 @@ from trialforge.tasks.validate import SuiteRuns, ValidateConfig, _judge, validat
 from trialforge.testrun.report import OVERFLOWED, read_report
 from trialforge.testrun.report import TestReport as Report  # not "Test*": pytest would collect it
 from trialforge.testrun.run import REPORT_CAP_BYTES
+from trialforge.verify.grader import Grader
 
 BUGGY = "def double(x):\n    return x + x + 1\n"
 BUGGY_TOO = "def double(x):\n    return x * 3\n"
@@ -240,6 +241,66 @@ def test_a_test_module_that_imports_what_the_fix_adds_validates(tmp_path, snapsh
     assert checked.fail_to_pass == ["tests/test_triple.py::test_triple"]
     # the other modules ran before the fix too: their tests are pass-to-pass, not claimed as fixed
     assert checked.pass_to_pass == ["tests/test_double.py::test_double"]
+
+
+# tqdm's shape (issue #45): its suite errors on warnings, and what the bug leaves behind fails the run at its very end,
+# once every test has reported (pytest 8.4+ turns an exception a __del__ raised after the last test into a warning at
+# unconfigure, an error under -W error; here the suite's own end-of-run check, which every pytest raises the same way).
+CLOSING = {
+    "pyproject.toml": '[tool.pytest.ini_options]\nfilterwarnings = ["error"]\n',
+    "bar.py": (
+        "INSTANCES = []\n\n\nclass Bar:\n    def __init__(self, total):\n        INSTANCES.append(self)\n"
+        "        if total < 0:\n            raise ValueError(total)\n        self.total = total\n\n"
+        "    def close(self):\n        return self.total\n"
+    ),
+    "tests/conftest.py": (
+        "import bar\n\n\ndef pytest_unconfigure(config):\n    for one in bar.INSTANCES:\n        one.close()\n"
+    ),
+    "tests/test_bar.py": "from bar import Bar\n\n\ndef test_total():\n    assert Bar(2).total == 2\n",
+}
+CLOSING_TEST = (
+    "import pytest\n\nimport bar\n\n\ndef test_a_bar_whose_init_failed_closes():\n"
+    "    with pytest.raises(ValueError):\n        bar.Bar(-1)\n    assert bar.INSTANCES[-1].close() is None\n"
+)
+
+
+@pytest.mark.sandbox
+def test_a_suite_that_fails_at_its_end_after_reporting_every_test_validates(
+    tmp_path, snapshots, bwrap_backend, base_image
+):
+    """Before the fix pytest raises after the session ended: the recorder still reports every outcome."""
+    fixed_bar = CLOSING["bar.py"].replace("        INSTANCES", "        self.total = None\n        INSTANCES")
+    fixed = {**CLOSING, "bar.py": fixed_bar, "tests/test_close.py": CLOSING_TEST}
+    checked = _validate(_task_from(tmp_path, snapshots, CLOSING, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    assert checked.validation.valid, checked.validation.reason
+    assert checked.fail_to_pass == ["tests/test_close.py::test_a_bar_whose_init_failed_closes"]
+    assert checked.pass_to_pass == ["tests/test_bar.py::test_total"]
+
+
+# An order-dependent suite (tqdm's tests_synchronisation hangs once tests_tqdm has run): pytest runs test_a.py
+# before the fix's test_b.py, whose autouse fixture changes what test_a.py checks.
+IN_ORDER = {
+    "calc.py": BUGGY,
+    "tests/test_a.py": "import calc\n\n\ndef test_untouched():\n    assert not getattr(calc, 'USED', False)\n",
+}
+LATER = (
+    "import pytest\n\nimport calc\n\n\n@pytest.fixture(autouse=True)\ndef _used():\n    calc.USED = True\n\n\n"
+    "def test_double():\n    assert calc.double(2) == 4\n"
+)
+
+
+@pytest.mark.sandbox
+def test_a_graded_run_keeps_the_suites_module_order(tmp_path, snapshots, bwrap_backend, base_image):
+    fixed = {**IN_ORDER, "calc.py": FIXED, "tests/test_b.py": LATER}
+    checked = _validate(_task_from(tmp_path, snapshots, IN_ORDER, fixed), bwrap_backend, base_image, snapshots, runs=1)
+    assert checked.validation.valid, checked.validation.reason
+    assert (checked.fail_to_pass, checked.pass_to_pass) == (
+        ["tests/test_b.py::test_double"],
+        ["tests/test_a.py::test_untouched"],
+    )
+    grader = Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits())
+    verdict = grader.grade(checked, checked.gold_patch)
+    assert verdict.reward == 1.0, verdict.reason
 
 
 # A module of the repository's own that never imports from a tree that is not installed (click's tests read

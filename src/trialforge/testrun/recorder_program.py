@@ -224,6 +224,8 @@ def _run_pytest(kit):
 
     for name in default_plugins:
         kit.importlib.import_module("_pytest." + name)
+    from traceback import format_exc
+
     from _pytest._code import ExceptionInfo
 
     emit, evidence, function_of, pristine_code = kit.emit, kit.evidence, kit.function_of, kit.pristine_code
@@ -497,13 +499,24 @@ def _run_pytest(kit):
                 emit(event)
 
         @pytest.hookimpl(trylast=True)
-        def pytest_sessionfinish(self, session):
+        def pytest_sessionfinish(self, session, exitstatus):
             stopped[0] = bool(session.shouldfail or session.shouldstop)
+            finished[0] = int(exitstatus)
 
     kit.restore_path()
     emit({"e": "start", "pytest": pytest.__version__, "pluggy": getattr(pluggy, "__version__", "")})
     stop = ["--maxfail", str(key["maxfail"])] if key.get("maxfail") else []  # the key's: argv would count canaries
-    code = int(pytest.main([*sys.argv[1:], *stop], plugins=[Recorder()]))
+    finished = [None]  # the session's exit status, once every hook of its end ran (ours is the last)
+    try:
+        code = int(pytest.main([*sys.argv[1:], *stop], plugins=[Recorder()]))
+    except Exception:
+        # Raised once the session ended, at unconfigure: pytest 8.4+ turns an exception a __del__ raised after the
+        # last test into a warning there, an error under the suite's `-W error` (tqdm's addopts). Every outcome is
+        # reported by then; the run ends with the session's status, the traceback in its log.
+        if finished[0] is None:
+            raise
+        os.write(2, format_exc().encode(errors="replace"))
+        code = finished[0]
     check_framework(settle=True)  # pytest undoes its own configure-time patches at unconfigure
     return code, stopped[0]
 

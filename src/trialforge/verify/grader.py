@@ -191,7 +191,9 @@ class Grader:
             return verdict
 
     def _run(self, task: Task, tree: Path, changed: list[str]) -> Verdict:
-        tests = task.fail_to_pass + task.pass_to_pass
+        # in the suite's order, as validation ran them: a fail-to-pass module run first can break a pass-to-pass one
+        # whose module pytest runs before it (tqdm's tests_synchronisation hangs once tests_tqdm has run)
+        tests = sorted(task.fail_to_pass + task.pass_to_pass)
         if not task.fail_to_pass:
             return Verdict(None, "verifier_error", "task has no fail-to-pass tests (not validated?)")
         env = task.env or EnvSpec()

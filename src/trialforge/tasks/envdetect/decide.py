@@ -42,12 +42,20 @@ OVERRIDE_FILE = "trialforge-env.yaml"  # a repository's own overrides (``resolve
 # The python3 each Debian release ships (one per SUITES key): requires-python and markers are judged
 # against the interpreter the image really has, so ">=3.9.1" is met by bullseye's 3.9.2.
 RELEASED_PYTHON = {"3.9": "3.9.2", "3.11": "3.11.2", "3.13": "3.13.5"}
-# The oldest release of a test tool that runs under a Python and every later one, from pytest's changelog
-# (and checked by running a suite under each): 6.2.4 "Fixed assertion rewriting on Python 3.10" (older ones
-# fail at collection: 'required field "lineno" missing from alias'; 6.2.5 declared 3.10 supported);
-# 7.3.2 "Support for Python 3.12" (older ones warn that ast.Str is deprecated as they rewrite each module,
-# an error for a suite with filterwarnings = error). Oldest Python first: the last that applies is the strictest.
-_OLDEST_RUNNING = (("pytest", "3.10", "6.2.4"), ("pytest", "3.12", "7.3.2"))
+# The oldest release of a test tool that runs under a Python and every later one, each checked by installing it
+# on CPython 3.11 (and the release before it failing as quoted): pytest 6.2.4 "Fixed assertion rewriting on Python
+# 3.10" (older ones fail at collection: 'required field "lineno" missing from alias'); 7.3.2 "Support for Python
+# 3.12" (older ones warn that ast.Str is deprecated as they rewrite each module, an error for a suite with
+# filterwarnings = error). Tools a suite imports or pytest loads, from years-old requirements files: py before
+# 1.11.0 shadows the py shim of the pytest images ship (7.2+) and pytest cannot start ("AttributeError: __spec__"
+# from its apipkg); nose before 1.3.7 is Python 2 source that setuptools no longer converts (SyntaxError on import);
+# hypothesis before 4.40.0 builds code objects with 3.7's argument list ("code expected at least 16 arguments") or
+# imports ABCs from collections; coverage before 4.4 reads opcodes Python 3.8 removed (KeyError 'BREAK_LOOP').
+# Oldest Python first: the last that applies is the strictest.
+_OLDEST_RUNNING = (
+    ("nose", "3.9", "1.3.7"), ("coverage", "3.8", "4.4"), ("hypothesis", "3.8", "4.40.0"),
+    ("pytest", "3.10", "6.2.4"), ("py", "3.11", "1.11.0"), ("pytest", "3.12", "7.3.2"),
+)  # fmt: skip
 
 
 class EnvError(TaskError):
@@ -120,12 +128,17 @@ def _choose_python(found: Findings) -> tuple[str, tuple[str, ...]]:
 def _relax(found: Findings, python: str) -> tuple[str, ...]:
     """Pins of test tools that run on no image Python ``requires-python`` allows (years-old exact pins:
     ``pytest==3.0.7`` cannot start on 3.11), each replaced by the oldest release that runs on ``python``:
-    the closest to what the suite was written for. Returns the provenance of each."""
+    the closest to what the suite was written for. A tool the project itself depends on at run time is left as
+    pinned, with a note: what its users install is not the test environment's to change. Returns the provenance
+    of each."""
     relaxed: dict[str, str] = {}
     notes = []
     for where, text, why, first in _tool_blockers(found.requirements, python):
         req = parse_requirement(text)
         assert req is not None  # a blocker is a parsed requirement
+        if canonicalize_name(req.name) in found.runtime:
+            notes.append(f"{where} ({text} not relaxed, a runtime dependency: {why}: Python {python})")
+            continue
         req.specifier = SpecifierSet(f"=={first}")
         relaxed[text] = str(req)
         notes.append(f"{where} ({text} relaxed to {req}: {why}: Python {python})")

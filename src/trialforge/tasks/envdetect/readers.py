@@ -415,9 +415,17 @@ def _read_tox(repo: Path, found: Findings) -> None:
     # Commands run in the repository root, so {toxinidir} is the current directory.
     deps = [_in_root(line) for line in _tox_lines(cfg, testenv.get("deps", "")) if not _FACTOR.match(line)]
     _take_lines(repo, repo, [line for line in deps if not _UNRESOLVED.search(line)], where, found)
-    for line in _tox_lines(cfg, testenv.get("commands", "")):
-        if not _FACTOR.match(line):
-            found.runs(_runner_command(shell_words(_posargs(_in_root(line)).lstrip("-! ")), repo), where)
+    lines = [line for line in _tox_lines(cfg, testenv.get("commands", "")) if not _FACTOR.match(line)]
+    words = [shell_words(_posargs(_in_root(line)).lstrip("-! ")) for line in lines]
+    commands = [(argv, cmd) for argv in words if (cmd := _runner_command(argv, repo))]
+    # A suite run in parts (tqdm: its notebook through nbval, then the rest with -k "not perf") is run as the part
+    # that names no test file: the others run only what they name; the whole suite runs with that part's options.
+    whole = [cmd for argv, cmd in commands if not _test_paths(argv, repo)]
+    named = [" ".join(argv) for argv, _ in commands if _test_paths(argv, repo)]
+    if whole and named:
+        found.note(where, f"runs its suite in parts: the part that names no test file, not {'; '.join(named)}")
+    for cmd in whole or [cmd for _, cmd in commands]:
+        found.runs(cmd, where)
 
 
 def _legacy_tox_ini(repo: Path) -> configparser.ConfigParser | None:
@@ -621,9 +629,14 @@ def _runner_command(argv: list[str], repo: Path) -> tuple[str, ...] | None:
 
 def _without_test_dirs(args: list[str], repo: Path) -> list[str]:
     """pytest's options without paths into the test dir: which tests run is the grader's choice."""
-    kept = []
-    for i, arg in enumerate(args):
-        selects = not arg.startswith("-") and (i == 0 or args[i - 1] not in _PYTEST_VALUED)
-        if not (selects and arg.startswith("test") and (repo / arg).exists()):
-            kept.append(arg)
-    return kept
+    paths = set(_test_paths(args, repo))
+    return [arg for i, arg in enumerate(args) if i not in paths]
+
+
+def _test_paths(args: list[str], repo: Path) -> list[int]:
+    """Where ``args`` names a path into the repository's tests (a value of an option is no path)."""
+    return [
+        i for i, arg in enumerate(args)
+        if not arg.startswith("-") and (i == 0 or args[i - 1] not in _PYTEST_VALUED)
+        and arg.startswith("test") and (repo / arg).exists()
+    ]  # fmt: skip
