@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,10 @@ pytest_plugins = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Tests that act on or count what is host-wide: `trialforge reap` (it removes any dead owner's leftovers, a killed
+# child of a test on another worker included) and counts of every slirp4netns on the host. Under pytest-xdist
+# they run on one worker, one after another (pytest_xdist_make_scheduler below).
+HOST_WIDE = pytest.mark.xdist_group("host-wide")
 
 
 @pytest.fixture(scope="session")
@@ -45,14 +48,18 @@ def base_image():
 
 @pytest.fixture(scope="session")
 def state_dir() -> Iterator[Path]:
-    """Sandboxes of this session live here, so the leak check sees only ours.
+    """Sandboxes of this session live here, so the leak check sees only ours: the session's state dir
+    (``support.leaks.session_root``), or, in a pytest-xdist worker, a dir of the worker's own inside it.
 
     Not under pytest's private temp root: as root, sandboxes run as the sandbox account,
     which must be able to traverse the way to its workspace (the state dir is 0710).
     """
+    from support.leaks import session_root
+
     from trialforge.sandbox.host.statedir import private_dir
 
-    path = private_dir(Path(tempfile.gettempdir()) / f"tf-state-{os.getpid()}-{secrets.token_hex(4)}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    path = private_dir(session_root() / worker if worker else session_root())
     os.environ["TRIALFORGE_STATE_DIR"] = str(path)
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -133,3 +140,24 @@ def kind_error(item: pytest.Item) -> str:
         if mark not in marks and used & fixtures:
             return f"uses {', '.join(sorted(used & fixtures))} but is not marked {mark}"
     return ""
+
+
+# --- parallel runs: pytest-xdist (make test runs `-n 2 --dist loadgroup`, docs/testing.md) --------------------------
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` with a file as the unit of work for a test without an ``xdist_group``: a module's
+    fixtures (a whole pipeline run) are made once, on one worker. Files that share a group (those that run
+    `trialforge reap`, which removes any dead owner's leftovers, a killed child of another worker's test
+    included) run on one worker, one after another."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FileOrGroup(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            grouped = nodeid.rfind("@") > nodeid.rfind("]")
+            return nodeid.rsplit("@", 1)[-1] if grouped else nodeid.split("::", 1)[0]
+
+    return FileOrGroup(config, log)

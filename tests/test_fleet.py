@@ -28,6 +28,7 @@ from pathlib import Path
 import docker
 import pytest
 import yaml
+from conftest import HOST_WIDE
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -442,6 +443,7 @@ with open_runtime(load_params(Path(sys.argv[1]))) as rt:
 """
 
 
+@HOST_WIDE
 @pytest.mark.sandbox
 @pytest.mark.slow
 def test_the_cli_surveys_the_fleet_and_reap_clears_every_engine_after_a_kill_9(

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import HOST_WIDE
 from support.leaks import HostState, settled_leftovers, snapshot
 
 from trialforge.owners import process_start
@@ -39,6 +40,7 @@ def test_a_scratch_dir_names_its_owner_and_goes_on_a_normal_exit() -> None:
     assert not Path(tmp).exists()
 
 
+@HOST_WIDE
 @pytest.mark.sandbox
 def test_reap_removes_a_killed_owners_scratch_dir_and_keeps_a_live_ones(state_dir: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
