@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -126,6 +127,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             "\n".join(["tests must carry the markers of what they need (docs/testing.md):", *wrong])
         )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _write_groups(items)
 
 
 def kind_error(item: pytest.Item) -> str:
@@ -142,22 +145,40 @@ def kind_error(item: pytest.Item) -> str:
     return ""
 
 
-# --- parallel runs: pytest-xdist (make test runs `-n 2 --dist loadgroup`, docs/testing.md) --------------------------
+# --- parallel runs: pytest-xdist (make test runs `-n 2 --dist loadfile`, docs/testing.md) ---------------------------
+# xdist's own `loadgroup` marks a test's group in its node id, which pytest 9 no longer lets a plugin change; so each
+# worker writes the groups it collected into the session's state dir, and the controller's scheduler reads them.
 
 
-@pytest.hookimpl(optionalhook=True)
+def _write_groups(items: list[pytest.Item]) -> None:
+    from support.leaks import session_root
+
+    from trialforge.sandbox.host.statedir import private_dir
+
+    groups = {item.nodeid: mark.args[0] for item in items if (mark := item.get_closest_marker("xdist_group"))}
+    part = private_dir(session_root()) / f"groups-{os.environ['PYTEST_XDIST_WORKER']}.part"
+    part.write_text(json.dumps(groups))
+    part.replace(part.with_suffix(".json"))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadgroup`` with a file as the unit of work for a test without an ``xdist_group``: a module's
-    fixtures (a whole pipeline run) are made once, on one worker. Files that share a group (those that run
-    `trialforge reap`, which removes any dead owner's leftovers, a killed child of another worker's test
-    included) run on one worker, one after another."""
-    if config.getvalue("dist") != "loadgroup":
+    """``--dist loadfile``, where a file is the unit of work (a module's fixtures, a whole pipeline run, are made
+    once, on one worker), except that the tests of an ``xdist_group`` (``HOST_WIDE``) are one unit of their own:
+    they run on one worker, one after another."""
+    if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadGroupScheduling
+    from support.leaks import session_root
+    from xdist.scheduler import LoadFileScheduling
 
-    class FileOrGroup(LoadGroupScheduling):
+    class FileOrGroup(LoadFileScheduling):
+        groups: dict[str, str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
-            grouped = nodeid.rfind("@") > nodeid.rfind("]")
-            return nodeid.rsplit("@", 1)[-1] if grouped else nodeid.split("::", 1)[0]
+            if self.groups is None:  # every worker has collected (and written its groups) before scheduling starts
+                self.groups = {}
+                for written in sorted(session_root().glob("groups-*.json")):
+                    self.groups |= json.loads(written.read_text())
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
 
     return FileOrGroup(config, log)

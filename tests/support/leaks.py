@@ -181,8 +181,32 @@ def _temp_dirs(state_dir: Path, me: int) -> set[str]:
         session = _SESSION_STATE.match(path.name)  # another live test session's state dir (tests/conftest.py)
         if session and int(session.group(1)) != me and Path(f"/proc/{session.group(1)}").exists():
             continue
+        if path.name.startswith(_ENGINE_TMP) and _anothers_live_engine(path.name.removeprefix(_ENGINE_TMP), me):
+            continue
         found.add(path.name)
     return found
+
+
+_ENGINE_TMP = "tf-enginetmp-"  # a Podman service's temp dir (engine.temp_dir), named after its home podman-X
+
+
+def _anothers_live_engine(home_suffix: str, me: int) -> bool:
+    """The Podman service on home ``podman-<home_suffix>`` is another live process's (its ``service.json``)."""
+    socket = f"/podman-{home_suffix}/podman.sock"
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        url = next((arg for arg in argv if arg.startswith("unix://") and arg.endswith(socket)), None)
+        if url is None or "service" not in argv:
+            continue
+        try:
+            record = json.loads((Path(url.removeprefix("unix://")).parent / "service.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return record.get("owner_pid") != me and still_running(record["owner_pid"], record["owner_start"])
+    return False
 
 
 # --- the session's state dir, and the check, once per session --------------------------------------------------------
@@ -197,13 +221,20 @@ def session_root() -> Path:
     return Path(os.environ[SESSION_ROOT_ENV])
 
 
+def new_session_root() -> Path:
+    """Name this process's session state dir (made by the first ``state_dir``) and hand it to its workers."""
+    root = Path(tempfile.gettempdir()) / f"tf-state-{os.getpid()}-{token_hex(4)}"
+    os.environ[SESSION_ROOT_ENV] = str(root)
+    return root
+
+
 def _runs_the_session(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput")  # an xdist worker has one: its controller runs the session
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if _runs_the_session(config):  # set, not kept: a pytest run inside a test has a session of its own
-        os.environ[SESSION_ROOT_ENV] = str(Path(tempfile.gettempdir()) / f"tf-state-{os.getpid()}-{token_hex(4)}")
+    if _runs_the_session(config):  # a new one, never an inherited one: a pytest run inside a test has its own
+        new_session_root()
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -237,7 +268,8 @@ _BEFORE = pytest.StashKey[HostState]()
 def _say(session: pytest.Session, line: str) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.ensure_newline()
+        if reporter._tw.width_of_current_line:  # after the progress bar's last dots
+            reporter.write("\n")
         reporter.write_line(line)
 
 
