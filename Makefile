@@ -50,8 +50,10 @@ image: $(STAMP)
 demo: setup
 	$(VENV)/bin/trialforge run
 
+# On two pytest-xdist workers: the suite mostly waits (servers, sandboxes), so two overlap (docs/testing.md).
+TEST_WORKERS ?= 2
 test: setup $(TEST_WHEELS)/.fetched
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The loop while working: every test that starts no server and takes no minutes (docs/testing.md). `make test`
 # (and CI) still runs them all.
