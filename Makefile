@@ -16,7 +16,10 @@ export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup system image demo test test-fast bench lint lock lock-mlflow clean
 
-setup: system $(STAMP) $(MLFLOW_STAMP) image
+# After the system packages: the two venvs side by side (each is mostly one process, unpacking and compiling), then
+# the image, once the main venv is there.
+setup: system
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(MLFLOW_STAMP) image
 	@echo "set up. The commands of README.md run in the virtualenv: source $(VENV)/bin/activate"
 
 system:
