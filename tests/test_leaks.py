@@ -202,14 +202,17 @@ def test_a_test_session_killed_with_sigkill_leaves_a_podman_service_the_next_ses
         [home] = root.glob("gw0/podman-*")
         service = json.loads((home / "service.json").read_text())
         engine_tmp = Path(tmp) / f"tf-enginetmp-{home.name.removeprefix('podman-')}"
+        monkeypatch.setattr(tempfile, "tempdir", tmp)  # this session's leak check, then the next session, look there
+        me = os.getpid()
+        assert engine_tmp.name not in snapshot(root, me=me).kinds["temp dirs"]  # a live session's engine: not ours
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdin.close()
         child.stdout.close()
         assert process_start(service["service_pid"]) == service["service_start"], "the kill leaves it (the bug)"
         assert engine_tmp.is_dir() and url == f"unix://{home}/podman.sock"
+        assert engine_tmp.name in snapshot(root, me=me).kinds["temp dirs"]  # its owner is gone: a leak
 
-        monkeypatch.setattr(tempfile, "tempdir", tmp)  # the next session, with the same temp dir
-        assert reap_dead_sessions() == [root.name]  # what its start does
+        assert reap_dead_sessions() == [root.name]  # what the next session's start does
         assert process_start(service["service_pid"]) != service["service_start"], "the service still runs"
         assert not root.exists() and not engine_tmp.exists()
