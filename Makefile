@@ -16,7 +16,10 @@ export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup system image demo test test-fast bench lint lock lock-mlflow clean
 
-setup: system $(STAMP) $(MLFLOW_STAMP) image
+# After the system packages: the two venvs side by side (each is mostly one process, unpacking and compiling), then
+# the image, once the main venv is there.
+setup: system
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(MLFLOW_STAMP) image
 	@echo "set up. The commands of README.md run in the virtualenv: source $(VENV)/bin/activate"
 
 system:
@@ -50,8 +53,10 @@ image: $(STAMP)
 demo: setup
 	$(VENV)/bin/trialforge run
 
+# On two pytest-xdist workers: the suite mostly waits (servers, sandboxes), so two overlap (docs/testing.md).
+TEST_WORKERS ?= 2
 test: setup $(TEST_WHEELS)/.fetched
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The loop while working: every test that starts no server and takes no minutes (docs/testing.md). `make test`
 # (and CI) still runs them all.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +34,10 @@ pytest_plugins = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Tests that act on or count what is host-wide: `trialforge reap` (it removes any dead owner's leftovers, a killed
+# child of a test on another worker included) and counts of every slirp4netns on the host. Under pytest-xdist
+# they run on one worker, one after another (pytest_xdist_make_scheduler below).
+HOST_WIDE = pytest.mark.xdist_group("host-wide")
 
 
 @pytest.fixture(scope="session")
@@ -45,14 +49,18 @@ def base_image():
 
 @pytest.fixture(scope="session")
 def state_dir() -> Iterator[Path]:
-    """Sandboxes of this session live here, so the leak check sees only ours.
+    """Sandboxes of this session live here, so the leak check sees only ours: the session's state dir
+    (``support.leaks.session_root``), or, in a pytest-xdist worker, a dir of the worker's own inside it.
 
     Not under pytest's private temp root: as root, sandboxes run as the sandbox account,
     which must be able to traverse the way to its workspace (the state dir is 0710).
     """
+    from support.leaks import session_root
+
     from trialforge.sandbox.host.statedir import private_dir
 
-    path = private_dir(Path(tempfile.gettempdir()) / f"tf-state-{os.getpid()}-{secrets.token_hex(4)}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    path = private_dir(session_root() / worker if worker else session_root())
     os.environ["TRIALFORGE_STATE_DIR"] = str(path)
     yield path
     shutil.rmtree(path, ignore_errors=True)
@@ -119,6 +127,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             "\n".join(["tests must carry the markers of what they need (docs/testing.md):", *wrong])
         )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _write_groups(items)
 
 
 def kind_error(item: pytest.Item) -> str:
@@ -133,3 +143,42 @@ def kind_error(item: pytest.Item) -> str:
         if mark not in marks and used & fixtures:
             return f"uses {', '.join(sorted(used & fixtures))} but is not marked {mark}"
     return ""
+
+
+# --- parallel runs: pytest-xdist (make test runs `-n 2 --dist loadfile`, docs/testing.md) ---------------------------
+# xdist's own `loadgroup` marks a test's group in its node id, which pytest 9 no longer lets a plugin change; so each
+# worker writes the groups it collected into the session's state dir, and the controller's scheduler reads them.
+
+
+def _write_groups(items: list[pytest.Item]) -> None:
+    from support.leaks import session_root
+
+    from trialforge.sandbox.host.statedir import private_dir
+
+    groups = {item.nodeid: mark.args[0] for item in items if (mark := item.get_closest_marker("xdist_group"))}
+    part = private_dir(session_root()) / f"groups-{os.environ['PYTEST_XDIST_WORKER']}.part"
+    part.write_text(json.dumps(groups))
+    part.replace(part.with_suffix(".json"))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile``, where a file is the unit of work (a module's fixtures, a whole pipeline run, are made
+    once, on one worker), except that the tests of an ``xdist_group`` (``HOST_WIDE``) are one unit of their own:
+    they run on one worker, one after another."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from support.leaks import session_root
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrGroup(LoadFileScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # every worker has collected (and written its groups) before scheduling starts
+                self.groups = {}
+                for written in sorted(session_root().glob("groups-*.json")):
+                    self.groups |= json.loads(written.read_text())
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return FileOrGroup(config, log)

@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from support.leaks import HostState, settled_leftovers, snapshot
+from conftest import HOST_WIDE
+from support.leaks import HostState, reap_dead_sessions, settled_leftovers, snapshot
 
 from trialforge.owners import process_start
 from trialforge.sandbox.bwrap import cgroups
@@ -39,15 +40,20 @@ def test_a_scratch_dir_names_its_owner_and_goes_on_a_normal_exit() -> None:
     assert not Path(tmp).exists()
 
 
+@HOST_WIDE
 @pytest.mark.sandbox
-def test_reap_removes_a_killed_owners_scratch_dir_and_keeps_a_live_ones(state_dir: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+def test_reap_removes_a_killed_owners_scratch_dir_and_keeps_a_live_ones(
+    state_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    # A temp dir of the test's own: another test session's leak check on the host reaps no dir of this test first.
+    env = {**os.environ, "TRIALFORGE_STATE_DIR": str(state_dir), "TMPDIR": str(tmp_path)}
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    child = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True, env=env)
     left = Path(child.stdout.readline().strip())
     child.send_signal(signal.SIGKILL)
     child.wait()
-    assert left.is_dir(), "SIGKILL runs no cleanup: the dir stays (the leak)"
+    assert left.is_dir() and left.parent == tmp_path, "SIGKILL runs no cleanup: the dir stays (the leak)"
     with scratch_dir("final") as live:
-        env = {**os.environ, "TRIALFORGE_STATE_DIR": str(state_dir)}
         trialforge = Path(sys.executable).with_name("trialforge")
         done = subprocess.run([str(trialforge), "reap"], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
@@ -151,7 +157,8 @@ def test_the_leak_check_sees_a_temp_dir_and_an_empty_cgroup_and_forgives_what_go
         if group is not None:
             group.remove()
         leaked.rmdir()
-    assert not settled_leftovers(before, lambda: snapshot(state_dir, me=me), settle_s=3.0).kinds.get("temp dirs")
+    forgiven = settled_leftovers(before, lambda: snapshot(state_dir, me=me), settle_s=3.0).kinds.get("temp dirs", set())
+    assert not {leaked.name, passing.name} & forgiven  # another test session's temp dirs may come and go meanwhile
 
 
 @pytest.mark.pure
@@ -160,3 +167,52 @@ def test_host_state_difference_keeps_only_new_entries() -> None:
     after = HostState({"containers": {"a", "b"}, "temp dirs": {"x"}, "cgroups": set()})
     assert after.minus(before).kinds == {"containers": {"b"}}
     assert not HostState({"cgroups": set()})
+
+
+SESSION = """
+import os, sys
+sys.path.insert(0, "tests")
+from support.leaks import new_session_root
+from trialforge.sandbox.container.engine import PodmanService
+from trialforge.sandbox.host.statedir import private_dir
+
+os.environ["TRIALFORGE_STATE_DIR"] = str(private_dir(new_session_root() / "gw0"))  # as conftest's state_dir
+service = PodmanService(use_docker_host=False)  # as the container_engine fixture
+service.start()
+print(service.base_url, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+@HOST_WIDE  # stopping a service reaps every dead owner's containers in the host's store
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_test_session_killed_with_sigkill_leaves_a_podman_service_the_next_session_stops(monkeypatch) -> None:
+    with scratch_dir("ks") as tmp:  # the killed session's temp dir: no other session's start reaps it first
+        child = subprocess.Popen(
+            [sys.executable, "-c", SESSION],
+            cwd=Path(__file__).resolve().parents[1],
+            env={**os.environ, "TMPDIR": tmp},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        url = child.stdout.readline().strip()
+        [root] = Path(tmp).glob("tf-state-*")
+        [home] = root.glob("gw0/podman-*")
+        service = json.loads((home / "service.json").read_text())
+        engine_tmp = Path(tmp) / f"tf-enginetmp-{home.name.removeprefix('podman-')}"
+        monkeypatch.setattr(tempfile, "tempdir", tmp)  # this session's leak check, then the next session, look there
+        me = os.getpid()
+        assert engine_tmp.name not in snapshot(root, me=me).kinds["temp dirs"]  # a live session's engine: not ours
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()
+        assert process_start(service["service_pid"]) == service["service_start"], "the kill leaves it (the bug)"
+        assert engine_tmp.is_dir() and url == f"unix://{home}/podman.sock"
+        assert engine_tmp.name in snapshot(root, me=me).kinds["temp dirs"]  # its owner is gone: a leak
+
+        assert reap_dead_sessions() == [root.name]  # what the next session's start does
+        assert process_start(service["service_pid"]) != service["service_start"], "the service still runs"
+        assert not root.exists() and not engine_tmp.exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from conftest import HOST_WIDE
 
 from trialforge.owners import process_start
 from trialforge.sandbox.container.backend import LABEL_SANDBOX
@@ -38,6 +39,7 @@ sandboxes[0].exec(sys.argv[1].split(), timeout=400)
 """
 
 
+@HOST_WIDE
 @pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman")
 def test_kill_9_of_a_docker_run_owner_then_reap_leaves_no_container_volume_service_or_state(state_dir, base_image):
     tag = f"sleep 300.{os.getpid()}{time.monotonic_ns() % 10**6}"

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HOST_WIDE
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox.base import Limits, SandboxSpec
@@ -172,6 +173,7 @@ def test_closed_sandbox_is_gone(bwrap_backend, base_image, state_dir):
         sb.exec(["true"])
 
 
+@HOST_WIDE
 def test_kill_9_of_the_owner_mid_command_leaves_nothing_after_trialforge_reap(base_image, state_dir):
     """A child runs a command in a sandbox and is SIGKILLed; ``trialforge reap`` removes all it held."""
     tag = f"sleep 300.{secrets.randbelow(10**8)}"  # a unique command line to find the sandboxed process by

@@ -26,6 +26,7 @@ from typing import Any
 
 import docker
 import pytest
+from conftest import HOST_WIDE
 
 from trialforge.errors import SandboxError
 from trialforge.sandbox import disk
@@ -698,6 +699,7 @@ def test_kernel_files_are_masked_beyond_the_engine_defaults(docker_backend: Dock
     assert result.stdout.split() == ["0"] * len(present)
 
 
+@HOST_WIDE
 @pytest.mark.sandbox
 @pytest.mark.slow
 def test_network_when_asked_is_a_private_stack_without_the_host_loopback(docker_backend: DockerBackend) -> None:

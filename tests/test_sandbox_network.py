@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HOST_WIDE
 from support.normal_user import running
 
 from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.sandbox.bwrap import usernet
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, HOST_WIDE]  # its networked sandboxes count every slirp4netns
 
 LIMITS = Limits(memory_mb=256, pids=64, disk_mb=16, exec_timeout_s=20, output_cap_bytes=16384)
 NETWORKED = Limits(**{**vars(LIMITS), "network": True})

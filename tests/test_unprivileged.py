@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HOST_WIDE
 from support.normal_user import running
 
 from trialforge.sandbox.base import Limits
@@ -133,6 +134,7 @@ sb.exec(sys.argv[1].split(), timeout=400)
 """
 
 
+@HOST_WIDE
 def test_kill_9_of_a_normal_users_owner_leaves_nothing_after_trialforge_reap(normal_user, delegated_cgroup):
     tag = f"sleep 300.{secrets.randbelow(10**8)}"
     child = normal_user.run(KILLED, tag, cgroup=delegated_cgroup, background=True)

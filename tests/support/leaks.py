@@ -11,6 +11,10 @@ another session's in-flight cgroup or temp dir goes away within the settle time.
 
 Scratch dirs of dead owners (``trialforge.scratch``: the kill -9 tests make them on purpose)
 are removed first, the way ``trialforge reap`` would, and listed in the terminal summary.
+
+The check runs once per session, in the process that runs it (with pytest-xdist, the controller, after every
+worker is done), and fails the session (exit status 1, the leftovers in the terminal summary). At its start, the
+state dirs of test sessions killed with -9 are removed, with the Podman services still running on them.
 """
 
 from __future__ import annotations
@@ -25,13 +29,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from secrets import token_hex
 
 import pytest
 
+from trialforge.errors import SandboxError
 from trialforge.owners import process_start, still_running
 from trialforge.sandbox.container.backend import LABEL_OWNER
 from trialforge.sandbox.container.engine import CONF_ENV, containers_conf
-from trialforge.sandbox.host.leftovers import abandoned
+from trialforge.sandbox.host import reaper
+from trialforge.sandbox.host.leftovers import abandoned, reap_services
+from trialforge.sandbox.host.statedir import check_private
 from trialforge.scratch import owner_of, reap_scratch
 
 SETTLE_S = 20.0  # how long a new thing may take to go away (conmon's exit delay is 5 s, a cgroup's removal 10 s)
@@ -111,7 +119,8 @@ def _json(argv: list[str], env: dict[str, str]) -> list[dict]:
 
 
 def _services(state_dir: Path) -> set[str]:
-    return {p.name for p in state_dir.glob("podman-*")}
+    """Podman service homes in the state dir, or in an xdist worker's dir inside it."""
+    return {str(p.relative_to(state_dir)) for p in [*state_dir.glob("podman-*"), *state_dir.glob("gw*/podman-*")]}
 
 
 def _processes(state_dir: Path, live_container_ids: set[str]) -> set[str]:
@@ -172,20 +181,118 @@ def _temp_dirs(state_dir: Path, me: int) -> set[str]:
         session = _SESSION_STATE.match(path.name)  # another live test session's state dir (tests/conftest.py)
         if session and int(session.group(1)) != me and Path(f"/proc/{session.group(1)}").exists():
             continue
+        if path.name.startswith(_ENGINE_TMP) and _anothers_live_engine(path.name.removeprefix(_ENGINE_TMP), me):
+            continue
         found.add(path.name)
     return found
 
 
-@pytest.fixture(scope="session", autouse=True)
-def nothing_left_behind(state_dir: Path, request: pytest.FixtureRequest):
-    """The whole session ends with nothing new of ours on the host (see the module docstring)."""
-    me = os.getpid()
-    before = snapshot(state_dir, me=me)
-    yield
+_ENGINE_TMP = "tf-enginetmp-"  # a Podman service's temp dir (engine.temp_dir), named after its home podman-X
+
+
+def _anothers_live_engine(home_suffix: str, me: int) -> bool:
+    """The Podman service on home ``podman-<home_suffix>`` is another live process's (its ``service.json``)."""
+    socket = f"/podman-{home_suffix}/podman.sock"
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        url = next((arg for arg in argv if arg.startswith("unix://") and arg.endswith(socket)), None)
+        if url is None or "service" not in argv:
+            continue
+        try:
+            record = json.loads((Path(url.removeprefix("unix://")).parent / "service.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return record.get("owner_pid") != me and still_running(record["owner_pid"], record["owner_start"])
+    return False
+
+
+# --- the session's state dir, and the check, once per session --------------------------------------------------------
+# With pytest-xdist (make test: docs/testing.md) the process that runs the session is the controller: it makes the
+# session's state dir (each worker keeps its sandboxes and Podman service in a dir of its own inside, conftest.py's
+# state_dir) and checks the host once all workers are done, so one worker's live sandboxes are never another's leak.
+
+SESSION_ROOT_ENV = "TRIALFORGE_TEST_SESSION_DIR"  # the session's state dir, inherited by its xdist workers
+
+
+def session_root() -> Path:
+    return Path(os.environ[SESSION_ROOT_ENV])
+
+
+def new_session_root() -> Path:
+    """Name this process's session state dir (made by the first ``state_dir``) and hand it to its workers."""
+    root = Path(tempfile.gettempdir()) / f"tf-state-{os.getpid()}-{token_hex(4)}"
+    os.environ[SESSION_ROOT_ENV] = str(root)
+    return root
+
+
+def _runs_the_session(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")  # an xdist worker has one: its controller runs the session
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _runs_the_session(config):  # a new one, never an inherited one: a pytest run inside a test has its own
+        new_session_root()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _runs_the_session(session.config):
+        return
+    reaped = reap_dead_sessions()
+    if reaped:
+        _say(session, f"leak check: removed the state of killed test sessions: {reaped}")
+    session.stash[_BEFORE] = snapshot(session_root(), me=os.getpid())
+
+
+@pytest.hookimpl(trylast=True)  # after xdist has stopped its workers: their teardown is done
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The whole session ends with nothing new of ours on the host (see the module docstring); it fails otherwise."""
+    if not _runs_the_session(session.config) or _BEFORE not in session.stash:
+        return
+    root = session_root()
     reaped = reap_scratch()  # dead owners' scratch dirs: what `trialforge reap` removes after a kill -9
     if reaped:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"leak check: removed {len(reaped)} scratch dirs of killed processes: {reaped}")
-    left = settled_leftovers(before, lambda: snapshot(state_dir, me=me))
-    assert not left, f"the test session left behind: {left.describe()}"
+        _say(session, f"leak check: removed {len(reaped)} scratch dirs of killed processes: {reaped}")
+    left = settled_leftovers(session.stash[_BEFORE], lambda: snapshot(root, me=os.getpid()))
+    shutil.rmtree(root, ignore_errors=True)
+    if left:
+        _say(session, f"LEAK CHECK FAILED: the test session left behind: {left.describe()}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_BEFORE = pytest.StashKey[HostState]()
+
+
+def _say(session: pytest.Session, line: str) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        if reporter._tw.width_of_current_line:  # after the progress bar's last dots
+            reporter.write("\n")
+        reporter.write_line(line)
+
+
+def reap_dead_sessions(tmp: Path | None = None) -> list[str]:
+    """State dirs of test sessions whose process is gone (killed with -9: no teardown ran), removed with what
+    still runs on them: their Podman services (stopped, with their containers and temp dirs) and bwrap sandboxes.
+    Only dirs that pass the state dir checks (ours, private) are touched; returns their names."""
+    removed = []
+    for path in sorted((tmp or Path(tempfile.gettempdir())).glob("tf-state-*")):
+        session = _SESSION_STATE.match(path.name)
+        if not session or Path(f"/proc/{session.group(1)}").exists():
+            continue
+        try:
+            check_private(path)
+        except SandboxError:
+            continue
+        workers = [d for d in path.iterdir() if d.is_dir() and _WORKER.match(d.name)]
+        for state in [path, *workers]:
+            reap_services(state)  # their owners are dead: each is stopped
+            reaper.reap(state, everything=True)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path.name)
+    return removed
+
+
+_WORKER = re.compile(r"^gw\d+$")  # pytest-xdist's worker ids
