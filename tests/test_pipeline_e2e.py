@@ -143,7 +143,8 @@ def test_synthesized_tasks_join_the_tickets_and_reach_the_learner(demo_run):
     tmp, _ = demo_run
     episodes = _read(tmp, "episodes")
     synthetic = {t for t in _read(tmp, "tasks")["task_id"] if "-syn-" in t}
-    assert len(synthetic) >= 6  # sources.synthesize: 4 per bundled repository, less the ones the gates dropped
+    # sources.synthesize: 4 per bundled repository, less those the gates drop (each failing test must be anchored)
+    assert len(synthetic) >= 3
     gold = episodes[(episodes["policy"] == "gold") & episodes["task_id"].isin(synthetic)]
     assert set(gold["reward"]) == {1.0}
     repair = episodes[(episodes["policy"] == "repair") & episodes["task_id"].isin(synthetic)]

@@ -131,7 +131,10 @@ def test_the_quality_gate_drops_the_tasks_judged_wholly_in_process(world) -> Non
     """Where every attack that still wins was graded: such a task never reaches a training batch."""
     kept, records, _ = run_quality_gate(list(world.tasks.values()), world.grader, world.snapshots,
                                         QualityConfig(max_mutants=0, gates=()))  # fmt: skip
-    assert [t.task_id for t in kept] == ["calc-add"]
+    # calc-add has host-judged tests, but not every fail-to-pass test is anchored: since the round on hypothesis
+    # (tests/test_redteam_hypothesis.py) each one must be, or its verdict could be forged beside an honest fix
+    assert kept == []
+    assert "fail-to-pass tests have no assertion the host judges" in records["calc-add"].reasons[0]
     for task_id in ("calc-mean", "calc-clamp"):
         assert records[task_id].failed_gates == ["host_judged"] and records[task_id].verifier_runs == 0
     wins = {a.task for a in ATTACKS if a.name in IN_PROCESS_ONLY}
