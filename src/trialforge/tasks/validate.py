@@ -5,9 +5,12 @@ with canaries (``trialforge.testrun``) and the task's runner, options and enviro
 come from what happened; a test whose outcome changes between runs is flaky (quarantined if pass-to-pass, fatal if
 the task depends on it), and a test id that some run of a tree does not report, or that only one tree reports while
 its module ran in both, is unstable (a clock, a uuid or a directory listing in its parameters): in neither list,
-since grading asks for ids by name. Runs of a tree already validated in the batch are reused. A rejection's reason is
-a short key (what ``record_verdicts`` counts by), then the detail. A valid task's statement is settled from the runs
-before the fix (``tasks.observed``). Rules: docs/pipeline.md, "Validation".
+since grading asks for ids by name. A test a run never reported (it stopped early, or left the test out) is unknown
+to that run, never failed: fail-to-pass needs every before-run that reported it to say it did not pass, every after-run
+to say it passed; a run that crashed or that pytest stopped early runs again one module at a time. Runs of a tree
+already validated in the batch are reused. A rejection's reason is a short key (what ``record_verdicts`` counts by),
+then the detail. A valid task's statement is settled from the runs before the fix (``tasks.observed``). Rules:
+docs/pipeline.md, "Validation".
 """
 
 from __future__ import annotations
