@@ -129,6 +129,10 @@ def test_a_test_a_stopped_run_never_reported_is_unknown_not_failed():
     judged = _judged([stopped, whole], [after, after])
     assert (judged.fail_to_pass, judged.pass_to_pass) == ([A, C], [B])
     assert judged.validation.flaky_tests == [] and judged.validation.unstable_ids == 0
+    # failing one way in one run and another way in the next is still failing before the fix; passing once is flaky
+    errored = Report(1, {A: "error", B: "passed", C: "passed"})
+    judged = _judged([whole, errored], [after, after])
+    assert (judged.fail_to_pass, judged.pass_to_pass, judged.validation.flaky_tests) == ([A], [B], [C])
 
 
 @pytest.mark.pure
