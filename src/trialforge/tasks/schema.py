@@ -42,6 +42,11 @@ class Validation(BaseModel):
     not_importing: list[str] = Field(default_factory=list)  # test modules that fail to collect with the fix
     unstable_ids: int = 0  # test ids not reported by every run (validate._unstable): in neither test list
     unstable_examples: list[str] = Field(default_factory=list)  # the first of them, sorted
+    # runs that stopped before their last test (after running their modules alone: validate._isolated), and the
+    # tests that pass after the fix in neither list because such a run never reported them (absent is unknown)
+    stopped_runs: int = 0
+    unknown_outcome: int = 0
+    unknown_examples: list[str] = Field(default_factory=list)  # the first of them, sorted
     # in-process evidence the task's own trees gave (testrun.baseline): grading flags it, and zeroes only the rest
     baseline_evidence: list[str] = Field(default_factory=list)
     host_judged: HostJudged | None = None  # None: validated before blinding (graded with every slot blinded)

@@ -5,9 +5,12 @@ with canaries (``trialforge.testrun``) and the task's runner, options and enviro
 come from what happened; a test whose outcome changes between runs is flaky (quarantined if pass-to-pass, fatal if
 the task depends on it), and a test id that some run of a tree does not report, or that only one tree reports while
 its module ran in both, is unstable (a clock, a uuid or a directory listing in its parameters): in neither list,
-since grading asks for ids by name. Runs of a tree already validated in the batch are reused. A rejection's reason is
-a short key (what ``record_verdicts`` counts by), then the detail. A valid task's statement is settled from the runs
-before the fix (``tasks.observed``). Rules: docs/pipeline.md, "Validation".
+since grading asks for ids by name. A test a run never reported (it stopped early, or left the test out) is unknown
+to that run, never failed: fail-to-pass needs every before-run that reported it to say it did not pass, every after-run
+to say it passed; a run that crashed or that pytest stopped early runs again one module at a time. Runs of a tree
+already validated in the batch are reused. A rejection's reason is a short key (what ``record_verdicts`` counts by),
+then the detail. A valid task's statement is settled from the runs before the fix (``tasks.observed``). Rules:
+docs/pipeline.md, "Validation".
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ REASON_CAP = 500
 UNSTABLE_EXAMPLES = 10  # unstable ids the validation record quotes (a uuid-parametrized test makes new ones each run)
 _COMPILE_ERROR = re.compile(r"^(?:SyntaxError|IndentationError|TabError)\b")  # a module that cannot compile
 _FATAL = re.compile(r"Fatal Python error: (.*)$", re.MULTILINE)  # faulthandler's first line: the interpreter died
+_INTERNAL = re.compile(r"^INTERNALERROR> (\w+(?:Error|Exception|Interrupt)\b.*)$", re.MULTILINE)  # pytest's own
+_MISSING = "canary_missing:"  # what a run that stopped early shows of the canaries after its stop
 _ERROR_LINE = re.compile(r"^(?:E\s+)?([\w.]*(?:Error|Exception|Exit)\b.*)$")
 
 
@@ -176,8 +181,9 @@ def _run(
         reports = []
         for _ in range(1 if select else cfg.runs):  # the proof run of recorded expectations runs once
             report = run_tests(sandbox, select, timeout=cfg.test_timeout_s, guard=guard, env=env)
-            if not select and (fatal := _crashed(report)):
-                report = _isolated(sandbox, modules, cfg, guard, env, fatal) or report
+            fatal = _crashed(report)
+            if not select and (ended := f"Fatal Python error: {fatal}" if fatal else _stopped(report)):
+                report = _isolated(sandbox, modules, cfg, guard, env, ended) or report
             reports.append(report)
         return reports
     finally:
@@ -193,33 +199,47 @@ def _crashed(report: TestReport) -> str:
     return found.group(1).strip() if found else ""
 
 
+def _stopped(report: TestReport) -> str:
+    """Why a run that reported ended before its last test (pytest interrupted, or failing in its own machinery: tqdm's
+    bug raised inside pytest's formatting of a failure), or "". Only canaries it never reached may be missing: any
+    other evidence is the run's to answer for, never explained by the stop."""
+    interrupted = report.reported and report.stopped and report.exit_code in (2, 3)
+    if not interrupted or any(not e.startswith(_MISSING) for e in report.evidence):
+        return ""
+    found = _INTERNAL.findall(report.log_tail)
+    return f"pytest stopped (exit {report.exit_code})" + (f": {found[-1].strip()[:REASON_LINE_CAP]}" if found else "")
+
+
 def _isolated(
-    sandbox: Sandbox, modules: list[str], cfg: ValidateConfig, guard: Guard, env: EnvSpec, fatal: str
+    sandbox: Sandbox, modules: list[str], cfg: ValidateConfig, guard: Guard, env: EnvSpec, ended: str
 ) -> TestReport | None:
-    """A run whose interpreter crashed, again one test module at a time: the modules' outcomes as each reports them,
-    and a module whose run crashes too as one that failed as a whole (a collection error saying so), as a module
-    that does not import is: before a fix, its tests fail and count as one unit. None when another module's run
-    has no report either (a timeout): the crash stays unexplained."""
+    """A run whose interpreter crashed or that stopped early, again one test module at a time: the modules' outcomes
+    as each reports them. A module whose run crashes too failed as a whole (a collection error saying so), as a module
+    that does not import does: before a fix, its tests fail and count as one unit. A module whose run stops too gives
+    the outcomes it reported, the tests it never reached staying unknown (the result is a stopped run). None when
+    another module's run has no report either (a timeout): the crash or stop stays unexplained. A crash or stop that
+    no module repeats alone came of the modules together: each module's own run is still an honest outcome."""
     parts = {
         module: run_tests(sandbox, [module], timeout=cfg.test_timeout_s, guard=guard, env=env) for module in modules
     }
-    crashed = {module: why for module, part in parts.items() if (why := _crashed(part))}
-    if not crashed or any(not part.reported for module, part in parts.items() if module not in crashed):
+    crashed = {module: f"the test process crashed: Fatal Python error: {why}" for module, part in parts.items()
+               if (why := _crashed(part))}  # fmt: skip
+    if any(not part.reported for module, part in parts.items() if module not in crashed):
         return None
     done = [part for module, part in parts.items() if module not in crashed]
+    stopped = [part for part in done if _stopped(part)]  # their only evidence: the canaries they never reached
     outcomes = {t: o for part in done for t, o in part.outcomes.items()}
     outcomes |= {COLLECTION + module: "error" for module in crashed}
     return TestReport(
         exit_code=1,
         outcomes=outcomes,
         duration_s=round(sum(part.duration_s for part in parts.values()), 3),
-        log_tail=f"Fatal Python error: {fatal}",
-        evidence=tuple(dict.fromkeys(e for part in done for e in part.evidence)),
+        log_tail=ended,
+        evidence=tuple(dict.fromkeys(e for part in done if part not in stopped for e in part.evidence)),
         canaries={c: o for part in done for c, o in part.canaries.items()},
-        collection_errors={
-            module: f"the test process crashed: Fatal Python error: {why}" for module, why in crashed.items()
-        }
-        | {m: e for part in done for m, e in part.collection_errors.items()},
+        collection_errors=crashed | {m: e for part in done for m, e in part.collection_errors.items()},
+        skipped_modules=tuple(m for part in done for m in part.skipped_modules),
+        stopped=bool(stopped),
         failures={t: m for part in done for t, m in part.failures.items()},
         observations={t: v for part in done for t, v in part.observations.items()},
         expectations={t: v for part in done for t, v in part.expectations.items()},
@@ -227,15 +247,16 @@ def _isolated(
     )
 
 
-def _stable(reports: list[TestReport], unstable: set[str]) -> tuple[dict[str, str], set[str]]:
-    """Outcome per test across runs, and the tests whose outcome changed (flaky); ``unstable`` ids left out."""
-    outcomes: dict[str, str] = {}
-    flaky: set[str] = set()
-    for report in reports:
-        for test, outcome in report.outcomes.items():
-            if test not in unstable and outcomes.setdefault(test, outcome) != outcome:
-                flaky.add(test)
-    return outcomes, flaky
+def _known(reports: list[TestReport], test: str) -> set[str]:
+    """What the runs that know ``test``'s outcome say of it: each run's report of it, else "error" where its module
+    failed to collect (as a whole, one unit) or "skipped" where it was skipped at collection. A run that never
+    reported it otherwise (it stopped early, or left it out) says nothing: absent is unknown, never failed."""
+    module = _module(test)
+    return {
+        r.outcomes.get(test) or ("error" if module in r.collection_errors else "skipped")
+        for r in reports
+        if test in r.outcomes or module in r.collection_errors or module in r.skipped_modules
+    }
 
 
 def _module(test_id: str) -> str:
@@ -257,13 +278,19 @@ def _unstable(before: list[TestReport], after: list[TestReport]) -> set[str]:
     unstable: set[str] = set()
     for reports in (before, after):
         seen = set().union(*map(_ids, reports))
-        for report in reports:
+        for report in _whole(reports):
             ran = {_module(t) for t in _ids(report)}
             unstable |= {t for t in seen - report.outcomes.keys() if _module(t) in ran}
     was, now = set().union(*map(_ids, before)), set().union(*map(_ids, after))
-    ran_before, ran_after = {_module(t) for t in was}, {_module(t) for t in now}
+    ran_before = {_module(t) for r in _whole(before) for t in _ids(r)}
+    ran_after = {_module(t) for r in _whole(after) for t in _ids(r)}
     unstable |= {t for t in now - was if _module(t) in ran_before}
     return unstable | {t for t in was - now if _module(t) in ran_after}
+
+
+def _whole(reports: list[TestReport]) -> list[TestReport]:
+    """The runs that went to their last test."""
+    return [r for r in reports if not r.stopped]
 
 
 def _changed_unstable(before: list[TestReport], after: list[TestReport], unstable: set[str]) -> list[str]:
@@ -294,7 +321,8 @@ def _judge(
 ) -> Task:
     """The verdict on the runs before and after the fix; ``touched``: the test patch's test modules."""
     runs = len(before) + len(after)
-    evidence = [e for r in before + after for e in r.evidence]  # the repository's own: its baseline, if it can be
+    # the repository's own: its baseline, if it can be; pytest stopped early never reached the later canaries
+    evidence = [e for r in before + after for e in r.evidence if not (_stopped(r) and e.startswith(_MISSING))]
     if refused := rejection(evidence):
         return _verdict(task, False, refused, runs, start)
     if not all(r.reported for r in before + after):
@@ -305,12 +333,19 @@ def _judge(
             why = ("timed out; " if any(r.timed_out for r in silent) else "") + _errors(silent)
         return _verdict(task, False, f"tests_did_not_run: {why}", runs, start)
     unstable = _unstable(before, after)
-    was, flaky_before = _stable(before, unstable)
-    now, flaky_after = _stable(after, unstable)
-    flaky = sorted(flaky_before | flaky_after)
-    f2p = sorted(t for t, o in now.items() if o == "passed" and was.get(t, "missing") != "passed" and t not in flaky)
-    p2p = sorted(t for t, o in now.items() if o == "passed" and was.get(t) == "passed" and t not in flaky)
-    broken = sorted(t for t, o in was.items() if o == "passed" and now.get(t) != "passed" and t not in flaky)
+    tests = sorted(set().union(*map(_ids, before + after)) - unstable)
+    was = {t: _known(before, t) for t in tests}
+    now = {t: _known(after, t) for t in tests}
+    # flaky: passed in some run of a tree and not in another (before the fix, failing one way or another is one thing:
+    # tqdm's test that failed in one run errored in the next, as the bug's exception surfaced in its teardown)
+    flaky = [t for t in tests if ("passed" in was[t] and len(was[t]) > 1) or len(now[t]) > 1]
+    # passed in every run after the fix, each of which reported it: a run that never reached it leaves it unknown
+    passing = [t for t in tests if now[t] == {"passed"} and all(t in r.outcomes for r in after)]
+    f2p = [t for t in passing if was[t] and "passed" not in was[t] and t not in flaky]
+    p2p = [t for t in passing if was[t] == {"passed"}]
+    unknown = [t for t in tests if t not in f2p and t not in p2p and "passed" in now[t] and t not in flaky]
+    broken = [t for t in tests if was[t] == {"passed"} and now[t] and "passed" not in now[t]]
+    stopped = [r for r in before + after if r.stopped]
     validated = task.model_copy(update={"fail_to_pass": f2p, "pass_to_pass": p2p})
     duration = max(r.duration_s for r in before + after)
     modules, units = _units(f2p, before, after)
@@ -324,6 +359,9 @@ def _judge(
         not_importing=sorted(_not_importing(after)),
         unstable_ids=len(unstable),
         unstable_examples=sorted(unstable)[:UNSTABLE_EXAMPLES],
+        stopped_runs=len(stopped),
+        unknown_outcome=len(unknown),
+        unknown_examples=unknown[:UNSTABLE_EXAMPLES],
         baseline_evidence=sorted(set(evidence)),
         fail_to_pass_modules_not_importing=modules,
         fail_to_pass_units=units,
@@ -346,6 +384,11 @@ def _judge(
         reason = f"fix_breaks_tests: {broken[:3]}"
     elif not f2p and (changed := _changed_unstable(before, after, unstable)):
         reason = f"unstable_test_ids: the tests the fix changes have ids that differ between runs: {changed[:3]}"
+    elif not f2p and stopped and unknown:
+        reason = (
+            f"tests_stopped: {len(stopped)} run(s) stopped early ({_stopped(stopped[0]) or stopped[0].log_tail}); "
+            f"{len(unknown)} test(s) that pass after the fix have no outcome from every run: {unknown[:3]}"
+        )
     elif not f2p:
         reason = "no_fail_to_pass: " + ("only flaky tests changed" if flaky else "no test fails before the fix")
         if _not_importing(after):  # the tests that would have failed may be in a module that never imports

@@ -38,6 +38,10 @@ class TestReport:
     evidence: tuple[str, ...] = ()  # why the run cannot be trusted; empty when clean
     canaries: dict[str, str] = field(default_factory=dict)  # canary node id -> outcome, for the record
     collection_errors: dict[str, str] = field(default_factory=dict)  # module -> its error's first line
+    skipped_modules: tuple[str, ...] = ()  # modules skipped as a whole at collection (importorskip at import)
+    # the session ended before its last test: the runner's own stop (--maxfail), or pytest interrupted (exit 2) or
+    # failing in its own machinery (exit 3: an error the code under test raised while pytest formatted a report)
+    stopped: bool = False
     cpu_exhausted: bool = False  # killed by the run's CPU budget (``run_tests(cpu_s=...)``) before it reported
     host_failures: dict[str, str] = field(default_factory=dict)  # blinded test -> why the host's checks failed it
     observations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # instrumented run: per test
@@ -114,6 +118,9 @@ def read_report(
             evidence.append("exited_0_without_report")
         return TestReport(-1, {}, result.duration_s, result.timed_out, False, log_tail, tuple(dict.fromkeys(evidence)))
     run = _fold([*stream.events, *stream.observations], {_base(t) for t in selected}, evidence)
+    # A test the session stopped inside (its setup reported, its call never) has no outcome, unless a phase failed:
+    # an interrupted failing test is not one that passed.
+    run.outcomes = {t: o for t, o in run.outcomes.items() if t in run.finished or o in ("failed", "error")}
     exit_code = _int(end.get("exit"))
     if result.exit_code != exit_code:
         evidence.append(f"exit_status_mismatch:{result.exit_code}!={exit_code}")
@@ -155,6 +162,8 @@ def read_report(
         tuple(dict.fromkeys(evidence)),
         seen,
         run.collection_errors,
+        skipped_modules=tuple(sorted(run.not_collected - {_module(m) for m in run.collection_errors})),
+        stopped=stopped or exit_code in (2, 3),
         host_failures=host_failures,
         observations=dict(run.observations) if blinding is None else {},
         expectations=dict(run.expectations) if blinding is None else {},
@@ -336,6 +345,10 @@ def _canary_outcomes(outcomes: dict[str, str], canaries: list[Canary]) -> dict[s
         if _base(test_id) in ids:
             grouped[_base(test_id)].append(outcome)
     return dict(grouped)
+
+
+def _module(test_id: str) -> str:
+    return test_id.split("::", 1)[0]
 
 
 def _base(test_id: str) -> str:
