@@ -13,8 +13,9 @@ wanted) and candidate budget each. Prints per
 repository and configuration: candidates per family, kept by the suite (broke a test), validated, the CPU-seconds
 spent (this process and every child it waited for, plus what each sandbox's own cgroup counted), the sandbox
 seconds (lifecycle and test execution, summed over workers) and validated tasks per CPU-hour; then the funnel per
-family. Screening shares one sandbox per worker across candidates and validation shares the fixed tree's suite runs
-(tasks/synthesize.py). docs/synthesis.md has the measured output.
+family. A validated task counts as kept when the pipeline's default quality gate would train it (the host-judged
+rule, read from its validation record). Screening shares one sandbox per worker across candidates and validation
+shares the fixed tree's suite runs (tasks/synthesize.py). docs/synthesis.md has the measured output.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from ingest import family_table
 from rich.console import Console
 from rich.table import Table
 
+from trialforge.quality.gate import host_judged_problem
+from trialforge.quality.settings import QualityConfig
 from trialforge.sandbox.bwrap.backend import BwrapBackend
 from trialforge.sandbox.images import base_image
 from trialforge.scratch import scratch_dir
@@ -65,6 +68,7 @@ class Measured:
     config: str
     funnel: SynthesisFunnel
     host_cpu_s: float  # this process and the children it waited for
+    gate_kept: int  # validated tasks the pipeline's default quality gate keeps (host-judged rule)
 
     @property
     def cpu_s(self) -> float:
@@ -84,6 +88,8 @@ class Measured:
             "sandbox_s": round(t.sandbox_s + t.tests_s, 1),
             "wall_s": round(t.wall_s, 1),
             "tasks_per_cpu_hour": round(totals["validated"] / (self.cpu_s / 3600), 1) if self.cpu_s else 0.0,
+            "gate_kept": self.gate_kept,
+            "gate_kept_per_cpu_hour": round(self.gate_kept / (self.cpu_s / 3600), 1) if self.cpu_s else 0.0,
             "pr_mirror_validated": self.funnel.reached.get(FAMILY, {}).get("validated", 0),
         }
 
@@ -130,27 +136,38 @@ def run(args: argparse.Namespace, console: Console) -> list[Measured]:
                 for config in args.configs:
                     families, pr_mirror = CONFIGS[config]
                     before = cpu_seconds()
-                    _, funnel = synthesize_repository(mirror, snapshots, synthesizer, count=args.count,
+                    tasks, funnel = synthesize_repository(mirror, snapshots, synthesizer, count=args.count,
                                                       repo_name=name, candidates=args.candidates,
                                                       families=families, pr_mirror=pr_mirror)  # fmt: skip
-                    measured.append(Measured(repo, config, funnel, cpu_seconds() - before))
+                    kept = sum(not host_judged_problem(t, QualityConfig()) for t in tasks)
+                    measured.append(Measured(repo, config, funnel, cpu_seconds() - before, kept))
                     console.print(f"{repo} [{config}]: {measured[-1].row()}")
+                    if args.metrics:  # after each row, so a run stopped for time keeps what it measured
+                        write_metrics(args.metrics, measured)
     finally:
         backend.close()
     return measured
 
 
+def write_metrics(path: Path, measured: list[Measured]) -> None:
+    rows = [m.row() | {"funnel": m.funnel.as_dict()} for m in measured]
+    partial = path.with_name(path.name + ".part")
+    partial.write_text(json.dumps(rows, indent=2, sort_keys=True, default=str))
+    partial.replace(path)
+
+
 def repo_table(measured: list[Measured]) -> Table:
     table = Table(title="Synthesis per repository and configuration")
     names = ("repository", "config", "candidates per family", "broke a test", "validated", "of them PR mirror",
-             "CPU s", "of it in sandboxes", "sandbox s", "wall s", "tasks / CPU-hour")  # fmt: skip
+             "CPU s", "of it in sandboxes", "sandbox s", "wall s", "tasks / CPU-hour", "kept by the quality gate",
+             "kept / CPU-hour")  # fmt: skip
     for name in names:
         table.add_column(name, justify="left" if name in names[:3] else "right")
     for m in measured:
         row = m.row()
         per_family = " ".join(f"{family}:{n}" for family, n in row["candidates"].items())
         shown = ("broke_test", "validated", "pr_mirror_validated", "cpu_s", "sandbox_cpu_s", "sandbox_s", "wall_s",
-                 "tasks_per_cpu_hour")  # fmt: skip
+                 "tasks_per_cpu_hour", "gate_kept", "gate_kept_per_cpu_hour")  # fmt: skip
         table.add_row(row["repo"], row["config"], per_family, *(str(row[k]) for k in shown))
     return table
 
@@ -180,11 +197,9 @@ def main() -> None:
         console.print(family_table(merged), f"({config}, all repositories)")
         cpu = sum(m.cpu_s for m in measured if m.config == config)
         rate = merged.kept / (cpu / 3600) if cpu else 0.0
+        kept = sum(m.gate_kept for m in measured if m.config == config)
         console.print(f"{config}: {merged.kept} validated in {cpu:.0f} CPU-s -> {rate:.0f} tasks per CPU-hour; "
-                      f"dropped {dict(merged.dropped)}")  # fmt: skip
-    if args.metrics:
-        rows = [m.row() | {"funnel": m.funnel.as_dict()} for m in measured]
-        args.metrics.write_text(json.dumps(rows, indent=2, sort_keys=True, default=str))
+                      f"{kept} kept by the quality gate; dropped {dict(merged.dropped)}")  # fmt: skip
 
 
 if __name__ == "__main__":

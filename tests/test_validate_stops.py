@@ -10,15 +10,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.redteam_repo import write_tree
 
 from tests.test_validate import _task_from, _validate
-from trialforge.sandbox.base import ExecResult, Limits
+from trialforge.envspec import EnvSpec
+from trialforge.sandbox.base import ExecResult, Limits, SandboxSpec
 from trialforge.store.objstore import open_store
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, _judge
 from trialforge.testrun.report import TestReport as Report  # not "Test*": pytest would collect it
 from trialforge.testrun.report import read_report
+from trialforge.testrun.run import run_tests
 from trialforge.verify.grader import Grader
 
 FIXED_CALC = "def double(x):\n    return x + x\n\n\ndef close():\n    return None\n"
@@ -80,6 +83,36 @@ def test_a_later_modules_real_failure_before_the_fix_stays_fail_to_pass(tmp_path
     # test_close never reported its call before the fix (the interrupt ended the session inside it): unknown
     assert checked.validation.unknown_examples == ["tests/test_a_close.py::test_close"]
     assert _graded(checked, bwrap_backend, base_image, snapshots) == (1.0, 0.0)
+
+
+SELECTING = {
+    "pytest": EnvSpec(test_cmd=("python3", "-m", "pytest", "-k", "not slow")),
+    "unittest": EnvSpec(test_cmd=("python3", "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-k", "fast")),
+}
+MODULE = {  # the task's -k leaves test_slow out of every run of the suite
+    "pytest": "def test_fast():\n    assert 1\n\n\ndef test_slow():\n    assert 0\n",
+    "unittest": "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_fast(self):\n        pass\n\n"
+    "    def test_slow(self):\n        self.fail()\n",
+}
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("runner", ["pytest", "unittest"])
+def test_a_module_run_apart_keeps_the_tasks_selection(tmp_path, bwrap_backend, base_image, runner):
+    """The rerun of a stopped run, one module at a time, stands for the whole-suite run: the task's -k still chooses
+    there (before, a test the task deselects ran in the rerun and counted before the fix), while a graded run, whose
+    tests the host names, drops it."""
+    tree = write_tree(tmp_path / "tree", {"tests/__init__.py": "", "tests/test_m.py": MODULE[runner]})
+    sandbox = bwrap_backend.create(SandboxSpec(image=base_image.name, workspace=tree, limits=Limits()))
+    try:
+        apart = run_tests(sandbox, ["tests/test_m.py"], timeout=60, env=SELECTING[runner], keep_selection=True)
+        named = run_tests(sandbox, ["tests/test_m.py"], timeout=60, env=SELECTING[runner])
+    finally:
+        sandbox.close()
+    fast, slow = (f"tests/test_m.py::{n}" if runner == "pytest" else f"tests/test_m.py::T::{n}" for n in ("test_fast",
+                  "test_slow"))  # fmt: skip
+    assert apart.outcomes == {fast: "passed"} and not apart.evidence
+    assert named.outcomes == {fast: "passed", slow: "failed"}
 
 
 A, B, C = "tests/test_a.py::test_a", "tests/test_b.py::test_b", "tests/test_c.py::test_c"

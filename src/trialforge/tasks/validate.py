@@ -220,7 +220,8 @@ def _isolated(
     another module's run has no report either (a timeout): the crash or stop stays unexplained. A crash or stop that
     no module repeats alone came of the modules together: each module's own run is still an honest outcome."""
     parts = {
-        module: run_tests(sandbox, [module], timeout=cfg.test_timeout_s, guard=guard, env=env) for module in modules
+        module: run_tests(sandbox, [module], timeout=cfg.test_timeout_s, guard=guard, env=env, keep_selection=True)
+        for module in modules
     }
     crashed = {module: f"the test process crashed: Fatal Python error: {why}" for module, part in parts.items()
                if (why := _crashed(part))}  # fmt: skip

@@ -100,8 +100,10 @@ class PytestArgs:
     dropped: list[Dropped] = field(default_factory=list)
 
 
-def pytest_args(user: Sequence[str], *, named_tests: bool) -> PytestArgs:
+def pytest_args(user: Sequence[str], *, named_tests: bool, keep_selection: bool = False) -> PytestArgs:
     """The task's pytest options the recorder honours (module docstring); ``named_tests``: the run names its tests.
+    ``keep_selection``: they are whole modules run apart (validation's rerun of a stopped run), where the task's
+    -k/-m/--deselect still choose, as in the whole-suite run they stand for.
 
     An option this module does not know is kept; if it takes a value, the value must be attached (``--opt=v``)
     for a run that names its tests to tell it from a test path (a detached one is kept as its value).
@@ -138,7 +140,7 @@ def pytest_args(user: Sequence[str], *, named_tests: bool) -> PytestArgs:
             attached = False
         written = [token] if attached or value is None else [token, value]
         reason = _refused(name, value)
-        if reason is None and named_tests and name in PYTEST_SELECTION:
+        if reason is None and named_tests and not keep_selection and name in PYTEST_SELECTION:
             reason = f"selects tests{NAMED_TESTS}"
         if reason is not None:
             dropped.append(Dropped(" ".join(written), reason))
@@ -189,10 +191,11 @@ class UnittestPlan:
                 "patterns": self.patterns}  # fmt: skip
 
 
-def unittest_plan(user: Sequence[str], *, named_tests: bool) -> UnittestPlan:
+def unittest_plan(user: Sequence[str], *, named_tests: bool, keep_selection: bool = False) -> UnittestPlan:
     """Read `python -m unittest` options (``discover`` and its -s/-p/-t, names, -k) into a plan.
 
-    A run that names its tests keeps only the top-level directory (module names are relative to it).
+    A run that names its tests keeps only the top-level directory (module names are relative to it), and its -k
+    patterns only with ``keep_selection`` (``pytest_args``).
     """
     tokens = list(user)
     discover = tokens[:1] == ["discover"]
@@ -231,8 +234,10 @@ def unittest_plan(user: Sequence[str], *, named_tests: bool) -> UnittestPlan:
         names = positional
     if named_tests:
         dropped += [Dropped(n, f"a test name{NAMED_TESTS}") for n in names]
-        dropped += [Dropped(f"-k {p}", f"selects tests{NAMED_TESTS}") for p in patterns]
-        return UnittestPlan(top=slots.get("top") or slots.get("start"), dropped=dropped)
+        if not keep_selection:
+            dropped += [Dropped(f"-k {p}", f"selects tests{NAMED_TESTS}") for p in patterns]
+        kept = patterns if keep_selection else []
+        return UnittestPlan(top=slots.get("top") or slots.get("start"), patterns=kept, dropped=dropped)
     return UnittestPlan(
         start=slots.get("start", "."), pattern=slots.get("pattern", "test*.py"), top=slots.get("top"),
         names=names, patterns=patterns, dropped=dropped,

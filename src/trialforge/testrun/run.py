@@ -44,6 +44,7 @@ def run_tests(
     stop_early: bool = False,
     env: EnvSpec | None = None,
     cpu_s: float | None = None,
+    keep_selection: bool = False,
 ) -> TestReport:
     """Run ``test_ids`` (all tests when None) at /work in ``sandbox``; per-test outcomes and tamper evidence.
 
@@ -54,6 +55,9 @@ def run_tests(
     ``cpu_s``: the test process's budget of CPU-seconds (RLIMIT_CPU, set by the recorder before anything
     runs). Unlike ``timeout`` it does not stretch when the machine is loaded, so it can sit far closer to
     what an honest run uses: an edit that makes a loop endless is stopped in seconds, not at the wall limit.
+    ``keep_selection``: ``test_ids`` are whole modules standing for a whole-suite run (validation's rerun of a
+    stopped run, one module at a time): the task's selection options still apply and the run is read as that suite
+    run is (a canary the task's -k leaves out is no evidence), never as one whose tests the host named.
     """
     guard = guard or Guard()
     env = env or EnvSpec()
@@ -77,11 +81,11 @@ def run_tests(
         key["cpu_s"] = max(1, math.ceil(cpu_s))
     argv = ["python3", "-s", "-c", RECORDER, key_path]
     if runner == "unittest":
-        plan = unittest_plan(runner_args(env.test_cmd), named_tests=bool(test_ids))
+        plan = unittest_plan(runner_args(env.test_cmd), named_tests=bool(test_ids), keep_selection=keep_selection)
         key["unittest"] = {**plan.for_recorder(), "select": selection, "maxfail": max_failures}
         dropped = plan.dropped
     else:
-        options = pytest_args(runner_args(env.test_cmd), named_tests=bool(test_ids))
+        options = pytest_args(runner_args(env.test_cmd), named_tests=bool(test_ids), keep_selection=keep_selection)
         key |= {"select": selection, "maxfail": max_failures}  # never the command line: only the files go there
         # in the order the host named them: pytest runs files in that order, and suites can depend on it (a session
         # fixture that an earlier test module's autouse fixture fills for later doctests, say)
@@ -93,7 +97,8 @@ def run_tests(
     log_dropped("test environment", refused)
     sandbox.write_file(key_path.removeprefix("/work/"), json.dumps(key).encode())
     result = sandbox.exec(argv, timeout=timeout, env=variables or None)
-    report = read_report(result, marker, guard.canaries, graded, max_failures, guard.blinding, obs_marker)
+    selected = [] if keep_selection else graded
+    report = read_report(result, marker, guard.canaries, selected, max_failures, guard.blinding, obs_marker)
     if cpu_s is not None and not report.reported and result.exit_code == 128 + signal.SIGXCPU:
         report = replace(report, cpu_exhausted=True)
     return report
