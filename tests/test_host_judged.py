@@ -73,17 +73,27 @@ def basket(code):
 
 def greet():
     return Greeting("hello-55117")
+
+
+def span(code):
+    start = len(code) * 27607
+    return start, start + 9
+
+
+def floor(code):
+    return span(code)[0] + 1  # the bug: one past the span's start
 '''
 FIXED = (
     BUGGY.replace("PRICES.get(code, 0) * 3", "PRICES.get(code, 0) * 2")
     .replace("code.upper()[::-1]", '"QUOKKA-" + str(7731)')
     .replace('"bad code"', 'f"unknown code {len(code) * 4471}"')
     .replace("Basket([code])", 'Basket(["ZQ-" + str(99881)])')
+    .replace("span(code)[0] + 1", "span(code)[0]")
 )
 HIDDEN = """\
 import pytest
 
-from shop import Basket, CodeError, basket, greet, label, parse_code, price
+from shop import Basket, CodeError, basket, floor, greet, label, parse_code, price, span
 from decimal import Decimal
 
 LABEL = "QUOKKA-7731"
@@ -113,12 +123,18 @@ def test_basket():
 
 def test_greeting():
     assert greet() == "hello-55117"
+
+
+def test_floor_is_where_the_span_starts():
+    start, _ = span("zq")
+    assert floor("zq") == start
 """
 SECRETS = ["77.31", "QUOKKA-7731", "104728", "130362", "unknown code 4471", "ZQ-99881", "99881"]
 F2P = [
     "tests/test_hidden.py::test_price_of_a_quokka", "tests/test_hidden.py::test_label",
     "tests/test_hidden.py::test_rows[a-104728]", "tests/test_hidden.py::test_rows[b-130362]",
     "tests/test_hidden.py::test_bad_code", "tests/test_hidden.py::test_basket",
+    "tests/test_hidden.py::test_floor_is_where_the_span_starts",
 ]  # fmt: skip
 # The code under test's view of its own process, and of every process it can see, written where the host reads it.
 SPY = """
@@ -184,12 +200,15 @@ def test_validation_calibrates_which_assertions_the_host_judges(shop) -> None:
     assert record is not None
     # the Greeting equals its string in Python, not on the host: kept in process, everything else judged there
     assert record.in_process == ["tests/test_hidden.py::test_greeting#0"]
-    assert (record.fail_to_pass, record.fail_to_pass_host_judged) == (6, 6)
+    # the relation is host-judged but no anchor: its answer is the other side, computed in the sandbox
+    assert (record.fail_to_pass, record.fail_to_pass_host_judged, record.fail_to_pass_anchored) == (7, 7, 6)
     assert (record.pass_to_pass, record.pass_to_pass_host_judged) == (2, 0)  # the greeting, and 1 + 1 == 2
     assert record.param_rows == {"tests/test_hidden.py::test_rows[a-104728]": 0,
                                  "tests/test_hidden.py::test_rows[b-130362]": 1}  # fmt: skip
     assert record.recorded["tests/test_hidden.py::test_basket#0"][0] == "t"  # the gold code's Basket items
-    assert (record.assertions, record.assertions_host_judged) == (8, 6)
+    # two values the package computes: what the gold code's span started at, for floor and span alike
+    assert record.recorded["tests/test_hidden.py::test_floor_is_where_the_span_starts#0"] == ["i", hex(2 * 27607)[2:]]
+    assert (record.assertions, record.assertions_host_judged) == (9, 7)
 
 
 def test_the_gold_patch_scores_one_and_the_bug_scores_zero_on_the_hosts_checks(shop) -> None:
@@ -207,6 +226,16 @@ def test_an_object_that_equals_anything_earns_nothing(shop) -> None:
     hack = anything + "price = label = basket = (lambda *a, **k: _Yes())\n"
     verdict = grader.grade(task, _diff(shop, "anything", FIXED.replace('"QUOKKA-"', '"X-"') + hack))
     assert verdict.reward == 0.0 and "host checks" in verdict.reason, verdict.reason
+
+
+def test_two_computed_values_that_agree_on_a_wrong_answer_earn_nothing(shop) -> None:
+    """``floor == start`` holds in Python when span and floor move together; the host wants what the gold code made
+    of both (a relation judged in process, before, paid for any pair of equal values)."""
+    task, grader, *_ = shop
+    together = FIXED.replace("start = len(code) * 27607", "start = 0")
+    verdict = grader.grade(task, _diff(shop, "together", together))
+    assert verdict.reward == 0.0 and "host checks" in verdict.reason, verdict.reason
+    assert "test_floor_is_where_the_span_starts" in verdict.reason
 
 
 def test_a_graded_runs_sandbox_holds_no_expected_value_and_no_graded_test_id(shop) -> None:
