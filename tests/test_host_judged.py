@@ -126,8 +126,9 @@ def test_greeting():
 
 
 def test_floor_is_where_the_span_starts():
-    start, _ = span("zq")
+    start, end = span("zq")
     assert floor("zq") == start
+    assert end > start
 """
 SECRETS = ["77.31", "QUOKKA-7731", "104728", "130362", "unknown code 4471", "ZQ-99881", "99881"]
 F2P = [
@@ -200,15 +201,20 @@ def test_validation_calibrates_which_assertions_the_host_judges(shop) -> None:
     assert record is not None
     # the Greeting equals its string in Python, not on the host: kept in process, everything else judged there
     assert record.in_process == ["tests/test_hidden.py::test_greeting#0"]
-    # the relation is host-judged but no anchor: its answer is the other side, computed in the sandbox
-    assert (record.fail_to_pass, record.fail_to_pass_host_judged, record.fail_to_pass_anchored) == (7, 7, 6)
+    # floor("zq") == start: the closed side floor("zq") would be recorded and taken out, but it computed another value
+    # before the fix (it runs the code the fix changes), so it is graded as a relation: both sides observed and judged
+    # against the gold values, no anchor (the answer is the other side, computed in the sandbox); end > start stays in
+    # process
+    floor_slot = "tests/test_hidden.py::test_floor_is_where_the_span_starts#0"
+    assert record.relations == [floor_slot]
+    assert (record.fail_to_pass, record.fail_to_pass_host_judged, record.fail_to_pass_anchored) == (7, 6, 6)
     assert (record.pass_to_pass, record.pass_to_pass_host_judged) == (2, 0)  # the greeting, and 1 + 1 == 2
     assert record.param_rows == {"tests/test_hidden.py::test_rows[a-104728]": 0,
                                  "tests/test_hidden.py::test_rows[b-130362]": 1}  # fmt: skip
     assert record.recorded["tests/test_hidden.py::test_basket#0"][0] == "t"  # the gold code's Basket items
     # two values the package computes: what the gold code's span started at, for floor and span alike
-    assert record.recorded["tests/test_hidden.py::test_floor_is_where_the_span_starts#0"] == ["i", hex(2 * 27607)[2:]]
-    assert (record.assertions, record.assertions_host_judged) == (9, 7)
+    assert record.recorded[floor_slot] == ["i", hex(2 * 27607)[2:]]
+    assert (record.assertions, record.assertions_host_judged) == (10, 7)
 
 
 def test_the_gold_patch_scores_one_and_the_bug_scores_zero_on_the_hosts_checks(shop) -> None:
@@ -228,12 +234,19 @@ def test_an_object_that_equals_anything_earns_nothing(shop) -> None:
     assert verdict.reward == 0.0 and "host checks" in verdict.reason, verdict.reason
 
 
-def test_two_computed_values_that_agree_on_a_wrong_answer_earn_nothing(shop) -> None:
-    """``floor == start`` holds in Python when span and floor move together; the host wants what the gold code made
-    of both (a relation judged in process, before, paid for any pair of equal values)."""
+@pytest.mark.parametrize(
+    ("name", "core"),
+    [
+        ("together", FIXED.replace("start = len(code) * 27607", "start = 0")),  # floor and span agree, wrongly
+        ("floor_unfixed", FIXED.replace("span(code)[0]", "span(code)[0] + 1")),  # everything fixed but floor
+    ],
+)
+def test_a_relation_wants_both_values_right(shop, name: str, core: str) -> None:
+    """``floor("zq") == start``: floor and span moving together hold in Python, and so did an unfixed floor once
+    floor("zq") was recorded and taken out of the graded test (it was then never run); the host wants what the gold
+    code made of both sides."""
     task, grader, *_ = shop
-    together = FIXED.replace("start = len(code) * 27607", "start = 0")
-    verdict = grader.grade(task, _diff(shop, "together", together))
+    verdict = grader.grade(task, _diff(shop, name, core))
     assert verdict.reward == 0.0 and "host checks" in verdict.reason, verdict.reason
     assert "test_floor_is_where_the_span_starts" in verdict.reason
 

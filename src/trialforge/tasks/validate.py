@@ -99,7 +99,7 @@ def validate_task(
                 except BuildFailed as exc:
                     return _verdict(task, False, f"build_failed_{when}: {exc}", 0, start)
         analyses = analyse_tests(after, test_files(after), env.runner)  # before the runs rewrite the tree
-        runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env)
+        runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env, observe=True)
         runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)
         validated = _judge(task, runs_before, runs_after, cfg, start, touched)
         proof: list[TestReport] = []
@@ -109,7 +109,8 @@ def validate_task(
             _, fresh = _trees(task, snapshots, Path(tmp) / "proof")
             proof = _runs(backend, image, fresh, limits, cfg, shared, touched, env, observe=True, select=chosen)
     if validated.validation.valid:
-        host_judged = calibrate(analyses, runs_after, validated.fail_to_pass, validated.pass_to_pass, proof)
+        f2p, p2p = validated.fail_to_pass, validated.pass_to_pass
+        host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before)
         validated.validation.host_judged = host_judged
         validated = settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
     return validated

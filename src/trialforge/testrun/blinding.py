@@ -709,7 +709,7 @@ def _settle_removable(
             }  # fmt: skip
             known = set(constants) | columns | own
             removable = [not (s.names & (loose - own) or s.names & loose_own) and s.names <= known for s in test.slots]
-            settled = (s if ok else _as_relation(s) for s, ok in zip(test.slots, removable, strict=True))
+            settled = (s if ok else as_relation(s) for s, ok in zip(test.slots, removable, strict=True))
             test.slots = [s for s in settled if s is not None]
         if [(s.key, s.relation) for t in tests.values() for s in t.slots] == before:
             break
@@ -718,7 +718,13 @@ def _settle_removable(
         test.slots = [_renumbered(s, i, next(twins) if s.relation else -1) for i, s in enumerate(test.slots)]
 
 
-def _as_relation(slot: Slot) -> Slot | None:
+def _relation(slot: Slot, twin: int) -> Slot:
+    """``slot`` graded as a relation with its second observation numbered ``twin`` (itself if already one)."""
+    found = as_relation(slot)
+    return slot if found is None else Slot(**{**found.__dict__, "twin": twin})
+
+
+def as_relation(slot: Slot) -> Slot | None:
     """A recorded equality whose expected side cannot leave the sandbox (``ledger.total() == ledger.total()``: it reads
     what the actual side reads) as a relation, judged the same way with that side observed; else None."""
     equality = (slot.kind, slot.op) == ("compare", "==") or slot.method in ("assertEqual", "assertEquals")
@@ -906,6 +912,7 @@ def blind(
     rng: random.Random | None = None,
     recorded: Mapping[str, object] | None = None,
     read_elsewhere: frozenset[str] = frozenset(),
+    relations: Iterable[str] = (),
 ) -> tuple[str, Blinding] | None:
     """The file for a graded run, and what the host keeps; None when nothing in it could be blinded.
 
@@ -914,7 +921,8 @@ def blind(
 
     ``graded``: the original ids of the tests of this file the run grades. ``in_process``: slot keys the
     task's validation kept in process. ``param_rows``: each graded parametrized id's row, and ``recorded``: each
-    recorded slot's expected value, both from validation (a recorded slot without one stays in process).
+    recorded slot's expected value, both from validation (a recorded slot without one stays in process); ``relations``:
+    recorded slots validation saw run the code the fix changes, observed on both sides (``as_relation``).
 
     The file is edited in place, never reprinted (``lineedits``): every line keeps its number, so code that reads
     where it stands (``co_firstlineno``, a warning's ``lineno``, ``inspect.getsource``) sees what validation saw.
@@ -947,7 +955,7 @@ def blind(
                     edits.remove(test.node, first_line=min(decorators, default=test.node.lineno))
                 continue
             rows = [param_rows.get(t) for t in ids]
-            slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {})
+            slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {}, set(relations))
             for test_id in ids:
                 host_judged[test_id] = (len(slots), test.assertions)
             node = test.node
@@ -988,11 +996,14 @@ def _checked_slots(
     rows: list[int | None],
     in_process: set[str],
     recorded: Mapping[str, object],
+    relations: set[str],
 ) -> tuple[list[Slot], dict[str, tuple[Check, ...]]]:
     """The slots this run blinds in ``test`` and their checks per graded id. A slot whose expected side the host
     cannot evaluate for one of the ids (a row it does not know) stays in process, with every slot reading the
     same column; so does a recorded slot validation recorded nothing for."""
     slots = [s for s in test.slots if s.key not in in_process and (not s.recorded or s.key in recorded)]
+    spare = iter(range(2 * len(test.slots), 3 * len(test.slots)))  # past every index and twin the analysis gave
+    slots = [_relation(s, next(spare)) if s.key in relations else s for s in slots]
     columns = test.parametrize.columns if test.parametrize else set()
     while True:
         per_id: dict[str, tuple[Check, ...]] = {}
