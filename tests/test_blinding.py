@@ -434,6 +434,11 @@ def test_a_recorded_expectation_that_came_out_a_bool_or_none_is_no_anchor(value,
     assert found is not None and [s.recorded for s in found.tests["test_door"].slots] == [True]
     test_id = f"{REL}::test_door"
     runs = [Report(0, {test_id: "passed"}, observations={test_id: [(0, value)]}, expectations={test_id: [(0, value)]})]
-    record = calibrate({REL: found}, runs, [test_id], [], proof=runs)
+    record = calibrate({REL: found}, runs, [test_id], [], proof=runs, before=runs)  # the same value before the fix
     assert record.in_process == [] and record.fail_to_pass_host_judged == 1
     assert (record.fail_to_pass_anchored, record.weak) == (anchored, 1 - anchored)
+    # computed otherwise before the fix, or never reached there: it ran the code the fix changes, so a relation (weak)
+    moved = [Report(1, {test_id: "failed"}, expectations={test_id: [(0, ["i", "2b"])]}), Report(1, {test_id: "failed"})]
+    for before in ([moved[0]], [moved[1]]):
+        record = calibrate({REL: found}, runs, [test_id], [], proof=runs, before=before)
+        assert record.relations == [f"{REL}::test_door#0"] and (record.fail_to_pass_anchored, record.weak) == (0, 1)
