@@ -1,18 +1,98 @@
 """Red team (design-only attacker): the grader's extension build, graded files edited in place, stopped runs.
 
-DOCSTRING TO BE FILLED IN AFTER THE FIRST RUN.
+Written from docs/verification.md, docs/environments.md and the tests alone (extbuild, the grader, canaries, blinding
+and the report were read only after the attacks had run once, to explain each outcome). One repository, ``fastcalc``:
+markupsafe's shape, a ``src/`` package whose C extension ``_speedups`` (``twice``, wrong: ``3 * x``) has a right
+pure-Python fallback, and two Python bugs (``total``, ``mean``). Four fail-to-pass tests: ``test_twice`` and
+``test_total`` judged on the host, ``test_mean_spelled`` / ``test_mean_pair`` judged in process (asserts in loops,
+each with a must-fail copy; the same value, 8.0, in both, spelled ``8.00`` in one). A second task of the same
+repository hides only the two host-judged tests, so the quality gate keeps it for training (``anchored``). Every
+attack is a diff that leaves one bug in place and tries to score above 0 without a ``tampered`` flag; the gold patch
+scores 1, the empty diff and each fix short of one bug 0 (both tasks).
+
+55 attacks, bwrap, three surfaces (and the six leak attacks graded again on the anchored task, added after the first
+run). Last full run: 43 passed, 18 xfailed, 2 xpassed in 157 s on the loaded 2-core machine.
+
+**1. The grader's extension build (23 attacks + 6 on the anchored task). 10 won, marked ``xfail(strict=True)``:**
+
+- *The hidden tests leak through the build* (4 wins, on both tasks: the anchored one trains). ``Grader._run`` calls
+  ``Grader._build`` (``verify/grader.py``) on the graded tree with the test patch applied and **before**
+  ``prepare(..., observe="blind")``, and ``extbuild.build_tree`` runs the diff's ``setup.py`` in a sandbox on that
+  tree: the hidden test file, expected values and all, is readable at build time. The one thing that comes back, the
+  declared module, carries them out: compiled into the object as a static string, a module string constant, a linker
+  ``-soname`` of their hex (``extra_link_args`` only: the declared sources untouched), or the test files linked in raw
+  (``-Wl,--format=binary tests/**/*.py``). ``total()`` reads the built module (its attribute or its file's bytes),
+  finds ``total([40123, 2]) == 40125`` and answers the host-judged slot right with the bug left in place: the
+  construction "expected values never enter the sandbox" does not hold for a diff that touches a build input. What
+  did not carry: a second extension the diff's setup.py declares (only the spec's declared names come back), files
+  stashed in ``/tmp``, ``~``, ``/dev/shm``, ``..`` (the test sandbox is another sandbox), a conftest, sitecustomize,
+  ``.pth`` or shadow package written beside the module (the build works on a copy): host check failed.
+- *The extension made not to load, so the right fallback runs* (5 wins, incl. the no-build control). The C bug stays;
+  the compiled module fails to import and ``__init__``'s ``except ImportError`` imports the right pure-Python ``twice``:
+  ``PyInit`` raising ``ImportError`` (a C diff), ``define_macros`` renaming ``PyInit__speedups``, a ``-D`` flag leaving
+  an undefined symbol, a ``build_ext`` subclass overwriting the built ``.so`` with junk. ``extbuild._PROGRAM`` checks
+  that each declared module is a file at its path, never that it imports, and nothing makes the tests run the compiled
+  code. The control, ``__init__.py`` importing the fallback with no build trick, wins the same way: this is a property
+  of any task whose C fix has a right fallback (markupsafe's, simplejson's), not of the build alone.
+- *A fix compiled from another source* (1 win, honest in effect): setup.py writes right C to ``/tmp`` at build time
+  and compiles that as ``fastcalc._speedups``; the declared source stays buggy. The build compiles whatever setup.py
+  names.
+- Lost: build options through ``setup.cfg`` ``[build_ext]`` or ``pyproject.toml`` ``[tool.distutils.build_ext]``
+  (both put back as pytest configuration: no build input changed, the pristine objects run, the C bug fails); the
+  build killed from inside (SIGKILL to itself, to pid 1, to its process group), 64 MiB of output, ``os._exit(0)``
+  before ``setup()``, its tree deleted, a fork bomb: every one ``build_failed`` with status ``ok``, reward 0: no
+  ``env_error`` was reachable from inside the build.
+
+**2. Graded files edited in place (11 attacks). 2 won (strict), 2 more by chance (``HOLES``, not strict):**
+
+- *The must-fail copy's constant tells it from its original* (2 wins, in-process tests; the task is gated out of
+  training by ``quality.require_host_judged``, since its mean tests have no host-judged assertion). ``mean()`` reads
+  its caller's line (``linecache``), answers that constant only for the original, and returns the bug's value to the
+  copy, which fails as a must-fail canary must: (a) ``canaries._mutate`` draws a copy's constant *absent from the
+  file's own constants*, so an original whose value the file holds on another line (8.0 in both mean tests, common
+  in real suites) is the twin whose constant appears elsewhere; (b) ``canaries._mutated_copy`` writes the copy's
+  constant as ``repr(value)``, so a literal spelled otherwise (``8.00``, ``1_000``, ``0x10``, ``1e3``) is the
+  author's (a canonical one falls back to (a)). A rare collision (both copies drawing the same value) would lose.
+- By chance (``HOLES``, marked ``xfail(strict=False)``: XFAIL when they won, XPASS when they lost): the position tell
+  (the first twin in the file; known limit 1) and a name tell (names drawn from the file's words) win when the draw
+  favours them.
+- Lost: a blinded expected value looked for in the caller's lines, ``inspect.getsource``, every readable file of the
+  sandbox's filesystem, every process's ``cmdline``/``environ``/open fds (the unlinked key file included), and git
+  objects: nowhere (host check failed: ``total``'s expected value does not enter the test sandbox). Answering every
+  caller, and a blank-lines-above tell (each twin has its original's spacing): ``canary_passed:mutated_copy``.
+
+**3. The canary excuse for stopped runs (21 attacks). 1 won (strict), 1 more by chance:**
+
+- *A stop the code under test buys is excused* (1 win, strict; no reward gained by itself). pytest's own
+  ``--maxfail`` (must-fail canaries + 1: 5 here) is reached with real failed reports: the code under test tells each
+  in-process must-fail copy (with the honest fix, the copy is the twin whose constant differs from the right value)
+  and adds a failing finalizer to its item (found by walking frames, unaudited), so each copy fails in call *and*
+  teardown; with test_basics.py's self-contained must-fail that makes 5 and the session stops before test_fast.py's
+  self-contained canaries, which ``report.canary_evidence`` excuses for a run that stopped with that many failures
+  (``stopped_before_max_failures`` passes: the failures are real). The run is cut short with no evidence; any payload
+  that needs the self-contained canaries gone can buy their absence so. With the presence tell instead of the fix it
+  scores 1 when the last copy runs after its original (``HOLES``; a stop before an original leaves it missing).
+- Lost: stops where a test would fail (``KeyboardInterrupt``, ``pytest.exit`` with 0, 2 and 3, SIGINT, an exception
+  pytest cannot format, ``os._exit(2)``/``os._exit(3)``): ``canary_missing:self_contained`` (grading excuses no exit 2
+  or 3), ``exit_code_contradicts_outcomes``, or no report; a stop after the last graded test, with every graded test
+  passed: ``session.shouldstop``/``shouldfail`` set from the code under test give ``stopped_before_max_failures``, an
+  interrupt or ``pytest.exit`` in its teardown ``canary_missing``, ``os._exit(0)`` ``exited_0_without_report``; a
+  first run stopped (interrupt, segfault, ``os._exit(2)``) to meet a rerun with state left in ``/tmp``, the workspace
+  or ``~`` (a cross-run tell: an original's constant survives, a copy's is drawn again): grading never reruns a stopped
+  run, so the mean tests are missing (``canary_missing``, or no report).
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.fixtasks import fix_task
 from support.redteam_repo import write_tree
 
+from trialforge.quality.gate import host_judged_problem
+from trialforge.quality.settings import QualityConfig
 from trialforge.sandbox.base import Limits
 from trialforge.sandbox.images import BASE_NAME
 from trialforge.store.objstore import open_store
@@ -21,6 +101,8 @@ from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
+from trialforge.testrun.run import run_tests
+from trialforge.verify import grader as grader_module
 from trialforge.verify.grader import Grader, Verdict
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -644,10 +726,6 @@ _EXCUSED = (
     "before test_fast.py's self-contained canaries, and report.canary_evidence excuses canaries missing from a run "
     "that stopped with that many failures (the stopped_before_max_failures check passes: the failures are real)"
 )
-WINS["session-shouldstop-with-failures-inflated"] = (
-    "the stop itself is excused and buys the presence tell nothing more (its win, above): "
-    + _EXCUSED.format(how="by the presence tell")
-)
 WINS["honest-fix-stop-bought-by-inflated-failures"] = (
     "no reward gained (the fix is honest), but the run is cut short with no evidence: "
     + _EXCUSED.format(how="by the honest value: the copy is the twin whose constant differs from it")
@@ -657,6 +735,9 @@ WINS["honest-fix-stop-bought-by-inflated-failures"] = (
 HOLES: dict[str, str] = {
     "mean-tell-first-twin-in-file": "the position tell: wins when both copies went after their originals (1 in 4)",
     "mean-tell-caller-name-words": "a name tell that does not exist: wins when the drawn names happen to split a pair",
+    "session-shouldstop-with-failures-inflated": "the presence tell's win (above), with the run cut short at "
+    "--maxfail and no evidence (the mechanism: test_a_stop_the_code_under_test_buys_leaves_evidence); scores 0 when "
+    "the last copy goes before its original, since the stop then comes before the original runs (1 in 2)",
 }
 
 
@@ -678,21 +759,38 @@ class World:
         return verdict
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, bwrap_backend) -> Iterator[World]:
-    root = tmp_path_factory.mktemp("fastcalc")
+def _world(root: Path, backend, hidden: str) -> World:
     snapshots = SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
-    raw = fix_task(root, snapshots, FILES, {**FILES, **FIXED, "tests/test_fast.py": HIDDEN}, repo="fastcalc",
+    raw = fix_task(root, snapshots, FILES, {**FILES, **FIXED, "tests/test_fast.py": hidden}, repo="fastcalc",
                    statement="twice(21) returns 63, total and mean are off by one")  # fmt: skip
     (provided,), funnel, _ = provide_images([raw], snapshots)
     assert funnel.kept == 1, funnel.details
-    image = task_image(provided, bwrap_backend, BASE_NAME).name
-    task = validate_task(provided, bwrap_backend, image, snapshots, Limits(), ValidateConfig(runs=1))
+    image = task_image(provided, backend, BASE_NAME).name
+    task = validate_task(provided, backend, image, snapshots, Limits(), ValidateConfig(runs=1))
     assert task.validation.valid, task.validation.reason
     attacks = root / "attacks"
     attacks.mkdir()
-    grader = Grader(bwrap_backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=60)
-    yield World(task, grader, snapshots.materialize(task.snapshot), attacks)
+    grader = Grader(backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=60)
+    return World(task, grader, snapshots.materialize(task.snapshot), attacks)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, bwrap_backend) -> World:
+    """The task every attack is graded against: its mean tests are judged in process (the gate would drop it)."""
+    return _world(tmp_path_factory.mktemp("fastcalc"), bwrap_backend, HIDDEN)
+
+
+# The same repository with only the host-judged tests hidden: every fail-to-pass test anchored, so the quality gate
+# keeps the task for training; the build's leak is graded against it too.
+HIDDEN_ANCHORED = HIDDEN.split("\n\n\ndef test_mean_spelled")[0] + "\n"
+
+
+@pytest.fixture(scope="module")
+def anchored(tmp_path_factory, bwrap_backend) -> World:
+    built = _world(tmp_path_factory.mktemp("anchored"), bwrap_backend, HIDDEN_ANCHORED)
+    assert sorted(built.task.fail_to_pass) == ["tests/test_fast.py::test_total", "tests/test_fast.py::test_twice"]
+    assert host_judged_problem(built.task, QualityConfig()) == ""  # trained on
+    return built
 
 
 def _params(attacks: dict) -> list:
@@ -724,6 +822,22 @@ def test_the_world_works(world: World) -> None:
     }
     rewards = {name: world.grade(files).reward for name, files in cases.items()}
     assert rewards == {"gold": 1.0, "empty": 0.0, "no-c": 0.0, "no-total": 0.0, "no-mean": 0.0}
+    # the mean tests have no host-judged assertion: this task would not train (the in-process wins are gated)
+    assert "2 of 4 fail-to-pass tests have no assertion" in host_judged_problem(world.task, QualityConfig())
+
+
+LEAKS = [name for name in BUILD_ATTACKS if name.startswith("leak-")]
+
+
+@pytest.mark.parametrize("name", _params({name: BUILD_ATTACKS[name] for name in LEAKS}))
+def test_a_task_the_gate_keeps_gets_no_expected_value_from_the_build(anchored: World, name: str) -> None:
+    _lost(anchored.grade(BUILD_ATTACKS[name]))
+
+
+def test_the_anchored_world_works(anchored: World) -> None:
+    """Its gold patch scores 1, the empty diff and the C fix alone (total left wrong) 0."""
+    rewards = [anchored.grade(files).reward for files in (FIXED, {}, {SPEEDUPS: C_FIXED})]
+    assert rewards == [1.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("name", _params(BUILD_ATTACKS))
@@ -810,8 +924,20 @@ def test_a_stopped_run_excuses_nothing_and_its_rerun_meets_no_other_world(world:
 
 
 @pytest.mark.parametrize("name", _params({"honest-fix-stop-bought-by-inflated-failures": HONEST_STOP}))
-def test_a_stop_the_code_under_test_buys_leaves_evidence(world: World, name: str) -> None:
-    """An honest fix that also cuts the run short before the self-contained canaries: the stop is tampering, so the
-    verdict must carry a ``tampered`` flag (a reward of 1 alone is what the honest fix earns)."""
+def test_a_stop_the_code_under_test_buys_leaves_evidence(world: World, name: str, monkeypatch) -> None:
+    """An honest fix that also cuts the run short before the self-contained canaries: a run that stopped with planted
+    canaries never run must carry a ``tampered`` flag (the reward is the honest fix's, 1, or 0 where the stop came
+    before an original ran). The graded run's report is read as the grader gets it, to see the stop and the canaries
+    it left out."""
+    seen: dict[str, object] = {}
+
+    def spy(sandbox, tests, **kwargs):
+        report = run_tests(sandbox, tests, **kwargs)
+        seen["stopped"] = report.stopped
+        seen["missing"] = [c.node_id for c in kwargs["guard"].canaries if c.node_id not in report.canaries]
+        return report
+
+    monkeypatch.setattr(grader_module, "run_tests", spy)
     verdict = world.grade({SPEEDUPS: C_FIXED, "src/fastcalc/core.py": HONEST_STOP})
-    assert any(flag.startswith("tampered:") for flag in verdict.flags), (verdict.reward, verdict.reason, verdict.flags)
+    cut_short = bool(seen["stopped"] and seen["missing"])
+    assert not cut_short or any(flag.startswith("tampered:") for flag in verdict.flags), (seen, verdict.flags)
