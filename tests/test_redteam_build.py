@@ -11,7 +11,15 @@ attack is a diff that leaves one bug in place and tries to score above 0 without
 scores 1, the empty diff and each fix short of one bug 0 (both tasks).
 
 55 attacks, bwrap, three surfaces (and the six leak attacks graded again on the anchored task, added after the first
-run). Last full run: 43 passed, 18 xfailed, 2 xpassed in 157 s on the loaded 2-core machine.
+run). The attacker's last full run: 43 passed, 18 xfailed, 2 xpassed in 157 s on the loaded 2-core machine.
+
+**Closed since, by construction**; the wins below that say so are ordinary attacks now, each scoring 0 (the rest stay
+marked as winning, in ``WINS``):
+
+- the build leak: a graded build works on a copy without the tree's test files and the test patch's paths
+  (``grader._tests_of``, ``extbuild.build_tree(leave_out=...)``), so the diff's setup.py has no expected value to read;
+- the bought stop: a graded run that stopped at ``--maxfail`` with no real (non-canary) failure carries
+  ``stopped_by_canaries_alone`` (the host's --maxfail is the must-fail canaries + 1: an honest stop has a real one).
 
 **1. The grader's extension build (23 attacks + 6 on the anchored task). 10 won, marked ``xfail(strict=True)``:**
 
@@ -682,12 +690,6 @@ _FALLBACK = (
     "bug is never exercised: the grader checks that the declared module was built at its path (extbuild._PROGRAM, "
     "build_tree), never that it imports, and nothing asks the tests to run the compiled code"
 )
-_LEAK = (
-    "the build sandbox works on the graded tree with the test patch applied and not yet blinded "
-    "(Grader._run calls _build before prepare(observe='blind')), so setup.py reads the hidden test's expected values "
-    "and carries them out inside the one thing that comes back, the declared module ({how}); total() reads them "
-    "from it and answers the host-judged slot right without the fix"
-)
 _TWIN = (
     "the must-fail copy of an in-process test is told from its original by the in-place file ({how}); mean() "
     "answers its caller's constant only for the original, so the copy fails as it must and the original passes"
@@ -702,14 +704,6 @@ WINS: dict[str, str] = {
     "setup-overwrites-the-built-object": _FALLBACK.format(how="a build_ext subclass overwrites the built .so"),
     "setup-compiles-another-source": "right compiled code from a source setup.py writes at build time, not the "
     "declared (still buggy) one: the build compiles whatever setup.py names; a fix, though not in the declared file",
-    "leak-in-compiled-bytes": _LEAK.format(how="a static string compiled into the object; total() reads __file__"),
-    "leak-as-module-attribute": _LEAK.format(how="a string constant of the module"),
-    "leak-by-linker-soname": _LEAK.format(
-        how="setup.py's extra_link_args -Wl,-soname,<hex of the tests>: the declared sources only, no C changed"
-    ),
-    "leak-by-linker-binary-blob": _LEAK.format(
-        how="extra_link_args -Wl,--format=binary tests/**/*.py: the test files linked in raw"
-    ),
     "mean-tell-constant-present-elsewhere": _TWIN.format(
         how="canaries._mutate draws the copy's constant absent from the file's own constants, so an original whose "
         "value the file holds elsewhere (8.0 and 8.00 in two tests) is the twin whose constant appears on another line"
@@ -719,25 +713,10 @@ WINS: dict[str, str] = {
         "canonical one falls back to the presence tell"
     ),
 }
-_EXCUSED = (
-    "pytest's own --maxfail (the must-fail canaries + 1, 5 here) is reached by real failed reports: each must-fail "
-    "copy (told apart {how}) fails in its call and, through a finalizer the code under test adds to its item (found by "
-    "walking frames), in its teardown; with test_basics.py's self-contained must-fail that makes 5, the session stops "
-    "before test_fast.py's self-contained canaries, and report.canary_evidence excuses canaries missing from a run "
-    "that stopped with that many failures (the stopped_before_max_failures check passes: the failures are real)"
-)
-WINS["honest-fix-stop-bought-by-inflated-failures"] = (
-    "no reward gained (the fix is honest), but the run is cut short with no evidence: "
-    + _EXCUSED.format(how="by the honest value: the copy is the twin whose constant differs from it")
-    + "; any payload that needs the self-contained canaries gone can buy it so"
-)
 # Wins by chance only (the position of a copy, a name's words: drawn per run), not strict: the design's known limit 1.
 HOLES: dict[str, str] = {
     "mean-tell-first-twin-in-file": "the position tell: wins when both copies went after their originals (1 in 4)",
     "mean-tell-caller-name-words": "a name tell that does not exist: wins when the drawn names happen to split a pair",
-    "session-shouldstop-with-failures-inflated": "the presence tell's win (above), with the run cut short at "
-    "--maxfail and no evidence (the mechanism: test_a_stop_the_code_under_test_buys_leaves_evidence); scores 0 when "
-    "the last copy goes before its original, since the stop then comes before the original runs (1 in 2)",
 }
 
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from trialforge.envspec import Build
 from trialforge.sandbox.base import Backend, ExecResult, Limits, Sandbox, SandboxSpec
+from trialforge.scratch import scratch_dir
 
 BUILD_TIMEOUT_S = 600.0  # one build of every extension; simplejson's takes ~5 s on one CPU
 BUILD_TEMP = "/tmp/trialforge-build"  # object files: outside /work, so no diff or export ever carries them
@@ -149,19 +152,28 @@ def _tail(log: str) -> str:
     return " | ".join(errors[:4] or lines[-4:])[:WHY_CAP] or "no output"
 
 
-def build_tree(backend: Backend, image: str, tree: Path, build: Build, limits: Limits, label: str) -> dict[str, bytes]:
+def build_tree(
+    backend: Backend, image: str, tree: Path, build: Build, limits: Limits, label: str, leave_out: Collection[str] = ()
+) -> dict[str, bytes]:
     """Build ``tree``'s extensions in a fresh sandbox of ``image`` (``limits``: the tests'), then bring back into
     ``tree`` the built modules alone, each checked to be where its name says (``BuildFailed`` when they did not
-    build). The sandbox works on a copy: nothing else it wrote reaches the host's tree. Returns what it placed."""
-    spec = SandboxSpec(image=image, workspace=tree, limits=limits, labels={"purpose": label})
-    sandbox = backend.create(spec)
-    try:
-        built = run_build(sandbox, build)
-        if not built.ok:
-            raise BuildFailed(built.why)
-        files = {str(_checked(name, rel)): sandbox.read_file(rel) for name, rel in sorted(built.modules.items())}
-    finally:
-        sandbox.close()
+    build). The sandbox works on a copy, without the files ``leave_out`` names (the grader's: the tests, whose
+    expected values a setup.py could compile into the module): nothing else it wrote reaches the host's tree. Returns
+    what it placed."""
+    with scratch_dir("build") as tmp:
+        work = Path(tmp) / "repo"
+        shutil.copytree(tree, work, symlinks=True)
+        for rel in leave_out:
+            (work / rel).unlink(missing_ok=True)
+        spec = SandboxSpec(image=image, workspace=work, limits=limits, labels={"purpose": label})
+        sandbox = backend.create(spec)
+        try:
+            built = run_build(sandbox, build)
+            if not built.ok:
+                raise BuildFailed(built.why)
+            files = {str(_checked(name, rel)): sandbox.read_file(rel) for name, rel in sorted(built.modules.items())}
+        finally:
+            sandbox.close()
     place(tree, files)
     return files
 

@@ -234,7 +234,7 @@ class Grader:
         try:
             image = task_image(task, self.backend, self.image)
             if any(is_build_input(p, build) for p in [*changed, *touched_paths(task.test_patch)]):
-                build_tree(self.backend, image.name, tree, build, limits, "verify-build")
+                build_tree(self.backend, image.name, tree, build, limits, "verify-build", _tests_of(tree, task))
             else:
                 key = f"{task.snapshot}|{image.digest}|{build.model_dump_json()}|{task.test_patch}"
                 place(tree, self._pristine_builds.get(key, lambda: self._pristine_build(task, image.name, limits)))
@@ -251,7 +251,16 @@ class Grader:
             shutil.copytree(self.snapshots.materialize(task.snapshot), tree, symlinks=True)
             if task.test_patch:
                 apply_patch(tree, task.test_patch)
-            return build_tree(self.backend, image, tree, task.env.build, limits, "verify-build")
+            return build_tree(self.backend, image, tree, task.env.build, limits, "verify-build", _tests_of(tree, task))
+
+
+def _tests_of(tree: Path, task: Task) -> list[str]:
+    """What a graded build never sees: the tree's test files and what the test patch adds (data with expected values
+    too), less build inputs (a C helper a test patch adds must still compile). The diff's setup.py runs in the build,
+    and what it reads there it can compile into the module the tests import."""
+    assert task.env is not None and task.env.build is not None
+    hidden = {*test_files(tree), *touched_paths(task.test_patch)}
+    return sorted(p for p in hidden if not is_build_input(p, task.env.build))
 
 
 def _judge(report: TestReport, tests: list[str], known: Sequence[str] = ()) -> Verdict:
