@@ -84,7 +84,9 @@ FILES = {
     "src/fastcalc/_native.py": "def twice(x):\n    return 2 * x\n",
     "tests/test_basics.py": "import fastcalc\n\n\ndef test_imports():\n    assert fastcalc.twice\n",
 }
-TEST = "from fastcalc import twice\n\n\ndef test_twice():\n    assert twice(21) == 42\n"
+# The hidden test imports the compiled module by name (as markupsafe's speedups tests do): a test that reached the C code
+# only through a right fallback would never validate (fail_to_pass_without_extension).
+TEST = "from fastcalc._speedups import twice\n\n\ndef test_twice():\n    assert twice(21) == 42\n"
 
 
 @pytest.fixture
@@ -205,7 +207,7 @@ C_CRASHING = C_FIXED.replace(
     "return PyLong_FromLong(2 * x);",
     "if (x < 0) { PyObject *none = NULL; Py_INCREF(none); }\n    return PyLong_FromLong(2 * x);",
 )
-NEGATIVE = "from fastcalc import twice\n\n\ndef test_negative():\n    assert twice(-1) == -2\n"
+NEGATIVE = "from fastcalc._speedups import twice\n\n\ndef test_negative():\n    assert twice(-1) == -2\n"
 
 
 @pytest.mark.sandbox

@@ -56,6 +56,14 @@ PROBES = {
         "def test_bind():\n    assert SCALE() == 3\n",
         ["patched_live:<lambda>.__defaults__"],
     ),
+    # boltons: its own tests bind a local lambda's defaults, so the evidence names the test function, which grading
+    # renames (its gold patches scored 0 as tampered until the host read the evidence under the original names)
+    "defaults_in_a_test": (
+        "def bind(function, *values):\n    function.__defaults__ = values\n    return function\n",
+        "from intro.probe import bind\n\n\ndef test_bind_local():\n    f = bind(lambda x=None: x, 3)\n"
+        "    assert f() == 3\n",
+        ["patched_live:test_bind_local.<locals>.<lambda>.__defaults__"],
+    ),
     "trace_and_profile": (
         "import sys\n\n\ndef calls_and_lines(function, *args):\n    seen = []\n\n"
         "    def tracer(frame, event, arg):\n        seen.append(event)\n        return tracer\n\n"

@@ -92,7 +92,9 @@ def validate_task(
         collected = python_files_of(after)
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p, collected)]
         env = task.env or EnvSpec()
+        unbuilt = Path(tmp) / "unbuilt"
         if env.build is not None:  # the repository's own extensions, compiled in each tree as its tests will see it
+            shutil.copytree(before, unbuilt, symlinks=True)
             for tree, when in ((before, "before_fix"), (after, "after_fix")):
                 try:
                     build_tree(backend, image, tree, env.build, report_limits(limits), "validate-build")
@@ -102,6 +104,10 @@ def validate_task(
         runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env, observe=True)
         runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)
         validated = _judge(task, runs_before, runs_after, cfg, start, touched)
+        if validated.validation.valid and (
+            why := _fallback_passes(backend, image, unbuilt, limits, cfg, touched, env, validated.fail_to_pass)
+        ):
+            return _verdict(task, False, why, cfg.runs, start)
         proof: list[TestReport] = []
         chosen = recorded_tests(analyses, [*validated.fail_to_pass, *validated.pass_to_pass])
         if validated.validation.valid and chosen:
@@ -114,6 +120,32 @@ def validate_task(
         validated.validation.host_judged = host_judged
         validated = settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
     return validated
+
+
+def _fallback_passes(
+    backend: Backend,
+    image: str,
+    tree: Path,
+    limits: Limits,
+    cfg: ValidateConfig,
+    touched: list[str],
+    env: EnvSpec,
+    fail_to_pass: list[str],
+) -> str:
+    """Why the task cannot be graded ("" if it can): fail-to-pass tests that pass on the unfixed ``tree`` with its
+    extensions not built. Such a test's failure was the compiled code's alone while the package falls back to right
+    Python without it: a diff that keeps the module from loading (its init raising, a flag, ``__init__.py`` importing
+    the fallback) would pass it with the bug in place. A task without extensions: ""."""
+    if env.build is None:
+        return ""
+    (report,) = _runs(backend, image, tree, limits, cfg, None, touched, env, select=fail_to_pass)
+    passing = [t for t in fail_to_pass if report.outcome(t) == "passed"]
+    if not passing:
+        return ""
+    return (
+        f"fail_to_pass_without_extension: {len(passing)} of {len(fail_to_pass)} pass before the fix when the "
+        f"extensions are not built (a fallback runs: a diff that stops them loading would pass), e.g. {passing[0]}"
+    )
 
 
 def _trees(task: Task, snapshots: SnapshotStore, root: Path) -> tuple[Path, Path]:

@@ -11,6 +11,7 @@ failed). A run that crashes, times out or overflows the output cap is not tamper
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -157,6 +158,8 @@ def read_report(
                 host_failures[blinding.original.get(test_id, test_id)] = why
         real = {blinding.original.get(t, t): o for t, o in real.items()}
     seen = {cid: ",".join(found) for cid, found in by_canary.items()}
+    if blinding is not None:
+        evidence = _original_names(evidence, blinding)
     return TestReport(
         exit_code,
         real,
@@ -175,6 +178,21 @@ def read_report(
         rows=run.rows,
         failures=failures,
     )
+
+
+def _original_names(evidence: list[str], blinding: Blinding) -> list[str]:
+    """Evidence that names a graded test's function as the sandbox knew it (renamed: ``test_kwonly_dict.<locals>``)
+    under its original name, as validation recorded the repository's baseline (boltons' own tests set a local
+    lambda's ``__kwdefaults__``: its gold patches scored 0 as tampered under the drawn names)."""
+    renamed = {}
+    for sandbox_id, original in blinding.original.items():
+        new, old = (t.rsplit("::", 1)[-1].split("[", 1)[0] for t in (sandbox_id, original))
+        if new != old:
+            renamed[new] = old
+    if not renamed:
+        return evidence
+    name = re.compile(r"(?<!\w)(" + "|".join(map(re.escape, renamed)) + r")(?=\.<locals>)")
+    return [name.sub(lambda m: renamed[m.group(1)], e) for e in evidence]
 
 
 def _host_verdict(checks: tuple[tuple[int, Check], ...], observed: list[tuple[int, object]], ended: bool) -> str:
