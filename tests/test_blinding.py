@@ -442,3 +442,35 @@ def test_a_recorded_expectation_that_came_out_a_bool_or_none_is_no_anchor(value,
     for before in ([moved[0]], [moved[1]]):
         record = calibrate({REL: found}, runs, [test_id], [], proof=runs, before=before)
         assert record.relations == [f"{REL}::test_door#0"] and (record.fail_to_pass_anchored, record.weak) == (0, 1)
+
+
+def test_a_local_a_nested_function_rebinds_stays_and_the_graded_file_compiles() -> None:
+    """more-itertools: ``result = 0`` at a test's top, read by the assertion alone, counted a constant that leaves with
+    its slot; but the nested ``consumer`` declares ``nonlocal result``, and the graded file failed to import
+    (``no binding for nonlocal 'result'``: every test of the module failed, gold patches scored 0)."""
+    source = textwrap.dedent(
+        """\
+        from unittest import TestCase
+
+        from calc import run
+
+
+        class TestRun(TestCase):
+            def test_total(self):
+                result = 0
+
+                def consumer(xs):
+                    nonlocal result
+                    result += len(xs)
+
+                items = run(consumer)
+                items = list(items)
+                self.assertEqual(result, len(items))
+        """
+    )
+    found = analyse(source, REL, "unittest")
+    assert found is not None
+    recorded = {f"{REL}::TestRun::test_total#0": ["i", "3"]}  # what validation made of ``result``
+    text, _ = blind(found, [f"{REL}::TestRun::test_total"], rng=random.Random(2), recorded=recorded)
+    assert "result = 0" in text
+    compile(text, REL, "exec")

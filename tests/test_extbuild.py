@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.fastcalc import C_BUGGY, C_FIXED, INIT, SETUP, SPEEDUPS
 from support.fixtasks import fix_task
 from support.redteam_repo import write_tree
 
@@ -33,59 +34,14 @@ from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
 
-SPEEDUPS = "src/fastcalc/_speedups.c"
-C_BUGGY = """#include <Python.h>
-static PyObject *twice(PyObject *self, PyObject *args) {
-    long x; if (!PyArg_ParseTuple(args, "l", &x)) return NULL; return PyLong_FromLong(3 * x);
-}
-static PyMethodDef methods[] = {{"twice", twice, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups", NULL, -1, methods};
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
-"""
-C_FIXED = C_BUGGY.replace("3 * x", "2 * x")
-# markupsafe's and simplejson's pattern: a compile that fails installs the pure-Python fallback instead
-SETUP = """from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
-
-
-class BuildFailed(Exception):
-    pass
-
-
-class optional_build_ext(build_ext):
-    def run(self):
-        try:
-            build_ext.run(self)
-        except Exception:
-            raise BuildFailed()
-
-
-def run_setup(with_binary):
-    setup(
-        name="fastcalc",
-        version="1.0",
-        package_dir={"": "src"},
-        packages=["fastcalc"],
-        cmdclass={"build_ext": optional_build_ext},
-        ext_modules=[Extension("fastcalc._speedups", ["src/fastcalc/_speedups.c"])] if with_binary else [],
-    )
-
-
-try:
-    run_setup(True)
-except BuildFailed:
-    run_setup(False)
-"""
 FILES = {
     "setup.py": SETUP,
-    "src/fastcalc/__init__.py": (
-        "try:\n    from fastcalc._speedups import twice\nexcept ImportError:\n    from fastcalc._native import twice\n"
-    ),
+    "src/fastcalc/__init__.py": INIT,
     "src/fastcalc/_native.py": "def twice(x):\n    return 2 * x\n",
     "tests/test_basics.py": "import fastcalc\n\n\ndef test_imports():\n    assert fastcalc.twice\n",
 }
-# The hidden test imports the compiled module by name (as markupsafe's speedups tests do): a test that reached the C code
-# only through a right fallback would never validate (fail_to_pass_without_extension).
+# The hidden test imports the compiled module by name (as markupsafe's speedups tests do): a test that reached the
+# C code only through a right fallback would never validate (fail_to_pass_without_extension).
 TEST = "from fastcalc._speedups import twice\n\n\ndef test_twice():\n    assert twice(21) == 42\n"
 
 

@@ -21,6 +21,13 @@ def parse(source: str | bytes) -> ast.Module:
         return ast.parse(source)
 
 
+def check_compiles(source: str, filename: str) -> None:
+    """Compile ``source`` as an import would (``SyntaxError`` otherwise): a parse misses what the symbol table finds,
+    such as a ``nonlocal`` whose binding an edit took out."""
+    with _LOCK:
+        compile(source, filename, "exec", dont_inherit=True)
+
+
 def parse_expression(source: str) -> ast.expr:
     with _LOCK:
         return ast.parse(source, mode="eval").body

@@ -362,7 +362,10 @@ def _test(
 
 def _local_constants(node: ast.FunctionDef, arguments: set[str]) -> dict[str, ast.stmt]:
     """Locals the test's body assigns once, at its top, from an expression that reads no other local
-    (``expected = Version.parse("3.5.0")``): an expected value, when only expected sides read it."""
+    (``expected = Version.parse("3.5.0")``): an expected value, when only expected sides read it. Never a name a
+    nested function rebinds (``nonlocal result``: more-itertools' ``result = 0`` was taken out with its assertion,
+    and the graded file no longer compiled)."""
+    rebound = {name for n in ast.walk(node) if isinstance(n, ast.Nonlocal) for name in n.names}
     stored: dict[str, int] = {}
     for n in _own_nodes(node):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
@@ -374,7 +377,7 @@ def _local_constants(node: ast.FunctionDef, arguments: set[str]) -> dict[str, as
             continue
         name = stmt.targets[0].id
         reads = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
-        if stored.get(name) == 1 and name not in arguments and not reads & bound:
+        if stored.get(name) == 1 and name not in arguments | rebound and not reads & bound:
             found[name] = stmt
     return found
 
@@ -806,8 +809,8 @@ def instrument(analysis: FileAnalysis) -> str | None:
         lines[line - 1] = lines[line - 1][:column] + text + lines[line - 1][column:]
     rewritten = "".join(lines)
     try:
-        pyast.parse(rewritten)
-    except (SyntaxError, ValueError):
+        pyast.check_compiles(rewritten, analysis.rel)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None  # never hand the sandbox a file the host broke: its tests run unobserved
     return rewritten
 
@@ -983,8 +986,8 @@ def blind(
             assert first is not None
             edits.remove(first)
         text = _drop_unread(edits.apply(), analysis, blinded)
-        pyast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, tokenize.TokenError):
+        pyast.check_compiles(text, analysis.rel)  # a symbol-table error too: an import of it would fail
+    except (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError):
         return None
     return text, Blinding(checks, original, host_judged)
 
