@@ -474,3 +474,31 @@ def test_a_local_a_nested_function_rebinds_stays_and_the_graded_file_compiles() 
     text, _ = blind(found, [f"{REL}::TestRun::test_total"], rng=random.Random(2), recorded=recorded)
     assert "result = 0" in text
     compile(text, REL, "exec")
+
+
+def test_a_test_that_reads_its_own_file_records_nothing() -> None:
+    """bottle: an upload of ``__file__`` compared with what was saved, and a file served from ``basename`` compared with
+    the file read again. Validation's instrumented file and grading's blinded one differ, so a value recorded from
+    the one is never the other's (gold patches scored 0): such slots stay in process; a constant check stays a slot."""
+    source = textwrap.dedent(
+        """\
+        import os
+
+        from calc import save, serve, size
+
+        basename = os.path.basename(__file__)
+
+        def test_save():
+            upload = save(open(__file__, "rb"))
+            again = save(open(__file__, "rb"))
+            assert upload.read() == again.read()
+
+        def test_serve():
+            assert serve(basename) == serve(basename + "")
+            assert size(3) == 9
+        """
+    )
+    found = analyse(source, REL)
+    assert found is not None
+    assert found.tests["test_save"].slots == []
+    assert [(s.kind, s.recorded) for s in found.tests["test_serve"].slots] == [("compare", False)]

@@ -266,6 +266,34 @@ def _bound_by(node: ast.stmt) -> set[str]:
 
 
 def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> Iterator[TestFunction]:
+    """The file's tests; a test that reads its own file records nothing (``_own_file_names``)."""
+    own_file = _own_file_names(module)
+    for test in _found_tests(module, rel, scope, runner):
+        if any(isinstance(n, ast.Name) and n.id in own_file for n in ast.walk(test.node)):
+            test.slots = [s for s in test.slots if not s.recorded]
+        yield test
+
+
+def _own_file_names(module: ast.Module) -> set[str]:
+    """``__file__`` and the module-level names computed from it (``basename = os.path.basename(__file__)``). A test
+    that reads them may compute from its own file's bytes (bottle's ``fu.file.read() == buff.read()`` of an upload of
+    ``__file__``), which validation's instrumented file and grading's blinded one spell differently: a value recorded
+    from one is never the other's, so such a test's recorded and relation slots stay in process."""
+    names = {"__file__"}
+    while True:
+        grown = names | {
+            target.id
+            for stmt in module.body
+            if isinstance(stmt, ast.Assign) and any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(stmt))
+            for target in stmt.targets
+            if isinstance(target, ast.Name)
+        }
+        if grown == names:
+            return names
+        names = grown
+
+
+def _found_tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> Iterator[TestFunction]:
     subclassed = {b.id for n in module.body if isinstance(n, ast.ClassDef) for b in n.bases if isinstance(b, ast.Name)}
     referenced = referenced_names(module)
     for node in module.body:
