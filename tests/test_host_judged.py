@@ -200,21 +200,18 @@ def test_validation_calibrates_which_assertions_the_host_judges(shop) -> None:
     record = task.validation.host_judged
     assert record is not None
     # the Greeting equals its string in Python, not on the host: kept in process, everything else judged there
-    assert record.in_process == ["tests/test_hidden.py::test_greeting#0"]
     # floor("zq") == start: the closed side floor("zq") would be recorded and taken out, but it computed another value
-    # before the fix (it runs the code the fix changes), so it is graded as a relation: both sides observed and judged
-    # against the gold values, no anchor (the answer is the other side, computed in the sandbox); end > start stays in
-    # process
+    # before the fix (it runs the code the fix changes), so it stays in process, run as written; so does end > start
     floor_slot = "tests/test_hidden.py::test_floor_is_where_the_span_starts#0"
-    assert record.relations == [floor_slot]
+    assert record.in_process == [floor_slot, "tests/test_hidden.py::test_greeting#0"]
     assert (record.fail_to_pass, record.fail_to_pass_host_judged, record.fail_to_pass_anchored) == (7, 6, 6)
     assert (record.pass_to_pass, record.pass_to_pass_host_judged) == (2, 0)  # the greeting, and 1 + 1 == 2
     assert record.param_rows == {"tests/test_hidden.py::test_rows[a-104728]": 0,
                                  "tests/test_hidden.py::test_rows[b-130362]": 1}  # fmt: skip
     assert record.recorded["tests/test_hidden.py::test_basket#0"][0] == "t"  # the gold code's Basket items
     # two values the package computes: what the gold code's span started at, for floor and span alike
-    assert record.recorded[floor_slot] == ["i", hex(2 * 27607)[2:]]
-    assert (record.assertions, record.assertions_host_judged) == (10, 7)
+    assert floor_slot not in record.recorded
+    assert (record.assertions, record.assertions_host_judged) == (10, 6)
 
 
 def test_the_gold_patch_scores_one_and_the_bug_scores_zero_on_the_hosts_checks(shop) -> None:
@@ -234,20 +231,12 @@ def test_an_object_that_equals_anything_earns_nothing(shop) -> None:
     assert verdict.reward == 0.0 and "host checks" in verdict.reason, verdict.reason
 
 
-@pytest.mark.parametrize(
-    ("name", "core"),
-    [
-        ("together", FIXED.replace("start = len(code) * 27607", "start = 0")),  # floor and span agree, wrongly
-        ("floor_unfixed", FIXED.replace("span(code)[0]", "span(code)[0] + 1")),  # everything fixed but floor
-    ],
-)
-def test_a_relation_wants_both_values_right(shop, name: str, core: str) -> None:
-    """``floor("zq") == start``: floor and span moving together hold in Python, and so did an unfixed floor once
-    floor("zq") was recorded and taken out of the graded test (it was then never run); the host wants what the gold
-    code made of both sides."""
+def test_an_unfixed_function_a_recorded_expectation_would_have_hidden_earns_nothing(shop) -> None:
+    """``start == floor("zq")``: recorded, ``floor("zq")`` was taken out of the graded test and never run, so a diff
+    fixing everything but floor scored 1; its value moved with the fix, so it stays in the test, in process."""
     task, grader, *_ = shop
-    verdict = grader.grade(task, _diff(shop, name, core))
-    assert verdict.reward == 0.0 and "host checks" in verdict.reason, verdict.reason
+    verdict = grader.grade(task, _diff(shop, "floor_unfixed", FIXED.replace("span(code)[0]", "span(code)[0] + 1")))
+    assert verdict.reward == 0.0, verdict.reason
     assert "test_floor_is_where_the_span_starts" in verdict.reason
 
 

@@ -17,8 +17,7 @@ A recorded expectation's code is taken out of the graded test, so it must not be
 span(7); assert start == floor(7)`` the closed side is ``floor(7)``, the function under repair, and a graded run without
 it would pass an unfixed ``floor``. So a fail-to-pass test's recorded side must have computed the same value before the
 fix (``before``: the unfixed tree's observed runs); one that computed another, or was never reached, runs the changed
-code and is graded as a relation (both sides observed, each judged against the recorded value; weak), or stays in
-process when it reads a constant that leaves with it.
+code and stays in process, where the test runs it as written.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from trialforge.tasks.schema import HostJudged
-from trialforge.testrun.blinding import FileAnalysis, Slot, TestFunction, as_relation, calibrate_test, close_demotions
+from trialforge.testrun.blinding import FileAnalysis, Slot, TestFunction, calibrate_test, close_demotions
 from trialforge.testrun.expected import decode
 from trialforge.testrun.report import TestReport
 
@@ -52,7 +51,6 @@ def calibrate(
     demoted: dict[str, set[str]] = {}
     param_rows: dict[str, int] = {}
     recorded: dict[str, object] = {}
-    relations: set[str] = set()
     for test_id in (*fail_to_pass, *pass_to_pass):
         found = _test(analyses, test_id)
         if found is None:
@@ -67,13 +65,10 @@ def calibrate(
             keys |= calibrate_test(analysis, test, row, observed, expected, recorded)
         keys |= _not_reproduced(test, test_id, recorded, proof)
         if test_id in fail_to_pass:
-            for slot in _run_the_fix(test, test_id, recorded, before):
-                (keys if slot.names or as_relation(slot) is None else relations).add(slot.key)
+            keys |= {slot.key for slot in _run_the_fix(test, test_id, recorded, before)}
     in_process = {key for rel, keys in demoted.items() for key in close_demotions(analyses[rel], keys)}
     recorded = {key: value for key, value in recorded.items() if key not in in_process}
-    relations -= in_process
-    record = HostJudged(in_process=sorted(in_process), param_rows=param_rows, recorded=recorded,
-                        relations=sorted(relations))  # fmt: skip
+    record = HostJudged(in_process=sorted(in_process), param_rows=param_rows, recorded=recorded)
     for test_id in (*fail_to_pass, *pass_to_pass):
         found = _test(analyses, test_id)
         slots = [s for s in found[1].slots if s.key not in in_process] if found else []
@@ -82,20 +77,20 @@ def calibrate(
         if test_id in fail_to_pass:
             record.fail_to_pass += 1
             record.fail_to_pass_host_judged += entirely
-            record.fail_to_pass_anchored += any(not _weak(s, recorded, relations) for s in slots)
+            record.fail_to_pass_anchored += any(not _weak(s, recorded) for s in slots)
         else:
             record.pass_to_pass += 1
             record.pass_to_pass_host_judged += entirely
         record.assertions += max(assertions, len(slots))
         record.assertions_host_judged += len(slots)
-        record.weak += sum(_weak(s, recorded, relations) for s in slots)
+        record.weak += sum(_weak(s, recorded) for s in slots)
     return record
 
 
-def _weak(slot: Slot, recorded: Mapping[str, object], relations: set[str]) -> bool:
-    """A slot a forger passes by guessing: weak by its form, graded as a relation (the answer is computed in the
-    sandbox), or a recorded expectation that came out None or a bool (``a.closed == b.closed``: one of two)."""
-    if slot.weak or slot.key in relations:
+def _weak(slot: Slot, recorded: Mapping[str, object]) -> bool:
+    """A slot a forger passes by guessing: weak by its form, or a recorded expectation that came out None or a bool
+    (``assert a.closed == b.closed``: the answer is one of two)."""
+    if slot.weak:
         return True
     if not slot.recorded:
         return False
@@ -106,10 +101,10 @@ def _weak(slot: Slot, recorded: Mapping[str, object], relations: set[str]) -> bo
 def _run_the_fix(
     test: TestFunction, test_id: str, recorded: Mapping[str, object], before: Sequence[TestReport]
 ) -> list[Slot]:
-    """``test``'s recorded slots (not relations already) whose expected side the unfixed tree's runs computed otherwise
-    than the fixed tree's, or never computed."""
+    """``test``'s recorded slots whose expected side the unfixed tree's runs computed otherwise than the fixed tree's,
+    or never computed."""
     moved = []
-    for slot in (s for s in test.slots if s.recorded and not s.relation and s.key in recorded):
+    for slot in (s for s in test.slots if s.recorded and s.key in recorded):
         values = [v for report in before for i, v in report.expectations.get(test_id, []) if i == slot.index]
         if not values or any(v != recorded[slot.key] for v in values):
             moved.append(slot)

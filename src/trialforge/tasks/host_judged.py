@@ -16,9 +16,6 @@ class HostJudged(BaseModel):
     param_rows: dict[str, int] = Field(default_factory=dict)  # graded parametrized test id -> its row
     # slot key -> the expected value the gold patch's runs computed for a slot whose expected side is code
     recorded: dict[str, Any] = Field(default_factory=dict)
-    # recorded slot keys of fail-to-pass tests whose hidden side computed something else before the fix: it runs the
-    # code the fix changes, so grading observes it too (a relation), never takes it out of the test
-    relations: list[str] = Field(default_factory=list)
     fail_to_pass: int = 0
     fail_to_pass_host_judged: int = 0  # every assertion of the test judged on the host
     # at least one assertion of the test judged on the host with an expected value a forger cannot guess: forging

@@ -103,17 +103,12 @@ class Slot:
     item: int = -1  # a with-statement raises: which item
     names: frozenset[str] = frozenset()  # module constants and parameter columns its expected side reads
     recorded: bool = False  # its expected side is code (``Interval(at(9), at(12))``): the gold patch's runs record it
-    # ``floor == floor_of_span``, two values the code under test computes: a recorded slot whose expected side stays in
-    # the sandbox, observed in grading too (as number ``twin``) and judged against the same recorded value
-    relation: bool = False
-    twin: int = -1
 
     @property
     def weak(self) -> bool:
         """A check a forger could pass by guessing (``_WEAK_*``), or an ``== True``/``None`` in disguise; a raises
-        check without a message pattern (the exception class is guessable from the statement); a relation (its answer
-        is the other side, computed in the sandbox)."""
-        if self.kind in _WEAK_KINDS or self.relation:
+        check without a message pattern (the exception class is guessable from the statement)."""
+        if self.kind in _WEAK_KINDS:
             return True
         if self.kind == "raises":
             return self.match is None
@@ -276,9 +271,9 @@ def _tests(module: ast.Module, rel: str, scope: Scope, runner: TestRunner) -> It
 
 def _own_file_names(module: ast.Module) -> set[str]:
     """``__file__`` and the module-level names computed from it (``basename = os.path.basename(__file__)``). A test
-    that reads them may compute from its own file's bytes (bottle's ``fu.file.read() == buff.read()`` of an upload of
-    ``__file__``), which validation's instrumented file and grading's blinded one spell differently: a value recorded
-    from one is never the other's, so such a test's recorded and relation slots stay in process."""
+    that reads them may compute from its own file's bytes (bottle's ``serve(basename)`` compared with
+    ``open(__file__).read()``), which validation's instrumented file and grading's blinded one spell differently: a
+    value recorded from one is never the other's, so such a test's recorded slots stay in process."""
     names = {"__file__"}
     while True:
         grown = names | {
@@ -535,7 +530,7 @@ def _with_names(slot: Slot, names: frozenset[str]) -> Slot:
 
 
 def _names(slot: Slot) -> Iterator[str]:
-    for expr in (*_removed_expected(slot), *(v for _, v in slot.options), slot.raises, slot.match):
+    for expr in (*slot.expected, *(v for _, v in slot.options), slot.raises, slot.match):
         if expr is not None:
             yield from (n.id for n in ast.walk(expr) if isinstance(n, ast.Name))
 
@@ -599,8 +594,6 @@ def _assert_slot(stmt: ast.Assert, scope: Scope, key: str, index: int) -> Slot |
             for actual, expected, reflected in ((left, right, False), (right, left, True)):
                 if _observable(actual, scope) and _closed(expected, scope) and _observable(expected, scope):
                     return Slot(key, index, "compare", stmt, actual, (expected,), op, reflected, recorded=True)
-        if op == "==" and _observable(left, scope) and _observable(right, scope):  # two computed values
-            return Slot(key, index, "compare", stmt, left, (right,), op, recorded=True, relation=True)
         return None
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     actual = test.operand if isinstance(test, ast.UnaryOp) and negated else test
@@ -653,9 +646,6 @@ def _call_slot(
             if _closed(values[1 - position], scope):
                 return Slot(key, index, "unittest", stmt, values[position], (values[1 - position],), method=name,
                             position=position, recorded=True)  # fmt: skip
-        if name in ("assertEqual", "assertEquals"):  # two computed values
-            return Slot(key, index, "unittest", stmt, values[0], (values[1],), method=name, recorded=True,
-                        relation=True)  # fmt: skip
         return None
     if len(observed) != 1 or not all(_constant(v, scope) for v in others):
         return None
@@ -730,7 +720,7 @@ def _settle_removable(
                     if isinstance(n, ast.Name) and n.id in param.columns and id(n) not in kept and id(n) not in own
                 }  # fmt: skip
                 param.columns -= loose_columns
-        before = [(s.key, s.relation) for t in tests.values() for s in t.slots]
+        before = sum(len(t.slots) for t in tests.values())
         for test in tests.values():
             columns = test.parametrize.columns if test.parametrize else set()
             own = set(test.constants)
@@ -739,45 +729,22 @@ def _settle_removable(
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in own and id(n) not in kept
             }  # fmt: skip
             known = set(constants) | columns | own
-            removable = [not (s.names & (loose - own) or s.names & loose_own) and s.names <= known for s in test.slots]
-            settled = (s if ok else as_relation(s) for s, ok in zip(test.slots, removable, strict=True))
-            test.slots = [s for s in settled if s is not None]
-        if [(s.key, s.relation) for t in tests.values() for s in t.slots] == before:
+            test.slots = [
+                s for s in test.slots if not (s.names & (loose - own) or s.names & loose_own) and s.names <= known
+            ]
+        if sum(len(t.slots) for t in tests.values()) == before:
             break
-    for test in tests.values():  # number the slots that stayed, a relation's second observation after them all
-        twins = iter(range(len(test.slots), 2 * len(test.slots)))
-        test.slots = [_renumbered(s, i, next(twins) if s.relation else -1) for i, s in enumerate(test.slots)]
+    for test in tests.values():  # number the slots that stayed
+        test.slots = [_renumbered(s, i, test) for i, s in enumerate(test.slots)]
 
 
-def _relation(slot: Slot, twin: int) -> Slot:
-    """``slot`` graded as a relation with its second observation numbered ``twin`` (itself if already one)."""
-    found = as_relation(slot)
-    return slot if found is None else Slot(**{**found.__dict__, "twin": twin})
-
-
-def as_relation(slot: Slot) -> Slot | None:
-    """A recorded equality whose expected side cannot leave the sandbox (``ledger.total() == ledger.total()``: it reads
-    what the actual side reads) as a relation, judged the same way with that side observed; else None."""
-    equality = (slot.kind, slot.op) == ("compare", "==") or slot.method in ("assertEqual", "assertEquals")
-    if not (slot.recorded and equality) or slot.relation:
-        return None
-    first, second = sorted((slot.actual, *slot.expected), key=lambda n: (n.lineno, n.col_offset))  # type: ignore[union-attr]
-    return Slot(**{**slot.__dict__, "actual": first, "expected": (second,), "reflected": False, "position": 0,
-                   "names": frozenset(), "relation": True})  # fmt: skip
-
-
-def _renumbered(slot: Slot, index: int, twin: int) -> Slot:
+def _renumbered(slot: Slot, index: int, test: TestFunction) -> Slot:
     key = slot.key.rsplit("#", 1)[0] + f"#{index}"
-    return Slot(**{**slot.__dict__, "index": index, "key": key, "twin": twin})
-
-
-def _removed_expected(slot: Slot) -> tuple[ast.expr, ...]:
-    """The expected sides a graded run takes out of the sandbox (a relation's stays: it is observed)."""
-    return () if slot.relation else slot.expected
+    return Slot(**{**slot.__dict__, "index": index, "key": key})
 
 
 def _expected_nodes(slot: Slot) -> Iterator[ast.expr]:
-    yield from _removed_expected(slot)
+    yield from slot.expected
     yield from (v for _, v in slot.options)
     for expr in (slot.raises, slot.match):
         if expr is not None:
@@ -943,7 +910,6 @@ def blind(
     rng: random.Random | None = None,
     recorded: Mapping[str, object] | None = None,
     read_elsewhere: frozenset[str] = frozenset(),
-    relations: Iterable[str] = (),
 ) -> tuple[str, Blinding] | None:
     """The file for a graded run, and what the host keeps; None when nothing in it could be blinded.
 
@@ -952,8 +918,7 @@ def blind(
 
     ``graded``: the original ids of the tests of this file the run grades. ``in_process``: slot keys the
     task's validation kept in process. ``param_rows``: each graded parametrized id's row, and ``recorded``: each
-    recorded slot's expected value, both from validation (a recorded slot without one stays in process); ``relations``:
-    recorded slots validation saw run the code the fix changes, observed on both sides (``as_relation``).
+    recorded slot's expected value, both from validation (a recorded slot without one stays in process).
 
     The file is edited in place, never reprinted (``lineedits``): every line keeps its number, so code that reads
     where it stands (``co_firstlineno``, a warning's ``lineno``, ``inspect.getsource``) sees what validation saw.
@@ -986,7 +951,7 @@ def blind(
                     edits.remove(test.node, first_line=min(decorators, default=test.node.lineno))
                 continue
             rows = [param_rows.get(t) for t in ids]
-            slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {}, set(relations))
+            slots, per_id = _checked_slots(analysis, test, ids, rows, keep_in_process, recorded or {})
             for test_id in ids:
                 host_judged[test_id] = (len(slots), test.assertions)
             node = test.node
@@ -1002,11 +967,7 @@ def blind(
                     sandbox_id = prefix + (test_id[test_id.index("[") :] if "[" in test_id else "")
                 original[sandbox_id] = test_id
                 if slots:  # every observation that replaced an assertion has its check here: never one without
-                    checks[sandbox_id] = tuple(
-                        pair
-                        for s, c in zip(slots, per_id[test_id], strict=True)
-                        for pair in ((s.index, c), (s.twin, c))[: 1 + s.relation]
-                    )
+                    checks[sandbox_id] = tuple((s.index, c) for s, c in zip(slots, per_id[test_id], strict=True))
         if not original:
             return None
         first = analysis.module.body[0] if analysis.module.body else None
@@ -1027,14 +988,11 @@ def _checked_slots(
     rows: list[int | None],
     in_process: set[str],
     recorded: Mapping[str, object],
-    relations: set[str],
 ) -> tuple[list[Slot], dict[str, tuple[Check, ...]]]:
     """The slots this run blinds in ``test`` and their checks per graded id. A slot whose expected side the host
     cannot evaluate for one of the ids (a row it does not know) stays in process, with every slot reading the
     same column; so does a recorded slot validation recorded nothing for."""
     slots = [s for s in test.slots if s.key not in in_process and (not s.recorded or s.key in recorded)]
-    spare = iter(range(2 * len(test.slots), 3 * len(test.slots)))  # past every index and twin the analysis gave
-    slots = [_relation(s, next(spare)) if s.key in relations else s for s in slots]
     columns = test.parametrize.columns if test.parametrize else set()
     while True:
         per_id: dict[str, tuple[Check, ...]] = {}
@@ -1112,8 +1070,7 @@ def _still_read(node: ast.FunctionDef, slots: list[Slot]) -> set[str]:
             dropped = [call.func, *call.args[:position], *(k for k in call.keywords if k.arg == "match")]
             gone |= {id(n) for part in dropped for n in ast.walk(part)}
             continue
-        observed = [slot.actual, *(slot.expected if slot.relation else ())]
-        kept = {id(n) for part in observed if part is not None for n in ast.walk(part)}
+        kept = {id(n) for n in ast.walk(slot.actual)} if slot.actual is not None else set()
         gone |= {id(n) for n in ast.walk(stmt) if id(n) not in kept}
     loads = (n for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
     return {n.id for n in loads if id(n) not in gone}
@@ -1138,10 +1095,6 @@ def _observe(edits: LineEdits, slot: Slot) -> None:
         edits.rebuild(stmt, pieces, ")")
         return
     assert slot.actual is not None
-    if slot.relation:  # both values observed, in the order the assertion computed them
-        second = f")), {OBSERVE}({slot.twin}, ("
-        edits.rebuild(stmt, [f"({OBSERVE}({index}, (", slot.actual, second, slot.expected[0], "))"], ")")
-        return
     edits.rebuild(stmt, [f"{_OBSERVER.get(slot.kind, OBSERVE)}({index}, (", slot.actual, ")"], ")")
 
 

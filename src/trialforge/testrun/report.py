@@ -132,8 +132,10 @@ def read_report(
     if stopped and max_failures is not None and run.failures < max_failures:
         evidence.append(f"stopped_before_max_failures:{run.failures}<{max_failures}")
     by_canary = _canary_outcomes(run.outcomes, list(canaries))
-    if stopped and max_failures is not None and not any(
-        o in ("failed", "error") for t, o in run.outcomes.items() if _base(t) not in by_canary
+    if (
+        stopped
+        and max_failures is not None
+        and not any(o in ("failed", "error") for t, o in run.outcomes.items() if _base(t) not in by_canary)
     ):  # the host's --maxfail is the must-fail canaries + 1: a stop needs a real failure, never canaries' alone (a
         # teardown failure the code under test adds to each copy reached it, and the canaries after went unchecked)
         evidence.append("stopped_by_canaries_alone")

@@ -202,7 +202,7 @@ class Grader:
         known = task.validation.host_judged or HostJudged()
         guard = prepare(tree, tests, test_files(tree), changed=changed, copy_from=task.fail_to_pass, runner=env.runner,
                         observe="blind", in_process=known.in_process, param_rows=known.param_rows,
-                        recorded=known.recorded, relations=known.relations)  # fmt: skip
+                        recorded=known.recorded)  # fmt: skip
         limits = report_limits(self.limits)
         try:
             image = task_image(task, self.backend, self.image)
