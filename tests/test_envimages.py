@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from support.fastcalc import twice_module
 from support.wheel_index import TEST_WHEELS, copy_test_wheels, serving
 
 from trialforge.envspec import EnvSpec
@@ -42,14 +43,7 @@ from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
 
 PURE = {"tfpure/__init__.py": "def scale(x, k):\n    return x * k\n"}
-CEXT = """#include <Python.h>
-static PyObject *twice(PyObject *self, PyObject *args) {
-    long x; if (!PyArg_ParseTuple(args, "l", &x)) return NULL; return PyLong_FromLong(2 * x);
-}
-static PyMethodDef methods[] = {{"twice", twice, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "tfcext", NULL, -1, methods};
-PyMODINIT_FUNC PyInit_tfcext(void) { return PyModule_Create(&module); }
-"""
+CEXT = twice_module("tfcext", 2)
 BUGGY = "import tfcext\nfrom tfpure import scale\n\n\ndef quad(x):\n    return scale(tfcext.twice(x), 3)\n"
 FIXED = "import tfcext\nfrom tfpure import scale\n\n\ndef quad(x):\n    return scale(tfcext.twice(x), 2)\n"
 TESTS = (

@@ -6,15 +6,21 @@ tests/test_redteam_build.py build their tasks from it."""
 from __future__ import annotations
 
 SPEEDUPS = "src/fastcalc/_speedups.c"
-C_BUGGY = """#include <Python.h>
-static PyObject *twice(PyObject *self, PyObject *args) {
-    long x; if (!PyArg_ParseTuple(args, "l", &x)) return NULL; return PyLong_FromLong(3 * x);
-}
-static PyMethodDef methods[] = {{"twice", twice, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups", NULL, -1, methods};
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
+
+
+def twice_module(name: str, factor: int) -> str:
+    """The C source of extension module ``name`` whose ``twice(x)`` returns ``factor * x``."""
+    return f"""#include <Python.h>
+static PyObject *twice(PyObject *self, PyObject *args) {{
+    long x; if (!PyArg_ParseTuple(args, "l", &x)) return NULL; return PyLong_FromLong({factor} * x);
+}}
+static PyMethodDef methods[] = {{{{"twice", twice, METH_VARARGS, ""}}, {{NULL, NULL, 0, NULL}}}};
+static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, methods}};
+PyMODINIT_FUNC PyInit_{name}(void) {{ return PyModule_Create(&module); }}
 """
-C_FIXED = C_BUGGY.replace("3 * x", "2 * x")
+
+
+C_BUGGY, C_FIXED = twice_module("_speedups", 3), twice_module("_speedups", 2)
 SETUP_HEAD = """import glob
 import os
 
