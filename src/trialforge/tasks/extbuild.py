@@ -157,14 +157,16 @@ def build_tree(
 ) -> dict[str, bytes]:
     """Build ``tree``'s extensions in a fresh sandbox of ``image`` (``limits``: the tests'), then bring back into
     ``tree`` the built modules alone, each checked to be where its name says (``BuildFailed`` when they did not
-    build). The sandbox works on a copy, without the files ``leave_out`` names (the grader's: the tests, whose
-    expected values a setup.py could compile into the module): nothing else it wrote reaches the host's tree. Returns
-    what it placed."""
+    build). The sandbox works on a copy (the backend's), without the files ``leave_out`` names (the grader's: the
+    tests, whose expected values a setup.py could compile into the module): nothing else it wrote reaches the host's
+    tree. Returns what it placed."""
     with scratch_dir("build") as tmp:
-        work = Path(tmp) / "repo"
-        shutil.copytree(tree, work, symlinks=True)
-        for rel in leave_out:
-            (work / rel).unlink(missing_ok=True)
+        work = tree
+        if leave_out:  # a copy of our own to take them out of; else the backend's seeding copy is the only one
+            work = Path(tmp) / "repo"
+            shutil.copytree(tree, work, symlinks=True)
+            for rel in leave_out:
+                (work / rel).unlink(missing_ok=True)
         spec = SandboxSpec(image=image, workspace=work, limits=limits, labels={"purpose": label})
         sandbox = backend.create(spec)
         try:
