@@ -447,3 +447,62 @@ def test_a_test_that_reads_its_own_file_records_nothing() -> None:
     assert found is not None
     assert found.tests["test_save"].slots == []
     assert [(s.kind, s.recorded) for s in found.tests["test_serve"].slots] == [("compare", False)]
+
+
+GUARDED = textwrap.dedent(
+    """\
+    import pytest
+    from freezegun import freeze_time
+
+    from calc import naturaldelta, total
+
+
+    @freeze_time("2010-02-02")
+    @pytest.mark.parametrize(("delta", "expected"), [(90, "2 minutes"), ("NaN", "NaN"), (-3.5, "3 seconds")])
+    def test_delta(delta, expected):
+        assert naturaldelta(delta) == expected
+        if not isinstance(delta, str) and delta > 0:
+            assert naturaldelta(-delta) == expected
+        else:
+            assert naturaldelta(delta, strict=True) == expected
+
+
+    def test_local_branch():
+        found = total([1, 2])
+        if found:
+            assert total([3]) == 3771
+    """
+)
+
+
+def test_an_if_the_host_decides_per_row_makes_slots_of_both_branches_due_by_row() -> None:
+    """humanize: ``if not isinstance(test_input, str): assert naturaldelta(-test_input) == expected`` kept the whole
+    test in process (the column stayed behind for the branch's assertion). The host decides such a test per row from
+    the row's values, so each row's checks name the slots its run reaches, and a run that skips a due branch, or takes
+    the other, misses a due observation. An ``if`` on what the code under test computed is not decided: in process."""
+    found = analyse(GUARDED, REL)
+    assert found is not None
+    slots = found.tests["test_delta"].slots
+    assert [len(s.guards) for s in slots] == [0, 1, 1]  # freeze_time calls the test once: its slots are kept
+    assert found.tests["test_local_branch"].slots == []  # ``if found:`` reads a value the code computed
+    ids = [f"{REL}::test_delta[90-2 minutes]", f"{REL}::test_delta[NaN-NaN]", f"{REL}::test_delta[-3.5-3 seconds]"]
+    text, blinding = blind(found, ids, param_rows={t: i for i, t in enumerate(ids)}, rng=random.Random(5))
+    assert "2 minutes" not in text and "3 seconds" not in text  # the expected column left with all three slots
+    assert "isinstance(delta, str) and delta > 0" in text  # the branch itself stays: the sandbox runs it
+    due = {blinding.original[s]: [i for i, _ in checks] for s, checks in blinding.checks.items()}
+    assert due == {ids[0]: [0, 1], ids[1]: [0, 2], ids[2]: [0, 2]}
+    checks = next(c for s, c in blinding.checks.items() if blinding.original[s] == ids[0])
+    right = [(0, ["s", "2 minutes"]), (1, ["s", "2 minutes"])]
+    assert _host_verdict(checks, right, True) == ""
+    assert "where slots [0, 1] were due" in _host_verdict(checks, right[:1], True)  # the branch skipped
+    assert "where slots [0, 1] were due" in _host_verdict(checks, [right[0], (2, right[1][1])], True)  # the other one
+
+
+def test_a_guard_the_host_cannot_decide_for_every_row_keeps_its_branch_in_process() -> None:
+    source = GUARDED.replace('("NaN", "NaN")', '(make("NaN"), "NaN")').replace(
+        "from calc import", "from calc import make,"
+    )
+    found = analyse(source, REL)
+    # a row whose ``delta`` the host cannot build: the branches' assertions stay as written, reading ``expected``, so
+    # the column stays in the file and the first assertion, reading it too, stays in process with them
+    assert found.tests["test_delta"].slots == []

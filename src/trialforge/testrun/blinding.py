@@ -14,12 +14,14 @@ from __future__ import annotations
 import ast
 import builtins
 import json
+import operator
 import random
 import re
 import secrets
 import tokenize
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from trialforge import pyast
 from trialforge.envspec import TestRunner
@@ -57,7 +59,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STRING_SCAN = 4096  # characters of each string searched for names (a test's data can be megabytes)
 _PREDICATES = frozenset({"isinstance", "issubclass"})  # checks of classes: their own kind of slot, or in process
 # decorators that call the test once, as written: any other (hypothesis's @given, a retry) may run it many times
-_SAFE_DECORATORS = ("pytest.mark.", "unittest.skip", "unittest.expectedFailure", "unittest.mock.patch", "mock.patch")
+_SAFE_DECORATORS = ("pytest.mark.", "unittest.skip", "unittest.expectedFailure", "unittest.mock.patch", "mock.patch",
+                     "freezegun.freeze_time")  # fmt: skip
 # Assertion helpers of nose and of SQLAlchemy-style test kits (``from mako.testing.assertions import eq_``), as the
 # unittest check each stands for; calibration keeps in process any whose module means something else by the name.
 HELPERS = {
@@ -102,6 +105,8 @@ class Slot:
     match: ast.expr | None = None
     item: int = -1  # a with-statement raises: which item
     names: frozenset[str] = frozenset()  # module constants and parameter columns its expected side reads
+    # the ``if`` tests it stands under, each with the truth it needs (``_straight_line``): decided on the host per row
+    guards: tuple[tuple[ast.expr, bool], ...] = ()
     recorded: bool = False  # its expected side is code (``Interval(at(9), at(12))``): the gold patch's runs record it
 
     @property
@@ -374,10 +379,11 @@ def _test(
     blindable = safe and not returns and not (len(params) > 1)
     slots: list[Slot] = []
     if blindable:
-        for stmt in _straight_line(node.body, local, self_name):
+        decides = _decider(local, parametrize)
+        for stmt, guards in _straight_line(node.body, local, self_name, decides):
             slot = _slot(stmt, local, self_name, columns, f"{rel}::{qual}#{len(slots)}", len(slots))
             if slot is not None:
-                slots.append(slot)
+                slots.append(Slot(**{**slot.__dict__, "guards": guards}))
     renamable = referenced.get(node.name, 0) == 0 and "request" not in arguments and safe
     assertions = sum(1 for n in _own_nodes(node) if _is_assertion(n, local, self_name))
     return TestFunction(qual, node, holder, slots, assertions, blindable, renamable, parametrize, shadowed, constants)
@@ -456,12 +462,108 @@ def _row_values(row: ast.expr, width: int) -> list[ast.expr] | None:
     return values if len(values) == width and not any(isinstance(v, ast.Starred) for v in values) else None
 
 
-def _straight_line(body: list[ast.stmt], scope: Scope, self_name: str | None) -> Iterator[ast.stmt]:
-    """Statements every passing run executes once, in order: the body, and bodies of non-raises ``with``s."""
+def _straight_line(
+    body: list[ast.stmt],
+    scope: Scope,
+    self_name: str | None,
+    decides: Callable[[ast.expr], bool],
+    guards: tuple[tuple[ast.expr, bool], ...] = (),
+) -> Iterator[tuple[ast.stmt, tuple[tuple[ast.expr, bool], ...]]]:
+    """Statements a passing run executes once, in order, each with the ``if`` tests it needs (test, truth): the body,
+    bodies of non-raises ``with``s, and both branches of an ``if`` whose test the host decides for every row
+    (``decides``: humanize's ``if not isinstance(test_input, str):``). Which of a row's slots are due is then the
+    host's to say, so a run that skips a branch, or takes the other, misses a due observation."""
     for stmt in body:
-        yield stmt
+        yield stmt, guards
         if isinstance(stmt, ast.With) and _raises_item(stmt, scope, self_name) is None:
-            yield from _straight_line(stmt.body, scope, self_name)
+            yield from _straight_line(stmt.body, scope, self_name, decides, guards)
+        elif isinstance(stmt, ast.If) and decides(stmt.test):
+            yield from _straight_line(stmt.body, scope, self_name, decides, (*guards, (stmt.test, True)))
+            yield from _straight_line(stmt.orelse, scope, self_name, decides, (*guards, (stmt.test, False)))
+
+
+_DECIDABLE = (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Call, ast.Constant, ast.Name, ast.Attribute, ast.Tuple,
+              ast.List, ast.Set, ast.Dict, ast.BinOp, ast.Load, ast.boolop, ast.unaryop, ast.cmpop, ast.operator,
+              ast.keyword)  # fmt: skip
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}  # fmt: skip
+
+
+def _decider(scope: Scope, param: Parametrize | None) -> Callable[[ast.expr], bool]:
+    """Whether the host decides an ``if`` test alike for every row of the test (one run when not parametrized)."""
+
+    def decides(test: ast.expr) -> bool:
+        if not all(isinstance(n, _DECIDABLE) for n in ast.walk(test)):
+            return False
+        rows = range(len(param.rows)) if param is not None else [None]
+        try:
+            for row in rows:
+                decide(test, guard_scope(scope, param, row))
+        except NotConstant:
+            return False
+        return True
+
+    return decides
+
+
+def guard_scope(scope: Scope, param: Parametrize | None, row: int | None) -> Scope:
+    """``scope`` with every column of ``row`` the host can evaluate (a guard may read any column, hidden or not)."""
+    if param is None:
+        return scope
+    if row is None or not 0 <= row < len(param.rows):
+        raise NotConstant("the row is unknown")
+    values = {}
+    for name, node in zip(param.names, param.rows[row], strict=True):
+        try:
+            values[name] = evaluate(node, scope)
+        except NotConstant:
+            continue
+    return scope.with_row(values)
+
+
+def decide(test: ast.expr, scope: Scope) -> bool:
+    """The truth of an ``if`` test from syntax and the row alone: ``and``/``or``/``not``, comparisons, and
+    ``isinstance`` with builtin classes over values ``evaluate`` builds; ``NotConstant`` for anything else."""
+    if isinstance(test, ast.BoolOp):
+        values = (decide(v, scope) for v in test.values)
+        return all(values) if isinstance(test.op, ast.And) else any(values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return not decide(test.operand, scope)
+    if isinstance(test, ast.Compare):
+        left = evaluate(test.left, scope)
+        for op, node in zip(test.ops, test.comparators, strict=True):
+            right = evaluate(node, scope)
+            if not _truth(_COMPARE[type(op)], left, right):
+                return False
+            left = right
+        return True
+    if _is_isinstance(test, scope):
+        assert isinstance(test, ast.Call)
+        classes = _builtin_classes(test.args[1], scope)
+        return isinstance(evaluate(test.args[0], scope), classes)
+    return _truth(bool, evaluate(test, scope))
+
+
+def _truth(function: Callable[..., Any], *args: Any) -> bool:
+    try:
+        return bool(function(*args))
+    except Exception as exc:  # a comparison of values that refuse it (``1 < "a"``) is not decided here
+        raise NotConstant(f"{type(exc).__name__}: {exc}") from None
+
+
+def _builtin_classes(node: ast.expr, scope: Scope) -> tuple[type, ...]:
+    parts = node.elts if isinstance(node, ast.Tuple) else [node]
+    classes = []
+    for part in parts:
+        name = qualified(part, scope) if isinstance(part, (ast.Name, ast.Attribute)) else None
+        value = getattr(builtins, name[len("builtins.") :], None) if name and name.startswith("builtins.") else None
+        if not isinstance(value, type):
+            raise NotConstant(f"isinstance with {ast.unparse(part)}")
+        classes.append(value)
+    return tuple(classes)
 
 
 def _is_assertion(node: ast.AST, scope: Scope, self_name: str | None) -> bool:
@@ -829,8 +931,14 @@ def calibrate_test(
     for index, value in expectations:
         expected_seen.setdefault(index, []).append(value)
     for slot in test.slots:
-        if slot.index not in seen or len([i for i, _ in observations if i == slot.index]) != 1:
-            demoted.add(slot.key)  # a passing run that did not observe it once: not on the test's straight path
+        try:
+            due = _due(slot, analysis, test, row)
+        except NotConstant:
+            due = None
+        if due is None or len([i for i, _ in observations if i == slot.index]) != due:
+            demoted.add(slot.key)  # a passing run that did not observe it once where due, or at all where not
+            continue
+        if not due:
             continue
         if slot.recorded:
             values = expected_seen.get(slot.index, [])
@@ -848,8 +956,7 @@ def calibrate_test(
 
 
 def _row_scope(analysis: FileAnalysis, test: TestFunction, row: int | None) -> Scope | None:
-    values = {**analysis.scope.constants, **{name: _value(stmt) for name, stmt in test.constants.items()}}
-    scope = Scope(analysis.scope.imports, values, {}, test.shadowed)
+    scope = _test_scope(analysis, test)
     param = test.parametrize
     if param is None or not param.columns:
         return scope
@@ -859,6 +966,19 @@ def _row_scope(analysis: FileAnalysis, test: TestFunction, row: int | None) -> S
         return scope.with_row(param.values(row, scope))
     except NotConstant:
         return None
+
+
+def _test_scope(analysis: FileAnalysis, test: TestFunction) -> Scope:
+    values = {**analysis.scope.constants, **{name: _value(stmt) for name, stmt in test.constants.items()}}
+    return Scope(analysis.scope.imports, values, {}, test.shadowed)
+
+
+def _due(slot: Slot, analysis: FileAnalysis, test: TestFunction, row: int | None) -> bool:
+    """Whether ``row``'s run of ``test`` reaches ``slot``: its guards, decided on the host (``NotConstant``: not)."""
+    if not slot.guards:
+        return True
+    scope = guard_scope(_test_scope(analysis, test), test.parametrize, row)
+    return all(decide(test_node, scope) is truth for test_node, truth in slot.guards)
 
 
 def close_demotions(analysis: FileAnalysis, demoted: set[str]) -> set[str]:
@@ -932,7 +1052,7 @@ def blind(
         by_qual.setdefault(qual, []).append(test_id)
     keep_in_process = close_demotions(analysis, set(in_process))
     edits = LineEdits(analysis.source)
-    checks: dict[str, tuple[Check, ...]] = {}
+    checks: dict[str, tuple[tuple[int, Check], ...]] = {}
     original: dict[str, str] = {}
     host_judged: dict[str, tuple[int, int]] = {}
     graded_names = {q.rsplit("::", 1)[-1] for q in by_qual}
@@ -967,7 +1087,7 @@ def blind(
                     sandbox_id = prefix + (test_id[test_id.index("[") :] if "[" in test_id else "")
                 original[sandbox_id] = test_id
                 if slots:  # every observation that replaced an assertion has its check here: never one without
-                    checks[sandbox_id] = tuple((s.index, c) for s, c in zip(slots, per_id[test_id], strict=True))
+                    checks[sandbox_id] = per_id[test_id]
         if not original:
             return None
         first = analysis.module.body[0] if analysis.module.body else None
@@ -991,26 +1111,28 @@ def _checked_slots(
 ) -> tuple[list[Slot], dict[str, tuple[Check, ...]]]:
     """The slots this run blinds in ``test`` and their checks per graded id. A slot whose expected side the host
     cannot evaluate for one of the ids (a row it does not know) stays in process, with every slot reading the
-    same column; so does a recorded slot validation recorded nothing for."""
+    same column or standing under a guard; so does a recorded slot validation recorded nothing for. Each id's
+    checks are those of the slots its row reaches (``_due``), by slot index."""
     slots = [s for s in test.slots if s.key not in in_process and (not s.recorded or s.key in recorded)]
     columns = test.parametrize.columns if test.parametrize else set()
     while True:
-        per_id: dict[str, tuple[Check, ...]] = {}
+        per_id: dict[str, tuple[tuple[int, Check], ...]] = {}
         failed = False
         for test_id, row in zip(ids, rows, strict=True):
             scope = _row_scope(analysis, test, row)
             try:
                 if scope is None:
                     raise NotConstant("the row is unknown")
-                per_id[test_id] = tuple(s.check(scope, recorded) for s in slots)
+                due = [s for s in slots if _due(s, analysis, test, row)]
+                per_id[test_id] = tuple((s.index, s.check(scope, recorded)) for s in due)
             except NotConstant:
                 failed = True
                 break
         if not failed:
             return slots, per_id
-        if not any(s.names & columns for s in slots):
+        if not any(s.names & columns or s.guards for s in slots):
             return [], {}
-        slots = [s for s in slots if not s.names & columns]
+        slots = [s for s in slots if not (s.names & columns or s.guards)]
 
 
 def _is_docstring(stmt: ast.stmt | None) -> bool:
