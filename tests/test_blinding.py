@@ -506,3 +506,23 @@ def test_a_guard_the_host_cannot_decide_for_every_row_keeps_its_branch_in_proces
     # a row whose ``delta`` the host cannot build: the branches' assertions stay as written, reading ``expected``, so
     # the column stays in the file and the first assertion, reading it too, stays in process with them
     assert found.tests["test_delta"].slots == []
+
+
+def test_a_row_whose_branch_holds_no_slot_is_no_anchor() -> None:
+    """A fail-to-pass row that reaches no slot (its branch is not taken) has nothing the host judges, however many
+    slots its test has for other rows: counted in process, so the gate never trains on a row a forger passes free."""
+    source = (
+        "import pytest\nfrom calc import tally\n\n"
+        "@pytest.mark.parametrize(('code', 'want'), [('ab', 122979), (7, 0)])\n"
+        "def test_tally(code, want):\n    if isinstance(code, str):\n        assert tally(code) == want\n"
+    )
+    found = analyse(source, REL)
+    ids = [f"{REL}::test_tally[ab-122979]", f"{REL}::test_tally[7-0]"]
+    rows = {ids[0]: {"code": 0, "want": 0}, ids[1]: {"code": 1, "want": 1}}
+    run = Report(0, dict.fromkeys(ids, "passed"), observations={ids[0]: [(0, ["i", "1e063"])]}, rows=rows)
+    record = calibrate({REL: found}, [run], ids, [])
+    assert record.in_process == [] and record.param_rows == {ids[0]: 0, ids[1]: 1}
+    assert (record.fail_to_pass, record.fail_to_pass_host_judged, record.fail_to_pass_anchored) == (2, 1, 1)
+    # observed where the host says the branch is not taken: the host's decision is not the run's, so in process
+    wrong = Report(0, dict.fromkeys(ids, "passed"), observations={t: [(0, ["i", "1e063"])] for t in ids}, rows=rows)
+    assert calibrate({REL: found}, [wrong], ids, []).in_process == [f"{REL}::test_tally#0"]

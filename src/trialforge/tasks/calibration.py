@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from trialforge.tasks.schema import HostJudged
-from trialforge.testrun.blinding import FileAnalysis, Slot, TestFunction, calibrate_test, close_demotions
+from trialforge.testrun.blinding import FileAnalysis, Slot, TestFunction, calibrate_test, close_demotions, due_slots
 from trialforge.testrun.expected import decode
 from trialforge.testrun.report import TestReport
 
@@ -71,7 +71,10 @@ def calibrate(
     record = HostJudged(in_process=sorted(in_process), param_rows=param_rows, recorded=recorded)
     for test_id in (*fail_to_pass, *pass_to_pass):
         found = _test(analyses, test_id)
-        slots = [s for s in found[1].slots if s.key not in in_process] if found else []
+        # the slots this id's row reaches: a row whose branch holds no slot is judged in process, however many the
+        # test has elsewhere
+        kept = [s for s in found[1].slots if s.key not in in_process] if found else []
+        slots = due_slots(*found, param_rows.get(test_id), kept) if found else []
         assertions = found[1].assertions if found else 0
         entirely = bool(slots) and len(slots) >= assertions
         if test_id in fail_to_pass:

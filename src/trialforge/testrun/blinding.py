@@ -981,6 +981,18 @@ def _due(slot: Slot, analysis: FileAnalysis, test: TestFunction, row: int | None
     return all(decide(test_node, scope) is truth for test_node, truth in slot.guards)
 
 
+def due_slots(analysis: FileAnalysis, test: TestFunction, row: int | None, slots: Iterable[Slot]) -> list[Slot]:
+    """Of ``slots``, those ``row``'s run reaches; none under a guard the host cannot decide for it."""
+    found = []
+    for slot in slots:
+        try:
+            if _due(slot, analysis, test, row):
+                found.append(slot)
+        except NotConstant:
+            continue
+    return found
+
+
 def close_demotions(analysis: FileAnalysis, demoted: set[str]) -> set[str]:
     """``demoted`` plus every slot that reads a name a demoted slot reads (the name stays in the sandbox)."""
     names: dict[str, set[str]] = {}  # name -> slot keys reading it, per test for columns
