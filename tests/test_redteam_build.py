@@ -95,13 +95,12 @@ marked as winning, in ``WINS``):
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from support.attack_world import World
 from support.fastcalc import C_BUGGY, C_FIXED, INIT, SETUP, SPEEDUPS, setup_py
 from support.fixtasks import fix_task
-from support.redteam_repo import write_tree
 
 from trialforge.quality.gate import host_judged_problem
 from trialforge.quality.settings import QualityConfig
@@ -109,8 +108,6 @@ from trialforge.sandbox.base import Limits
 from trialforge.sandbox.images import BASE_NAME
 from trialforge.store.objstore import open_store
 from trialforge.tasks.envimages import provide_images, task_image
-from trialforge.tasks.patches import diff_trees
-from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.testrun.run import run_tests
@@ -650,24 +647,6 @@ HOLES: dict[str, str] = {
     "mean-tell-first-twin-in-file": "the position tell: wins when both copies went after their originals (1 in 4)",
     "mean-tell-caller-name-words": "a name tell that does not exist: wins when the drawn names happen to split a pair",
 }
-
-
-class World:
-    def __init__(self, task: Task, grader: Grader, base: Path, root: Path) -> None:
-        self.task, self.grader, self.base, self.root = task, grader, base, root
-        self.count = 0
-
-    def diff(self, files: dict[str, str]) -> str:
-        self.count += 1
-        tree = self.root / f"attack-{self.count}"
-        shutil.copytree(self.base, tree, symlinks=True)
-        write_tree(tree, files)
-        return diff_trees(self.base, tree)
-
-    def grade(self, files: dict[str, str]) -> Verdict:
-        verdict = self.grader.grade(self.task, self.diff(files))
-        print("VERDICT", verdict.reward, verdict.status, verdict.reason[:300], verdict.flags)
-        return verdict
 
 
 def _world(root: Path, backend, hidden: str) -> World:
