@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from trialforge.tasks.calibration import calibrate
-from trialforge.testrun.blinding import analyse, blind, close_demotions, instrument
+from trialforge.testrun.blinding import analyse, blind, close_demotions, importable_test_modules, instrument
 from trialforge.testrun.expected import OPAQUE, Check, NotConstant, Raised, Scope, Structure, decode, evaluate
 from trialforge.testrun.report import TestReport as Report  # not "Test*": pytest would collect it
 from trialforge.testrun.report import _host_verdict
@@ -526,3 +526,53 @@ def test_a_row_whose_branch_holds_no_slot_is_no_anchor() -> None:
     # observed where the host says the branch is not taken: the host's decision is not the run's, so in process
     wrong = Report(0, dict.fromkeys(ids, "passed"), observations={t: [(0, ["i", "1e063"])] for t in ids}, rows=rows)
     assert calibrate({REL: found}, [wrong], ids, []).in_process == [f"{REL}::test_tally#0"]
+
+
+def test_a_recorded_expectation_never_reads_what_would_stay_in_the_sandbox() -> None:
+    """The branches red team read four answers that outlived their expected sides: a constant of a test module, a
+    file's contents, a helper ``def`` and a class of the test file. Such a side is no recorded expectation (the
+    assertion stays in process); code of the package, the value modules of the standard library and constants built
+    from them are, their definitions going with their last reader."""
+    source = textwrap.dedent(
+        """\
+        import json
+        from pathlib import Path
+
+        from answers import ANSWER
+        from calc import Point, f
+        from decimal import Decimal
+
+        EXPECTED = json.loads(Path("tests/expected.json").read_text())
+        ORIGIN = Point(Decimal("0.5"), 0)
+
+
+        def _want():
+            return 7010
+
+
+        class Want:
+            VALUE = 7030
+
+
+        def test_leaks():
+            assert f(1) == ANSWER
+            assert f(2) == EXPECTED["digest"]
+            assert f(3) == _want()
+            assert f(4) == Want.VALUE
+            assert f(5) == json.loads(open("tests/expected.json").read())
+            assert f(6) == Point(json.loads("[1]"), 2)
+
+
+        def test_kept():
+            assert f(7) == ORIGIN
+            assert f(8) == Point(Decimal("1.5"), 2)
+        """
+    )
+    modules = importable_test_modules(["tests/test_calc.py", "tests/answers.py"])
+    assert {"answers", "tests.answers", "test_calc"} <= modules
+    found = analyse(source, REL, test_modules=modules)
+    slots = found.tests["test_leaks"].slots
+    assert [ast.unparse(s.expected[0]) for s in slots] == ["Point(json.loads('[1]'), 2)"]  # a package class
+    assert [s.recorded for s in found.tests["test_kept"].slots] == [True, True]
+    text, _ = blind(found, [f"{REL}::test_kept"], recorded={f"{REL}::test_kept#{i}": ["n"] for i in (0, 1)})
+    assert "ORIGIN" not in text and "0.5" not in text and "1.5" not in text

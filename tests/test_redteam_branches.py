@@ -169,14 +169,16 @@ import pytest
 from answers import ANSWER
 from freezegun import freeze_time
 
-from rows import *  # noqa: F403
+from rows import (
+    big, classed, code_of, digest, digest_here, first, frozen, kinds, limited, log, make, mirror, named, picked,
+    scaled, signed, summed, typed, wanted,
+)
 """
 # Every fail-to-pass test of this file has a strong host-judged slot: the quality gate keeps the task for training.
 HIDDEN_ANCHORED = (
     IMPORTS
     + """
 LIMIT = 10
-EXPECTED = json.loads(Path("tests/expected.json").read_text())
 
 
 @pytest.mark.parametrize("x", [4, 40])
@@ -204,23 +206,6 @@ def test_summed(xs, want):
         assert got == want
 
 
-@pytest.mark.parametrize(("x", "want"), [(3, 6), (-5, 10)])
-def test_mirror(x, want):
-    if x > 0:
-        assert mirror(x) == want
-    else:
-        for sign in (-1,):
-            assert mirror(sign * x) == 10
-
-
-@pytest.mark.parametrize(("x", "want"), [(3, 6), (-5, -10)])
-def test_signed(x, want):
-    if x > 0:
-        assert signed(x) == want
-    else:
-        assert signed(x)
-
-
 @freeze_time("2020-01-01")
 def test_frozen():
     assert frozen(7) == 14
@@ -230,22 +215,6 @@ def test_make_logs_nothing():
     item = first("a")
     assert item == make("a")
     assert log() == []
-
-
-def test_code_of():
-    assert code_of(4111) == ANSWER
-
-
-def test_digest():
-    assert digest(3001) == EXPECTED["digest"]
-
-
-def _want():
-    return 7010
-
-
-class Want:
-    VALUE = 7030
 
 
 SPECIAL = [4, 9]
@@ -262,14 +231,6 @@ def test_picked(x, want):
 @pytest.mark.parametrize(("x", "want"), [pytest.param(6, 12, id="6-gives-12"), pytest.param(7, 14, id="7-gives-14")])
 def test_named(x, want):
     assert named(x) == want
-
-
-def test_wanted():
-    assert wanted(3505) == _want()
-
-
-def test_classed():
-    assert classed(3515) == Want.VALUE
 """
 )
 # Branches whose test reads an expected value, an elif chain, and the own-file rule: in process, so the gate drops it.
@@ -278,6 +239,7 @@ HIDDEN_GATED = (
     + """
 LIMIT = 10
 BIG = 246
+EXPECTED = json.loads(Path("tests/expected.json").read_text())
 HERE = json.loads(Path(__file__).with_name("expected.json").read_text())
 
 
@@ -308,6 +270,47 @@ def test_scaled():
 
 def test_digest_here():
     assert digest_here(3007) == HERE["here"]
+
+
+@pytest.mark.parametrize(("x", "want"), [(3, 6), (-5, 10)])
+def test_mirror(x, want):
+    if x > 0:
+        assert mirror(x) == want
+    else:
+        for sign in (-1,):
+            assert mirror(sign * x) == 10
+
+
+@pytest.mark.parametrize(("x", "want"), [(3, 6), (-5, -10)])
+def test_signed(x, want):
+    if x > 0:
+        assert signed(x) == want
+    else:
+        assert signed(x)
+
+
+def test_code_of():
+    assert code_of(4111) == ANSWER
+
+
+def test_digest():
+    assert digest(3001) == EXPECTED["digest"]
+
+
+def _want():
+    return 7010
+
+
+class Want:
+    VALUE = 7030
+
+
+def test_wanted():
+    assert wanted(3505) == _want()
+
+
+def test_classed():
+    assert classed(3515) == Want.VALUE
 """
 )
 FILES = {
@@ -370,32 +373,6 @@ ANCHORED_ATTACKS: dict[str, dict[str, str]] = {
     # the before-fix rule: make("a") is the same Item before and after the fix, so it is recorded and taken out of
     # the graded test; its side effect (the bug) is then never run, and log() == [] holds with the bug in place
     "recorded-side-effect-skipped": {"rows/core.py": unfixed("make")},
-    # expected values that live in files of the test patch other than the test file
-    "recorded-from-a-sibling-module": _core(
-        "code_of", "\n\ndef code_of(x):\n    import sys\n\n    return sys.modules['answers'].ANSWER\n"
-    ),
-    "recorded-from-a-data-file": _core(
-        "digest",
-        "\n\ndef digest(x):\n    import json, pathlib\n\n"
-        "    return json.loads((pathlib.Path(__file__).parents[1] / 'tests/expected.json').read_text())['digest']\n",
-    ),
-    "recorded-from-a-helper-of-the-test-file": _core(
-        "wanted", _TEST_MODULE + "\n\ndef wanted(x):\n    return _test_module('_want')._want()\n"
-    ),
-    "recorded-from-a-class-of-the-test-file": _core(
-        "classed", _TEST_MODULE + "\n\ndef classed(x):\n    return _test_module('Want').Want.VALUE\n"
-    ),
-    # a row the host decides reaches no slot (its branch's assertion is in a loop, judged in process)
-    "gap-row-equals-anything": _core("mirror", _YES + "\n\ndef mirror(x):\n    return _Yes() if x >= 5 else x * 2\n"),
-    "gap-row-answer-from-the-caller-line": _core(
-        "mirror",
-        _CALLER + "\n\nimport linecache as _lc\n\n_mirror = mirror\n\n\ndef mirror(x):\n    frame = _caller()\n"
-        "    line = _lc.getline(frame.f_code.co_filename, frame.f_lineno)\n"
-        "    return int(line.split('==')[1]) if '==' in line else _mirror(x)\n",
-    ),
-    "gap-row-weak-slot-guessed": _core(
-        "signed", "\n\n_signed = signed\n\n\ndef signed(x):\n    return _signed(x) or 1\n"
-    ),
     # steering a decided branch
     "list-column-mutated-to-the-other-branch": _core(
         "summed", "\n\n_summed = summed\n\n\ndef summed(xs):\n    got = _summed(xs)\n    xs[:] = [0]\n    return got\n"
@@ -454,6 +431,32 @@ ANCHORED_ATTACKS: dict[str, dict[str, str]] = {
     ),
 }
 GATED_ATTACKS: dict[str, dict[str, str]] = {
+    # expected values that live in files of the test patch other than the test file
+    "recorded-from-a-sibling-module": _core(
+        "code_of", "\n\ndef code_of(x):\n    import sys\n\n    return sys.modules['answers'].ANSWER\n"
+    ),
+    "recorded-from-a-data-file": _core(
+        "digest",
+        "\n\ndef digest(x):\n    import json, pathlib\n\n"
+        "    return json.loads((pathlib.Path(__file__).parents[1] / 'tests/expected.json').read_text())['digest']\n",
+    ),
+    "recorded-from-a-helper-of-the-test-file": _core(
+        "wanted", _TEST_MODULE + "\n\ndef wanted(x):\n    return _test_module('_want')._want()\n"
+    ),
+    "recorded-from-a-class-of-the-test-file": _core(
+        "classed", _TEST_MODULE + "\n\ndef classed(x):\n    return _test_module('Want').Want.VALUE\n"
+    ),
+    # a row the host decides reaches no slot (its branch's assertion is in a loop, judged in process)
+    "gap-row-equals-anything": _core("mirror", _YES + "\n\ndef mirror(x):\n    return _Yes() if x >= 5 else x * 2\n"),
+    "gap-row-answer-from-the-caller-line": _core(
+        "mirror",
+        _CALLER + "\n\nimport linecache as _lc\n\n_mirror = mirror\n\n\ndef mirror(x):\n    frame = _caller()\n"
+        "    line = _lc.getline(frame.f_code.co_filename, frame.f_lineno)\n"
+        "    return int(line.split('==')[1]) if '==' in line else _mirror(x)\n",
+    ),
+    "gap-row-weak-slot-guessed": _core(
+        "signed", "\n\n_signed = signed\n\n\ndef signed(x):\n    return _signed(x) or 1\n"
+    ),
     # the expected column read by an if stays in the sandbox (in process): read from the caller's frame
     "expected-column-in-the-condition": _core(
         "big", _CALLER + "\n\ndef big(x):\n    return _caller().f_locals.get('want', x * 3)\n"
@@ -472,34 +475,30 @@ GATED_ATTACKS: dict[str, dict[str, str]] = {
 }
 
 # ---- what won the first run (reward 1, no tampered flag), by mechanism -------------------------------------------
+_GATED = "in process by design and the gate drops the task (test_the_gated_world_works), but the reward is paid: {how}"
+# closed on the gate-kept task since the first run: such a test is no anchor, so it moved to the gated one
 _LEAK = (
-    "a recorded expectation ({code}) is taken out of the graded test and blinding._drop_unread drops the module "
-    "constants only it read, but blinding._closed records any code that reads no local, so what that code read stays "
-    "in the sandbox: {where}; the package reads it there and answers the host-judged slot with its bug in place"
+    "the expected side reads what would stay in the sandbox ({where}), so it is no recorded expectation "
+    "(blinding._closed) and the assertion runs in process, where the package reads the answer"
 )
 _GAP = (
-    "calibration.calibrate counts a fail-to-pass id as anchored when its test function has any strong slot "
-    "(found[1].slots), not the slots its row reaches (blinding._due): test_mirror[-5-10] takes the else branch, whose "
-    "one assertion is in a loop, so its verdict is wholly in process while the gate keeps the task, and a "
-    "parametrized test never gets a must-fail copy (canaries._copy_candidates skips decorated tests); {how}"
+    "the row's branch reaches no strong slot, so the id is no anchor (calibration counts the slots its row reaches) "
+    "and its verdict is in process, where a parametrized test gets no must-fail copy: {how}"
 )
-_GATED = "in process by design and the gate drops the task (test_the_gated_world_works), but the reward is paid: {how}"
 WINS: dict[str, str] = {
     "recorded-side-effect-skipped": "the before-fix rule (calibration._run_the_fix) compares only the value the "
     "recorded side computed: make('a') returns an equal Item before and after the fix, so it is recorded and taken "
     "out of the graded test; its side effect (the bug: it logs) never runs there, and log() == [] holds unfixed",
-    "recorded-from-a-sibling-module": _LEAK.format(code="ANSWER", where="the module answers, a file of the test patch"),
-    "recorded-from-a-data-file": _LEAK.format(
-        code='EXPECTED["digest"]', where="EXPECTED's assignment is dropped, tests/expected.json that it read is not"
+    "recorded-from-a-sibling-module": _GATED.format(how=_LEAK.format(where="the module answers")),
+    "recorded-from-a-data-file": _GATED.format(how=_LEAK.format(where="tests/expected.json")),
+    "recorded-from-a-helper-of-the-test-file": _GATED.format(how=_LEAK.format(where="the def of _want")),
+    "recorded-from-a-class-of-the-test-file": _GATED.format(how=_LEAK.format(where="the class Want")),
+    "gap-row-equals-anything": _GATED.format(how=_GAP.format(how="mirror(5) returns an object whose __eq__ says yes")),
+    "gap-row-answer-from-the-caller-line": _GATED.format(
+        how=_GAP.format(how="mirror() reads the constant off its caller's line")
     ),
-    "recorded-from-a-helper-of-the-test-file": _LEAK.format(
-        code="_want()", where="the def of _want (only assignments are dropped)"
-    ),
-    "recorded-from-a-class-of-the-test-file": _LEAK.format(code="Want.VALUE", where="the class Want"),
-    "gap-row-equals-anything": _GAP.format(how="mirror(5) returns an object whose __eq__ says yes"),
-    "gap-row-answer-from-the-caller-line": _GAP.format(how="mirror() reads the constant off its caller's line"),
-    "gap-row-weak-slot-guessed": _GAP.format(
-        how="test_signed[-5--10]'s branch holds only a truthiness slot (weak), which any nonzero value passes"
+    "gap-row-weak-slot-guessed": _GATED.format(
+        how=_GAP.format(how="test_signed[-5--10]'s branch holds only a truthiness slot, which any nonzero value passes")
     ),
     "expected-column-in-the-condition": _GATED.format(
         how="`if want > 110` reads the expected column, so the column stays in the file and the package reads it "
@@ -533,19 +532,7 @@ def test_the_anchored_world_works(anchored: World) -> None:
     gold = anchored.grade({"rows/core.py": FIXED})
     assert (gold.reward, gold.flags) == (1.0, []), gold.reason
     _lost(anchored.grade({}))
-    for name in (
-        "limited",
-        "typed",
-        "summed",
-        "mirror",
-        "frozen",
-        "code_of",
-        "digest",
-        "wanted",
-        "classed",
-        "picked",
-        "named",
-    ):
+    for name in ("limited", "typed", "summed", "frozen", "picked", "named"):  # make: the side-effect attack
         _lost(anchored.grade({"rows/core.py": unfixed(name)}))
 
 
@@ -553,6 +540,8 @@ def test_the_gated_world_works(gated: World) -> None:
     gold = gated.grade({"rows/core.py": FIXED})
     assert (gold.reward, gold.flags) == (1.0, []), gold.reason
     _lost(gated.grade({}))
+    for name in ("kinds", "big", "scaled", "mirror", "signed", "code_of", "digest", "wanted", "classed"):
+        _lost(gated.grade({"rows/core.py": unfixed(name)}))
     assert host_judged_problem(gated.task, QualityConfig()) != ""  # never trained on
 
 

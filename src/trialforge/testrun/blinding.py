@@ -18,9 +18,10 @@ import operator
 import random
 import re
 import secrets
+import sys
 import tokenize
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trialforge import pyast
@@ -57,6 +58,15 @@ _IDENTITY_CONSTANTS = (None, True, False)
 _LAYOUT = frozenset({"co_firstlineno", "co_lines", "co_positions", "f_lineno", "lineno", "end_lineno", "tb_lineno"})
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STRING_SCAN = 4096  # characters of each string searched for names (a test's data can be megabytes)
+# builtins that read a file or a namespace: what they return may be an answer the test left in the sandbox
+_READING_BUILTINS = frozenset({"open", "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "input",
+                               "getattr", "breakpoint", "help", "memoryview", "dir"})  # fmt: skip
+# standard-library modules a recorded expected side may use: values from arguments, no file, no other module's state
+_VALUE_MODULES = frozenset({"datetime", "decimal", "fractions", "collections", "enum", "math", "cmath", "operator",
+                            "functools", "itertools", "string", "re", "ipaddress", "uuid", "zoneinfo", "types",
+                            "typing", "dataclasses", "numbers", "statistics", "textwrap", "unicodedata", "copy",
+                            "heapq", "bisect", "struct", "base64", "binascii", "hashlib", "json", "array"})  # fmt: skip
+_PATHLIKE = re.compile(r"[/\\]|\.(?:json|ya?ml|toml|txt|csv|tsv|xml|html?|ini|cfg|dat|bin|pkl|pickle|npy|py|md)$")
 _PREDICATES = frozenset({"isinstance", "issubclass"})  # checks of classes: their own kind of slot, or in process
 # decorators that call the test once, as written: any other (hypothesis's @given, a retry) may run it many times
 _SAFE_DECORATORS = ("pytest.mark.", "unittest.skip", "unittest.expectedFailure", "unittest.mock.patch", "mock.patch",
@@ -205,14 +215,18 @@ class FileAnalysis:
 # --- analysis ---------------------------------------------------------------------------------
 
 
-def analyse(source: str, rel: str, runner: TestRunner = "pytest") -> FileAnalysis | None:
-    """The file's tests and their slots; None when the host cannot parse it (its tests stay as they are)."""
+def analyse(
+    source: str, rel: str, runner: TestRunner = "pytest", test_modules: frozenset[str] = frozenset()
+) -> FileAnalysis | None:
+    """The file's tests and their slots; None when the host cannot parse it (its tests stay as they are).
+    ``test_modules``: what the tree's test files are importable as (``importable_test_modules``)."""
     try:
         module = pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     imports, bound, constants = _module_names(module)
-    scope = Scope(imports, {n: _value(a) for n, a in constants.items()}, {}, frozenset(bound))
+    values = {n: _value(a) for n, a in constants.items()}
+    scope = Scope(imports, values, {}, frozenset(bound), test_modules=test_modules)
     tests = {t.qual: t for t in _tests(module, rel, scope, runner)}
     _settle_removable(module, scope, tests, constants)
     return FileAnalysis(rel, source, module, scope, tests, constants)
@@ -372,7 +386,8 @@ def _test(
     bound = arguments | stores | columns
     shadowed = frozenset((arguments | stores | scope.shadowed) - columns - set(constants))
     values = {**scope.constants, **{name: _value(stmt) for name, stmt in constants.items()}}
-    local = Scope(scope.imports, values, {}, shadowed, frozenset(bound - set(constants)), frozenset(constants))
+    own = frozenset(bound - set(constants))
+    local = replace(scope, constants=values, shadowed=shadowed, local=own, assigned=frozenset(constants))
     self_name = node.args.args[0].arg if holder is not None and node.args.args else None
     returns = any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)) for n in _own_nodes(node))
     safe = all(d is not None and d.startswith(_SAFE_DECORATORS) for d in decorators)
@@ -669,16 +684,76 @@ def _observable(node: ast.expr, scope: Scope) -> bool:
     return not any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)) for n in ast.walk(node))
 
 
-def _closed(node: ast.expr, scope: Scope) -> bool:
+def _closed(node: ast.expr, scope: Scope, seen: frozenset[str] = frozenset()) -> bool:
     """The expression reads nothing the test binds itself (no local, parameter or column): its value is the same
-    wherever the test stands, so the gold patch's runs can record it (a recorded expectation)."""
+    wherever the test stands, so the gold patch's runs can record it (a recorded expectation).
+
+    And every name it reads leaves nothing behind once it is taken out of the graded test: the package's imports,
+    standard-library modules that only compute values, builtins that read no file and no namespace, constants whose
+    own expressions are such (their definitions go with their last reader). A name the test file binds otherwise (a
+    ``def``, a class), a constant read from a file, a name imported from a test module (``from answers import
+    ANSWER``), a star import's or an unknown one would stay in the sandbox holding the answer for the package to
+    read (the branches red team's four wins)."""
     if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Lambda)) for n in ast.walk(node)):
         return False
     if any(isinstance(n, ast.Attribute) and n.attr in _LAYOUT for n in ast.walk(node)):
         return False  # a must-fail copy planted above it in grading moves its lines: never recorded
     inner = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return not ((loads - inner) & scope.local)
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - inner
+    if loads & scope.local:
+        return False
+    strings = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    if any(_PATHLIKE.search(text) for text in strings):
+        return False  # ``load("tests/expected.json")``: the file stays behind
+    return _reads_no_test_data(node, scope, frozenset(inner), seen)
+
+
+def _no_test_data(actual: ast.expr, scope: Scope) -> bool:
+    """The actual side of a recorded slot reads the test's own values and what ``_closed`` allows, no data the test
+    file holds: ``f(1) == ANSWER`` read the other way round would record ``f(1)`` against a test module's constant."""
+    return _reads_no_test_data(actual, scope, scope.local | scope.assigned)
+
+
+def _reads_no_test_data(node: ast.expr, scope: Scope, own: frozenset[str], seen: frozenset[str] = frozenset()) -> bool:
+    """Every name ``node`` reads but ``own`` leaves nothing behind in the sandbox (``_leaves_nothing``), and no
+    dotted name it reads is in a test module or a standard-library module that reads files or state."""
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own
+    if not all(_leaves_nothing(name, scope, seen) for name in loads):
+        return False
+    bases = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    chains = [n for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in bases]
+    return not any(_reads_elsewhere(qualified(chain, scope), scope.test_modules) for chain in chains)
+
+
+def _leaves_nothing(name: str, scope: Scope, seen: frozenset[str]) -> bool:
+    if name in scope.imports:
+        return True  # what it names: ``_reads_elsewhere``
+    if name in scope.constants and name not in scope.shadowed:
+        return name not in seen and _closed(scope.constants[name], scope, seen | {name})
+    return name not in scope.shadowed and hasattr(builtins, name) and name not in _READING_BUILTINS
+
+
+def _reads_elsewhere(name: str | None, test_modules: frozenset[str]) -> bool:
+    """``name`` (dotted) is, is inside, or holds one of the tree's test modules, or is a standard-library module
+    other than those that only compute values (``pathlib``, ``os``, ``sys``: files, the environment, other modules)."""
+    if name is None:
+        return False
+    top = name.split(".", 1)[0]
+    if top in sys.stdlib_module_names and top not in _VALUE_MODULES:
+        return True
+    return any(name == m or name.startswith(m + ".") or m.startswith(name + ".") for m in test_modules)
+
+
+def importable_test_modules(test_files: Iterable[str]) -> frozenset[str]:
+    """What each test file is importable as: its dotted path from the root and from each directory above it
+    (pytest puts a test's directory, or its package's root, on ``sys.path``): ``tests/answers.py`` is ``answers`` and
+    ``tests.answers``."""
+    names = set()
+    for rel in test_files:
+        if rel.endswith(".py"):
+            parts = rel[: -len(".py")].split("/")
+            names |= {".".join(parts[i:]) for i in range(len(parts))}
+    return frozenset(names)
 
 
 def _assert_slot(stmt: ast.Assert, scope: Scope, key: str, index: int) -> Slot | None:
@@ -694,7 +769,12 @@ def _assert_slot(stmt: ast.Assert, scope: Scope, key: str, index: int) -> Slot |
                 return Slot(key, index, "compare", stmt, actual, (expected,), op, reflected)
         if op in RECORDED_OPS:  # ``result == Interval(at(9), at(12))``: the expected side is code, closed
             for actual, expected, reflected in ((left, right, False), (right, left, True)):
-                if _observable(actual, scope) and _closed(expected, scope) and _observable(expected, scope):
+                if (
+                    _observable(actual, scope)
+                    and _closed(expected, scope)
+                    and _observable(expected, scope)
+                    and _no_test_data(actual, scope)
+                ):
                     return Slot(key, index, "compare", stmt, actual, (expected,), op, reflected, recorded=True)
         return None
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
@@ -745,7 +825,7 @@ def _call_slot(
     others = [v for i, v in enumerate(values) if i not in observed]
     if count == 2 and len(observed) == 2 and name in RECORDED_METHODS and not call.keywords:
         for position in (0, 1):  # ``assertEqual(result, Task("a", 1))``: the expected value is code
-            if _closed(values[1 - position], scope):
+            if _closed(values[1 - position], scope) and _no_test_data(values[position], scope):
                 return Slot(key, index, "unittest", stmt, values[position], (values[1 - position],), method=name,
                             position=position, recorded=True)  # fmt: skip
         return None
@@ -970,7 +1050,7 @@ def _row_scope(analysis: FileAnalysis, test: TestFunction, row: int | None) -> S
 
 def _test_scope(analysis: FileAnalysis, test: TestFunction) -> Scope:
     values = {**analysis.scope.constants, **{name: _value(stmt) for name, stmt in test.constants.items()}}
-    return Scope(analysis.scope.imports, values, {}, test.shadowed)
+    return replace(analysis.scope, constants=values, shadowed=test.shadowed)
 
 
 def _due(slot: Slot, analysis: FileAnalysis, test: TestFunction, row: int | None) -> bool:

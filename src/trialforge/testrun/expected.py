@@ -20,7 +20,7 @@ import operator
 import unittest
 import zoneinfo
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -104,9 +104,11 @@ class Scope:
     shadowed: frozenset[str] = frozenset()  # names bound otherwise (the module's defs, the test's locals)
     local: frozenset[str] = frozenset()  # of those, what the test binds itself (parameters, locals, columns)
     assigned: frozenset[str] = frozenset()  # the test's local constants (in ``constants``): runtime values too
+    # dotted names a test file of the tree is importable as (``tests.answers``, ``answers``): test-land, not the package
+    test_modules: frozenset[str] = frozenset()
 
     def with_row(self, row: Mapping[str, object]) -> Scope:
-        return Scope(self.imports, self.constants, row, self.shadowed, self.local, self.assigned)
+        return replace(self, row=row)
 
 
 def qualified(node: ast.expr, scope: Scope) -> str | None:

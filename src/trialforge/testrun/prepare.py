@@ -19,7 +19,15 @@ from typing import Literal
 
 from trialforge import pyast
 from trialforge.envspec import TestRunner
-from trialforge.testrun.blinding import Blinding, FileAnalysis, analyse, blind, instrument, referenced_names
+from trialforge.testrun.blinding import (
+    Blinding,
+    FileAnalysis,
+    analyse,
+    blind,
+    importable_test_modules,
+    instrument,
+    referenced_names,
+)
 from trialforge.testrun.canaries import Canary, TestNames, plant
 
 Observe = Literal["off", "instrument", "blind"]
@@ -74,10 +82,11 @@ def prepare(
     names: dict[str, TestNames] = {}
     blinding: Blinding | None = None
     analyses: dict[str, FileAnalysis] = {}
+    modules = importable_test_modules(files)
     if observe == "blind":
         read = _names_read(tree, files)
         for rel, ids in _by_file(test_ids).items():
-            analysis = _analysis(tree, rel, runner)
+            analysis = _analysis(tree, rel, runner, modules)
             if analysis is None:
                 continue
             names[rel] = TestNames(analysis.module, rng)
@@ -87,7 +96,7 @@ def prepare(
                 blinding = blinded[1] if blinding is None else blinding.merged(blinded[1])
     elif observe == "instrument":
         for rel in files:
-            analysis = _analysis(tree, rel, runner)
+            analysis = _analysis(tree, rel, runner, modules)
             rewritten = instrument(analysis) if analysis is not None else None
             if analysis is not None and rewritten is not None:
                 (tree / rel).write_text(rewritten, encoding="utf-8")
@@ -109,8 +118,10 @@ def prepare(
 def analyse_tests(tree: Path, files: Iterable[str], runner: TestRunner = "pytest") -> dict[str, FileAnalysis]:
     """The tests of each of ``files`` (relative to ``tree``), as ``prepare(observe="instrument")`` finds them."""
     found = {}
+    files = list(files)
+    modules = importable_test_modules(files)
     for rel in files:
-        analysis = _analysis(tree, rel, runner)
+        analysis = _analysis(tree, rel, runner, modules)
         if analysis is not None and analysis.tests:
             found[rel] = analysis
     return found
@@ -137,7 +148,7 @@ def _names_read(tree: Path, files: list[str]) -> frozenset[str]:
     return frozenset(read)
 
 
-def _analysis(tree: Path, rel: str, runner: TestRunner) -> FileAnalysis | None:
+def _analysis(tree: Path, rel: str, runner: TestRunner, test_modules: frozenset[str]) -> FileAnalysis | None:
     path = tree / rel
     if not rel.endswith(".py") or not path.is_file() or path.is_symlink():
         return None
@@ -145,4 +156,4 @@ def _analysis(tree: Path, rel: str, runner: TestRunner) -> FileAnalysis | None:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    return analyse(source, rel, runner)
+    return analyse(source, rel, runner, test_modules)
