@@ -72,7 +72,7 @@ def test_build_requirements_and_the_declared_cython_are_what_an_extension_gets(t
     assert spec.build is not None and spec.build.extensions == ("fastpyx._fast",)
     # markers judged for the image's Python: the Python 2 helper is left out
     assert spec.build_requirements == ("setuptools>=77", "cython>=3; python_version >= '3.8'")
-    assert any("[build-system] requires: setuptools>=77" in line for line in spec.detected_from)
+    assert any("pyproject.toml (build-system requires: setuptools>=77" in line for line in spec.detected_from)
     assert any(f"fastpyx._fast built from Cython sources: {GENERATED}" in line for line in spec.detected_from)
     assert "build_requirements" in spec.image_fields() and not spec.is_base()
 

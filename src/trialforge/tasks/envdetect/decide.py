@@ -114,13 +114,13 @@ def _build(repo: Path, found: Findings) -> tuple[Build | None, tuple[str, ...], 
         return None, (), tuple(notes)
     needs = list(found.build_requires)
     if found.build_requires:
-        notes.append(f"pyproject.toml ([build-system] requires: {', '.join(found.build_requires)})")
+        notes.append(f"pyproject.toml (build-system requires: {', '.join(found.build_requires)})")
     uses_cython = any(_from_pyx(repo, s) for srcs in kept.values() for s in srcs)
     if uses_cython and found.cython is not None and not any(_names(text, "cython") for text in needs):
         text, where = found.cython
         if not needs:  # the build then runs on its requirements alone (extbuild): PEP 518's default backend with it
             needs.append(DEFAULT_BUILD_REQUIRES)
-            notes.append(f"setup.py (no [build-system] requires: {DEFAULT_BUILD_REQUIRES}, pip's default)")
+            notes.append(f"setup.py (no build-system requires: {DEFAULT_BUILD_REQUIRES}, pip's default)")
         needs.append(text)
         notes.append(f"{where} (Cython to build .pyx sources: {text})")
     sources = dict.fromkeys(source for srcs in kept.values() for source in srcs)
