@@ -102,16 +102,17 @@ def test_a_cython_extension_without_a_declared_cython_and_a_tree_without_one_get
 
 
 @pytest.fixture(scope="module")
+def snapshots(tmp_path_factory) -> SnapshotStore:
+    """One store for the module: the task and its image are made once."""
+    root = tmp_path_factory.mktemp("snapshots")
+    return SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
+
+
+@pytest.fixture(scope="module")
 def index(tmp_path_factory) -> Iterator[str]:
     """The real setuptools and Cython releases `make test` fetched, on 127.0.0.1."""
     with serving_test_wheels(tmp_path_factory.mktemp("index")) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def snapshots(tmp_path_factory) -> SnapshotStore:
-    root = tmp_path_factory.mktemp("snapshots")
-    return SnapshotStore(open_store(f"file://{root / 'store'}"), root / "cache")
 
 
 @pytest.fixture(scope="module")
