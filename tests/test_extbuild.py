@@ -9,18 +9,16 @@ carrying a compiled object gets it put back; in a rollout's workspace an edit to
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from support.fastcalc import C_BUGGY, C_FIXED, INIT, SETUP, SPEEDUPS
-from support.fixtasks import fix_task
+from support.fixtasks import edited_diff, fix_task, rollout_outputs, validated_and_graded
 from support.redteam_repo import write_tree
 
 from trialforge.envspec import BUILD_PACKAGES, Build
-from trialforge.rollout.env import Action, CodingEnv, EnvLimits
 from trialforge.rollout.starts import Setup, start_tree
-from trialforge.sandbox.base import Limits, SandboxSpec
+from trialforge.sandbox.base import Limits
 from trialforge.sandbox.images import BASE_NAME
 from trialforge.sandbox.pool import SandboxPool
 from trialforge.store.objstore import open_store
@@ -64,14 +62,6 @@ def _fix_task(tmp_path: Path, snapshots: SnapshotStore, buggy: str, fixed_c: str
     return provided
 
 
-def _edit(task: Task, snapshots: SnapshotStore, dest: Path, files: dict[str, str]) -> str:
-    """A policy's diff: ``files`` written over a copy of the base tree."""
-    src = snapshots.materialize(task.snapshot)
-    shutil.copytree(src, dest, symlinks=True)
-    write_tree(dest, files)
-    return diff_trees(src, dest)
-
-
 def _new_file(path: str, line: str) -> str:
     """A diff that adds ``path`` holding ``line`` (written by hand: ``diff_trees`` never carries a compiled object)."""
     return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+{line}\n"
@@ -92,15 +82,10 @@ def test_the_extension_is_detected_in_a_sandbox_with_its_toolchain(task):
 @pytest.mark.parametrize("backend_name", ["bwrap", "docker"])
 def test_a_fix_in_c_code_validates_and_grades_by_the_compiled_code(task, snapshots, tmp_path, backend_name, request):
     backend = request.getfixturevalue(f"{backend_name}_backend")
-    image = task_image(task, backend, BASE_NAME).name
-    checked = validate_task(task, backend, image, snapshots, Limits(), ValidateConfig(runs=1))
-    assert checked.validation.valid, checked.validation.reason
+    typo = edited_diff(task, snapshots, tmp_path / "e", {SPEEDUPS: C_FIXED.replace("return", "retrun")})
+    checked, (gold, empty, broken) = validated_and_graded(task, backend, snapshots, typo)
     assert checked.fail_to_pass == ["tests/test_twice.py::test_twice"]
-    grader = Grader(backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=60)
-    assert grader.grade(checked, checked.gold_patch).reward == 1.0
-    assert grader.grade(checked, "").reward == 0.0
-    typo = {SPEEDUPS: C_FIXED.replace("return", "retrun")}
-    broken = grader.grade(checked, _edit(task, snapshots, tmp_path / "e", typo))
+    assert (gold.reward, empty.reward) == (1.0, 0.0)
     assert (broken.reward, broken.reason.split(":")[0]) == (0.0, "build_failed"), broken.reason
     assert "build_failed" in broken.flags and "retrun" in broken.reason
 
@@ -112,7 +97,7 @@ def test_fixing_only_the_fallback_or_carrying_a_compiled_object_scores_0(task, s
     checked = validate_task(task, bwrap_backend, image, snapshots, Limits(), ValidateConfig(runs=1))
     grader = Grader(bwrap_backend, BASE_NAME, "", snapshots, Limits(), test_timeout_s=60)
     native = {"src/fastcalc/_native.py": "def twice(x):\n    return x + x\n"}
-    fallback = grader.grade(checked, _edit(task, snapshots, tmp_path / "e", native))
+    fallback = grader.grade(checked, edited_diff(task, snapshots, tmp_path / "e", native))
     assert fallback.reward == 0.0, fallback.reason
     # a compiled module the diff carries is put back as pristine has it (none): the build makes the one tests import
     planted = "src/fastcalc/_speedups.cpython-311-x86_64-linux-gnu.so"
@@ -122,7 +107,7 @@ def test_fixing_only_the_fallback_or_carrying_a_compiled_object_scores_0(task, s
     # a setup.py that writes beside the modules as it builds (here: a package that would pass): the build works on a
     # copy, and nothing but the declared modules comes back to the tree the tests run on
     forge = "open('src/fastcalc/__init__.py', 'w').write('def twice(x):\\n    return 2 * x\\n')\n"
-    forged = grader.grade(checked, _edit(task, snapshots, tmp_path / "f", {"setup.py": forge + SETUP}))
+    forged = grader.grade(checked, edited_diff(task, snapshots, tmp_path / "f", {"setup.py": forge + SETUP}))
     assert forged.reward == 0.0 and "build_failed" not in forged.flags, forged.reason
 
 
@@ -143,19 +128,12 @@ def test_a_base_tree_that_does_not_build_is_an_environment_rejection(task, snaps
 @pytest.mark.sandbox
 @pytest.mark.slow
 def test_an_edit_to_the_c_file_takes_effect_in_the_rollout_workspace(task, snapshots, bwrap_backend):
-    assert task.env is not None
     image = task_image(task, bwrap_backend, BASE_NAME).name
-    spec = SandboxSpec(image=image, workspace=snapshots.materialize(task.snapshot), limits=Limits())
-    with bwrap_backend.create(spec) as sandbox:
-        env = CodingEnv(sandbox, "twice(21) returns 63", EnvLimits(), Limits(), task.env.build)
-        command = "PYTHONPATH=src python3 -c 'import fastcalc; print(fastcalc.twice(21))'"
-        probe = Action(tool="run", args={"command": command})
-        assert env.step(probe).observation.splitlines()[-1] == "63"
-        env.step(Action(tool="replace", args={"path": SPEEDUPS, "old": "3 * x", "new": "2 * x"}))
-        assert env.step(probe).observation.splitlines()[-1] == "42"
-        env.step(Action(tool="replace", args={"path": SPEEDUPS, "old": "return PyLong", "new": "retrun PyLong"}))
-        failed = env.step(probe).observation
-        assert failed.startswith("[the extension modules did not build: ") and failed.splitlines()[-1] == "42"
+    command = "PYTHONPATH=src python3 -c 'import fastcalc; print(fastcalc.twice(21))'"
+    edits = [(SPEEDUPS, "3 * x", "2 * x"), (SPEEDUPS, "return PyLong", "retrun PyLong")]
+    before, fixed, failed = rollout_outputs(bwrap_backend, image, task, snapshots, command, edits)
+    assert (before.splitlines()[-1], fixed.splitlines()[-1]) == ("63", "42")
+    assert failed.startswith("[the extension modules did not build: ") and failed.splitlines()[-1] == "42"
 
 
 # markupsafe's eb9c1d434ba7: the unfixed C code crashes the interpreter on the new test (a NULL dereference)

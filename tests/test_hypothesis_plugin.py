@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.hypothesis_task import hypothesis_task
-from support.wheel_index import TEST_WHEELS, copy_test_wheels, serving
+from support.wheel_index import serving_test_wheels
 
 from trialforge.tasks.patches import diff_trees
 
@@ -50,11 +50,7 @@ SWAPPING = BUGGY + (
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory) -> Iterator[str]:
-    if not (TEST_WHEELS / ".fetched").is_file():
-        pytest.fail(f"{TEST_WHEELS} is missing: `make test` fetches tests/fixtures/old-test-tools.txt there")
-    wheels = tmp_path_factory.mktemp("wheels")
-    copy_test_wheels(wheels)
-    with serving(wheels) as url:
+    with serving_test_wheels(tmp_path_factory.mktemp("wheels")) as url:
         yield url
 
 

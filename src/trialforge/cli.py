@@ -167,6 +167,7 @@ def _image_line(built: BuiltImage) -> dict[str, object]:
         "python": built.spec.python,
         "requirements": list(built.spec.requirements),
         "lock": built.lock.split(),
+        "build_lock": built.build_lock.split(),
     }
 
 

@@ -28,12 +28,16 @@ TestRunner = Literal["pytest", "unittest"]
 # What compiling a repository's own C extensions needs in its image (Debian names; python3-dev brings the headers
 # of the image's own python3): only specs with a ``build`` get them.
 BUILD_PACKAGES = ("gcc", "libc6-dev", "python3-dev")
+# Where an image holds a spec's build requirements: apart from what the tests import, and all the build sees (as in
+# pip's isolated build environment: the base image's Debian packaging 23 would shadow what setuptools 77+ vendors).
+BUILD_ENV = "/opt/trialforge/build-env"
 
 
 class Build(BaseModel):
     """The repository's own extension modules, built in place in a sandbox before its tests run, every time its tree
     changes (``tasks.extbuild``): setuptools' ``build_ext --inplace``, as the repository's ``setup.py`` (or its
-    setuptools configuration) declares them. What setuptools said when asked in a sandbox (``tasks.setupeval``)."""
+    setuptools configuration) declares them, a Cython source compiled to C first. What setuptools said when asked in
+    a sandbox (``tasks.setupeval``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -52,6 +56,9 @@ class EnvSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  # environment of every test run (e.g. PYTHONPATH)
     test_cmd: tuple[str, ...] = PYTEST_CMD  # how the suite is run: pytest or unittest, with their options
     build: Build | None = None  # the repository's own extensions, built in each sandbox's tree before its tests
+    # what building them needs (pyproject's [build-system] requires, the Cython a .pyx source needs): installed at
+    # image build time into BUILD_ENV, the newest release each allows, as pip's isolated build installs them
+    build_requirements: tuple[str, ...] = ()
     detected_from: tuple[str, ...] = ()  # the files (or override) each value came from: provenance only
 
     @model_serializer(mode="wrap")
@@ -60,6 +67,8 @@ class EnvSpec(BaseModel):
         data = handler(self)
         if self.build is None:
             data.pop("build", None)
+        if not self.build_requirements:
+            data.pop("build_requirements", None)
         return data
 
     @field_validator("python")
@@ -80,13 +89,16 @@ class EnvSpec(BaseModel):
         return runner_of(self.test_cmd)
 
     def image_fields(self) -> dict[str, object]:
-        return {
+        fields: dict[str, object] = {
             "python": self.python,
             "system_packages": sorted(self.system_packages),
             "requirements": sorted(self.requirements),
             "pip_args": list(self.pip_args),
             "install": list(self.install),
         }
+        if self.build_requirements:  # only then: images built before there were any keep their keys
+            fields["build_requirements"] = list(self.build_requirements)
+        return fields
 
     def digest(self) -> str:
         """sha256 over what goes into the image: two specs with the same one share an image."""
@@ -94,7 +106,8 @@ class EnvSpec(BaseModel):
 
     def is_base(self) -> bool:
         """Nothing beyond the base image: the bundled repositories' case, no build needed."""
-        return self.python == DEFAULT_PYTHON and not (self.system_packages or self.requirements or self.install)
+        extra = self.system_packages or self.requirements or self.build_requirements or self.install
+        return self.python == DEFAULT_PYTHON and not extra
 
     @field_validator("test_cmd")
     @classmethod

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
+import pytest
+
 TEST_WHEELS = Path(__file__).resolve().parents[2] / ".cache" / "test-wheels"  # Makefile: TEST_WHEELS
 
 
@@ -37,3 +39,14 @@ def serving(wheels: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serving_test_wheels(root: Path) -> Iterator[str]:
+    """The real releases `make test` fetched, copied into ``root`` and served on 127.0.0.1: the index's URL (the
+    test fails, saying how to fetch them, where they are missing)."""
+    if not (TEST_WHEELS / ".fetched").is_file():
+        pytest.fail(f"{TEST_WHEELS} is missing: `make test` fetches tests/fixtures/old-test-tools.txt there")
+    copy_test_wheels(root)
+    with serving(root) as url:
+        yield url

@@ -2,8 +2,8 @@
 
 Built once per spec digest and base image into ``CACHE/envs/KEY`` (the base image's layout), named
 ``localhost/trialforge-env:KEY``, in a bubblewrap chroot as root with the network (a spec is operator input, like a
-Dockerfile), then sealed; what pip resolved is frozen into ``lock.txt``. Rollouts and grading never install
-anything. docs/environments.md, "Images".
+Dockerfile), then sealed; what pip resolved is frozen into ``lock.txt`` (the build requirements, installed apart in
+``BUILD_ENV``, into ``build-lock.txt``). Rollouts and grading never install anything. docs/environments.md, "Images".
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trialforge.envspec import EnvSpec
+from trialforge.envspec import BUILD_ENV, EnvSpec
 from trialforge.errors import SandboxError
 from trialforge.funnel import Funnel
 from trialforge.sandbox.base import Backend
@@ -47,7 +47,8 @@ from trialforge.tasks.snapshots import SnapshotStore
 log = logging.getLogger(__name__)
 
 KEY_CHARS = 16
-LOCK_PATH = "usr/share/trialforge/requirements.lock"
+LOCK_DIR = "usr/share/trialforge"
+_IN_IMAGE = {"lock.txt": "requirements.lock", "build-lock.txt": "build-requirements.lock"}  # their names in LOCK_DIR
 HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 # Only these reach the build from the caller's environment: a proxy may be how the index is reached.
 _PASSED_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
@@ -71,6 +72,7 @@ class BuiltImage:
     built: bool  # False: taken from the cache
     seconds: float
     lock: str  # pip freeze of the image: the resolved pins
+    build_lock: str = ""  # pip freeze of its build requirements (BUILD_ENV), where the spec has any
 
 
 def env_key(spec: EnvSpec) -> str:
@@ -95,8 +97,8 @@ def env_image(spec: EnvSpec, cache_dir: Path | None = None, *, timeout_s: float 
             if not (home / "digest").exists():
                 _build(spec, base_image(cache_dir, suite=spec.suite), home, timeout_s)
                 built = True
-    lock = (home / "lock.txt").read_text() if (home / "lock.txt").exists() else ""
-    return BuiltImage(cached_image(image_name(spec), home), spec, built, round(time.monotonic() - start, 3), lock)
+    locks = ((home / n).read_text() if (home / n).exists() else "" for n in ("lock.txt", "build-lock.txt"))
+    return BuiltImage(cached_image(image_name(spec), home), spec, built, round(time.monotonic() - start, 3), *locks)
 
 
 def _build(spec: EnvSpec, base: Image, home: Path, timeout_s: float) -> None:
@@ -106,31 +108,39 @@ def _build(spec: EnvSpec, base: Image, home: Path, timeout_s: float) -> None:
         rootfs = Path(tmp) / "rootfs"
         subprocess.run(["cp", "-a", "--reflink=auto", str(base.rootfs), str(rootfs)], check=True)
         deadline = time.monotonic() + timeout_s
-        for argv in _steps(spec):
-            _run(rootfs, argv, deadline, spec)
-        lock = _run(rootfs, ["python3", "-m", "pip", "freeze", "--all"], deadline, spec)
-        (rootfs / LOCK_PATH).parent.mkdir(parents=True, exist_ok=True)
-        (rootfs / LOCK_PATH).write_text(lock)
+        for argv, what in _steps(spec):
+            _run(rootfs, argv, deadline, spec, what)
+        locks = {"lock.txt": _run(rootfs, ["python3", "-m", "pip", "freeze", "--all"], deadline, spec)}
+        if spec.build_requirements:
+            freeze = ["python3", "-m", "pip", "freeze", "--all", "--path", BUILD_ENV]
+            locks["build-lock.txt"] = _run(rootfs, freeze, deadline, spec)
+        (rootfs / LOCK_DIR).mkdir(parents=True, exist_ok=True)
         home.mkdir(parents=True, exist_ok=True)
         (home / "spec.json").write_text(json.dumps(spec.model_dump(mode="json"), indent=2, sort_keys=True))
-        (home / "lock.txt").write_text(lock)
+        for name, lock in locks.items():
+            (rootfs / LOCK_DIR / _IN_IMAGE[name]).write_text(lock)
+            (home / name).write_text(lock)
         seal(rootfs, home)
 
 
-def _steps(spec: EnvSpec) -> list[list[str]]:
-    """What the build runs, in order, as argument lists (the spec's install commands are shell by nature)."""
-    steps = []
+def _steps(spec: EnvSpec) -> list[tuple[list[str], str]]:
+    """What the build runs, in order, as argument lists (the spec's install commands are shell by nature), each with
+    what it is for where a failure needs saying so."""
+    steps: list[tuple[list[str], str]] = []
     if spec.system_packages:
-        steps.append(["apt-get", "update", "-q"])
-        steps.append(["apt-get", "install", "-y", "-q", "--no-install-recommends", *spec.system_packages])
-        steps.append(["apt-get", "clean"])  # the downloaded packages: 75 MB of a compiler's image
+        steps.append((["apt-get", "update", "-q"], ""))
+        steps.append((["apt-get", "install", "-y", "-q", "--no-install-recommends", *spec.system_packages], ""))
+        steps.append((["apt-get", "clean"], ""))  # the downloaded packages: 75 MB of a compiler's image
+    if spec.build_requirements:  # apart, as pip's isolated build has them: not the base image's setuptools
+        pip = ["python3", "-m", "pip", "install", "-q", "--target", BUILD_ENV, *spec.pip_args, *spec.build_requirements]
+        steps.append((pip, f"what building the extensions requires, on Python {spec.python}"))
     if spec.requirements:
-        steps.append(["python3", "-m", "pip", "install", "-q", *spec.pip_args, *spec.requirements])
-    steps += [["/bin/sh", "-ec", command] for command in spec.install]
+        steps.append((["python3", "-m", "pip", "install", "-q", *spec.pip_args, *spec.requirements], ""))
+    steps += [(["/bin/sh", "-ec", command], "") for command in spec.install]
     return steps
 
 
-def _run(rootfs: Path, argv: list[str], deadline: float, spec: EnvSpec) -> str:
+def _run(rootfs: Path, argv: list[str], deadline: float, spec: EnvSpec, what: str = "") -> str:
     if shutil.which("bwrap") is None:
         raise SandboxError("bubblewrap is not installed: apt-get install bubblewrap", cause="missing_bwrap")
     if os.geteuid() != 0:
@@ -153,8 +163,9 @@ def _run(rootfs: Path, argv: list[str], deadline: float, spec: EnvSpec) -> str:
         raise SandboxError(f"building {image_name(spec)} timed out at `{' '.join(argv)}`", cause="image") from exc
     if done.returncode != 0:
         tail = (done.stdout[-1500:] + done.stderr[-2500:]).strip()
+        why = f" ({what})" if what else ""
         raise SandboxError(
-            f"building {image_name(spec)} failed at `{' '.join(argv)}` (exit {done.returncode}):\n{tail}",
+            f"building {image_name(spec)} failed at `{' '.join(argv)}` (exit {done.returncode}){why}:\n{tail}",
             cause="image",
         )
     return done.stdout

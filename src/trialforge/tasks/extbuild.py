@@ -6,8 +6,9 @@ before the fix and after it), in a rollout's start tree and before each command 
 grader's fresh tree after the diff. Without it the pure-Python fallback runs and a fix in the C code cannot fail
 a test before it. The build is the repository's own setup.py run with its own build commands, under the program
 below: a build that fails, or that falls back to pure Python (``setup.py`` files catch compiler errors to install
-anyway), is a failure, and every declared extension must exist afterwards. Where it runs and what it can reach:
-docs/environments.md, "Extension modules".
+anyway), is a failure, and every declared extension must exist afterwards. Cython sources are compiled to C first,
+outside the tree; a spec with build requirements has the build run on them alone (``envspec.BUILD_ENV``), as pip's
+isolated build does. Where it runs and what it can reach: docs/environments.md, "Extension modules".
 """
 
 from __future__ import annotations
@@ -19,18 +20,25 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from trialforge.envspec import Build
+from trialforge.envspec import BUILD_ENV, Build
 from trialforge.sandbox.base import Backend, ExecResult, Limits, Sandbox, SandboxSpec
 from trialforge.scratch import scratch_dir
 
 BUILD_TIMEOUT_S = 600.0  # one build of every extension; simplejson's takes ~5 s on one CPU
-BUILD_TEMP = "/tmp/trialforge-build"  # object files: outside /work, so no diff or export ever carries them
+BUILD_TEMP = "/tmp/trialforge-build"  # object files and Cython's C: outside /work, so no diff or export carries them
 WHY_CAP = 600  # characters of the compiler's output a failure quotes
 # Runs in the sandbox at /work: setup() runs setuptools' build_ext --inplace once, with the extensions the
 # repository's setup.py passes it, then checks each exists and stops the process: the fallback a setup.py runs
 # after a failed build (setup() again without ext_modules) never gets to run. The last stdout line is the result.
+# A Cython source (a .pyx, or a .c generated from its .pyx at release time, absent from the tree) is compiled to C
+# first, by the image's Cython, under TEMP: the C it writes is never in the tree (the headers beside the .pyx are
+# found as they would be beside the .c, through -iquote). Started with -S: site-packages are added as the image says.
 _PROGRAM = """
-import json, os, runpy, sys
+import json, os, runpy, site, sys
+if os.path.isdir(BUILD_ENV):  # the image has the build's own requirements: they alone, as in pip's isolated build
+    site.addsitedir(BUILD_ENV)
+else:
+    site.main()
 import setuptools
 def report(ok, built, why=""):
     sys.stderr.flush()
@@ -43,9 +51,26 @@ except ImportError:
     core = None
 real = setuptools.setup
 real_core = core.setup if core else None
+def cythonized(ext):
+    for i, source in enumerate(ext.sources):
+        stem = os.path.splitext(source)[0]
+        if source.endswith(".c") and not os.path.exists(source) and os.path.isfile(stem + ".pyx"):
+            ext.sources[i] = stem + ".pyx"
+    pyx = [source for source in ext.sources if source.endswith(".pyx")]
+    if not pyx:
+        return ext
+    try:
+        from Cython.Build import cythonize
+        (ext,) = cythonize([ext], build_dir=TEMP + "/cython", force=True, quiet=True)
+    except BaseException as exc:
+        report(False, {}, f"Cython did not compile {', '.join(pyx)}: {type(exc).__name__}: {exc}")
+    dirs = dict.fromkeys(os.path.dirname(source) or "." for source in pyx)
+    ext.extra_compile_args = [*(ext.extra_compile_args or []), *(a for d in dirs for a in ("-iquote", d))]
+    return ext
 def setup(**kwargs):
     if not kwargs.get("ext_modules"):
         report(False, {}, "setup() was called without the extension modules (a fallback to pure Python)")
+    kwargs["ext_modules"] = [cythonized(ext) for ext in kwargs["ext_modules"]]
     if core:
         core.setup = real_core  # what setuptools' own setup() calls
     try:
@@ -110,7 +135,7 @@ def run_build(sandbox: Sandbox, build: Build, *, timeout_s: float = BUILD_TIMEOU
     """Build every one of ``build``'s extensions in ``sandbox``'s /work, in place, whatever the timestamps say (a
     fresh tree's files all look older than an object planted in it)."""
     program = _PROGRAM.replace("NAMES", repr(list(build.extensions))).replace("TEMP", repr(BUILD_TEMP))
-    done = sandbox.exec(["python3", "-c", program], timeout=timeout_s)
+    done = sandbox.exec(["python3", "-S", "-c", program.replace("BUILD_ENV", repr(BUILD_ENV))], timeout=timeout_s)
     return _result(done, build)
 
 

@@ -38,6 +38,7 @@ from trialforge.tasks.pytestconfig import pytest_option, text_of
 
 log = logging.getLogger(__name__)
 
+DEFAULT_BUILD_REQUIRES = "setuptools>=40.8.0"  # what pip builds a project without [build-system] requires with
 OVERRIDE_FILE = "trialforge-env.yaml"  # a repository's own overrides (``resolve``), named where a decision fails
 # The python3 each Debian release ships (one per SUITES key): requires-python and markers are judged
 # against the interpreter the image really has, so ">=3.9.1" is met by bullseye's 3.9.2.
@@ -75,7 +76,7 @@ def detect(repo: Path, python: str | None = None, setup_args: Mapping[str, Any] 
         found, why = read(repo, python, setup_args), ()
     root = found.package_root or _src_root(repo, found)
     test_cmd = _test_cmd(repo, found)
-    build, unbuilt = _build(repo, found)
+    build, build_requirements, build_notes = _build(repo, found)
     return EnvSpec(
         python=python,
         system_packages=BUILD_PACKAGES if build else (),
@@ -84,28 +85,59 @@ def detect(repo: Path, python: str | None = None, setup_args: Mapping[str, Any] 
         env=({"PYTHONPATH": f"{WORKDIR}/{root}"} if root else {}) | found.env,
         test_cmd=test_cmd,
         build=build,
-        detected_from=(*found.sources, *why, *unbuilt),
+        build_requirements=_applicable(list(build_requirements), python, found.project),
+        detected_from=(*found.sources, *why, *build_notes),
     )
 
 
-def _build(repo: Path, found: Findings) -> tuple[Build | None, tuple[str, ...]]:
+def _build(repo: Path, found: Findings) -> tuple[Build | None, tuple[str, ...], tuple[str, ...]]:
     """The repository's own extensions, built in place before its tests (and the toolchain in its image): without
-    them its pure-Python fallback would run, and a fix in its C code could never fail a test before it. Those
-    whose sources the tree cannot compile as it is (Cython, or a C file generated at release time: msgpack's) are
-    left to the fallback, as before, and said so in the provenance."""
+    them its pure-Python fallback would run, and a fix in its C code could never fail a test before it. A Cython
+    source (a .pyx, or a .c generated from its .pyx at release time: msgpack's) is built where the repository
+    declares Cython; an extension whose sources the tree cannot build is left to the fallback, said so in the
+    provenance. Returns the build, what building needs installed (pyproject's ``[build-system] requires``, as pip's
+    isolated build installs them, and the declared Cython) and the provenance."""
     kept: dict[str, tuple[str, ...]] = {}
     notes = []
     for name, sources in found.extensions:
-        unbuildable = [s for s in sources if s.endswith(".pyx") or not (s.startswith("/") or (repo / s).is_file())]
-        if unbuildable:
-            missing = ", ".join(unbuildable)
-            notes.append(f"setup.py (extension {name} not built: {missing}: Cython, or not in the tree)")
+        cython = [s for s in sources if _from_pyx(repo, s)]
+        missing = [s for s in sources if s not in cython and not (s.startswith("/") or (repo / s).is_file())]
+        if missing:
+            notes.append(f"setup.py (extension {name} not built: {', '.join(missing)}: not in the tree)")
+        elif cython and found.cython is None:
+            notes.append(f"setup.py (extension {name} not built: {', '.join(cython)}: Cython, which is not declared)")
         else:
             kept[name] = sources
+            if cython:
+                notes.append(f"setup.py (extension {name} built from Cython sources: {', '.join(cython)})")
     if not kept:
-        return None, tuple(notes)
+        return None, (), tuple(notes)
+    needs = list(found.build_requires)
+    if found.build_requires:
+        notes.append(f"pyproject.toml (build-system requires: {', '.join(found.build_requires)})")
+    uses_cython = any(_from_pyx(repo, s) for srcs in kept.values() for s in srcs)
+    if uses_cython and found.cython is not None and not any(_names(text, "cython") for text in needs):
+        text, where = found.cython
+        if not needs:  # the build then runs on its requirements alone (extbuild): PEP 518's default backend with it
+            needs.append(DEFAULT_BUILD_REQUIRES)
+            notes.append(f"setup.py (no build-system requires: {DEFAULT_BUILD_REQUIRES}, pip's default)")
+        needs.append(text)
+        notes.append(f"{where} (Cython to build .pyx sources: {text})")
     sources = dict.fromkeys(source for srcs in kept.values() for source in srcs)
-    return Build(extensions=tuple(kept), sources=tuple(sources)), tuple(notes)
+    return Build(extensions=tuple(kept), sources=tuple(sources)), tuple(needs), tuple(notes)
+
+
+def _from_pyx(repo: Path, source: str) -> bool:
+    """Whether ``source`` is built by Cython: a .pyx in the tree, or a .c absent from it beside its .pyx."""
+    path = repo / source
+    if source.endswith(".pyx"):
+        return path.is_file()
+    return source.endswith(".c") and not path.exists() and path.with_suffix(".pyx").is_file()
+
+
+def _names(text: str, name: str) -> bool:
+    req = parse_requirement(text)
+    return req is not None and canonicalize_name(req.name) == name
 
 
 def _choose_python(found: Findings) -> tuple[str, tuple[str, ...]]:

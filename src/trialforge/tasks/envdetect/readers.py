@@ -86,6 +86,17 @@ class Findings:
     # the extension modules setup() declares, as its evaluation in a sandbox reports them: (name, its sources)
     extensions: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     read_files: set[Path] = field(default_factory=set)  # requirements files, each read once
+    build_requires: list[str] = field(default_factory=list)  # pyproject's [build-system] requires (PEP 518)
+    cython: tuple[str, str] | None = None  # the first Cython requirement declared anywhere, and its file
+
+    def declares(self, requirements: Iterable[object], where: str) -> None:
+        """Keep the first Cython requirement among ``requirements`` (from any group, or the build's): what an
+        extension built from its .pyx sources needs, wherever the repository says so."""
+        for text in requirements:
+            if self.cython is None and isinstance(text, str):
+                req = parse_requirement(text)
+                if req is not None and canonicalize_name(req.name) == "cython":
+                    self.cython = (text, where)
 
     def source(self, name: str) -> None:
         if name not in self.sources:
@@ -104,6 +115,8 @@ class Findings:
             self.source(where)
 
     def require(self, requirements: Iterable[str], where: str, *, runtime: bool = False) -> None:
+        requirements = list(requirements)
+        self.declares(requirements, where)
         added = []
         for text in filter(None, requirements):
             req = parse_requirement(text)
@@ -186,6 +199,10 @@ def _read_pyproject(repo: Path, found: Findings) -> None:
     found.requires_python(project.get("requires-python"), where)
     found.require(project.get("dependencies", []), where, runtime=True)
     extras, groups = project.get("optional-dependencies", {}), data.get("dependency-groups", {})
+    build_system = data.get("build-system", {})
+    found.build_requires = [t for t in build_system.get("requires", ()) if isinstance(t, str) and t.strip()]
+    for declared in (found.build_requires, *extras.values(), *groups.values()):
+        found.declares(declared, where)
     names = _test_groups(extras, groups)
     found.require(_groups(extras, names, _self_extras(found.project)), where)
     found.require(_groups(groups, names, _included_group), where)
@@ -217,6 +234,7 @@ def _read_setup_cfg(repo: Path, found: Findings) -> None:
     options = cfg["options"] if cfg.has_section("options") else {}
     found.requires_python(options.get("python_requires"), where)
     found.require(_lines(options.get("install_requires", "")), where, runtime=True)
+    found.declares(_lines(options.get("setup_requires", "")), where)
     if cfg.has_section("options.extras_require"):
         extras = {name: _lines(value) for name, value in cfg["options.extras_require"].items()}
         found.require(_groups(extras, _test_groups(extras), _self_extras(found.project)), where)
@@ -236,6 +254,7 @@ SETUP_ARGS = (
     "extras_require",
     "package_dir",
     "use_scm_version",
+    "setup_requires",  # only where Cython is declared for an extension (``Findings.declares``)
     "ext_modules",  # never literal (Extension objects): its presence is what makes a sandbox evaluate setup.py
 )
 
@@ -290,6 +309,7 @@ def _take_setup_args(repo: Path, args: Mapping[str, Any], found: Findings, where
     found.requires_python(args.get("python_requires"), where)
     found.require(_as_list(args.get("install_requires")), where, runtime=True)
     found.require(_as_list(args.get("tests_require")), where)
+    found.declares(_as_list(args.get("setup_requires")), where)
     extras = args.get("extras_require")
     if isinstance(extras, dict):
         extras = {k: _as_list(v) for k, v in extras.items()}
