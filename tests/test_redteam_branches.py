@@ -9,39 +9,31 @@ design leaves in process, so the gate drops it. Each attack fixes every function
 reward above 0 without a ``tampered`` flag is a win. The gold patch scores 1, the empty diff and each single-bug diff
 0, on both tasks.
 
-24 attacks, bwrap; the first run: **12 won** (8 on the task the gate keeps), marked ``xfail(strict=True)`` in ``WINS``:
+24 attacks, bwrap. The first run: **12 won**, 8 of them on the task the gate keeps. **All 8 are closed since, by
+construction** (each attack now an ordinary test scoring 0, or moved with its test to the gated task, where the gate
+drops the task it wins on):
 
-**1. Recorded expectations carry their answer into the sandbox (4 wins, gate-kept task).** ``blinding._closed`` makes
-any expected side that reads no local a recorded expectation, and ``blinding._drop_unread`` then drops only the module
-*assignments* nothing else reads. What the recorded code read stays in the sandbox, and the package reads it there:
-``code_of(4111) == ANSWER`` with ``from answers import ANSWER`` (a module of the test patch, in ``sys.modules``);
-``digest(3001) == EXPECTED["digest"]`` with ``EXPECTED = json.loads(Path("tests/expected.json").read_text())`` (the
-assignment goes, the data file stays); ``wanted(3505) == _want()`` (a helper ``def`` of the test file stays);
-``classed(3515) == Want.VALUE`` (a class of the test file stays). The ``__file__`` rule does not apply (no name reads
-``__file__``), and would not help: it only moves such a slot in process (``own-files-sibling-data`` below wins there).
-*Close by construction:* record only code whose every name resolves to an import from a module that is not a test
-path (the package, the standard library) and whose arguments are literals; a name bound by the test file (``def``,
-``class``, a constant the host cannot evaluate) or imported from a test path keeps the slot in process.
+**1. Recorded expectations carried their answer into the sandbox.** ``blinding._closed`` made any expected side that
+reads no local a recorded expectation, and ``blinding._drop_unread`` then drops only the module *assignments* nothing
+else reads: ``code_of(4111) == ANSWER`` (``from answers import ANSWER``, a module of the test patch), ``digest(3001) ==
+EXPECTED["digest"]`` (``EXPECTED`` read from ``tests/expected.json``), ``wanted(3505) == _want()`` (a ``def`` of the
+test file) and ``classed(3515) == Want.VALUE`` (a class of it) were all read by the package. *Closed:* a recorded side
+reads only the package, value-only standard-library modules, file-free builtins and constants built so; the tree's
+test modules (``blinding.importable_test_modules``), the file's defs and classes, file-reading modules and path
+strings keep the assertion in process. These four tests moved to the gated task.
 
-**2. The before-fix rule compares values, not effects (1 win, gate-kept task).** ``item = first("a"); assert item ==
-make("a"); assert log() == []``: ``make("a")`` returns an equal ``Item`` before and after the fix, so
-``calibration._run_the_fix`` keeps it recorded and grading takes it out of the test; its side effect, the bug (it
-logs), never runs in the graded test, so ``log() == []`` holds with ``make`` unfixed. *Close by construction:* at
-validation, grade the blinded form of the hidden tests on the unfixed tree (the graded run exactly as grading makes it,
-judged on the host); a fail-to-pass test that passes there lost its fix to blinding, and its recorded slots stay in
-process (the same run catches any other way blinding can hide the code under repair).
+**2. The before-fix rule compared values, not effects.** ``item = first("a"); assert item == make("a"); assert log()
+== []``: ``make("a")`` returns an equal ``Item`` before and after the fix, so it was recorded and taken out of the
+graded test, and its side effect (the bug: it logs) never ran. *Closed:* validation runs the graded tests on the
+unfixed tree blinded with and without the recorded sides run (``validate._effects_hidden``); they differ here, so the
+slot stays in process (``recorded-side-effect-skipped`` scores 0 on the kept task).
 
-**3. A row that reaches no strong slot counts as anchored (3 wins, gate-kept task).** ``calibration.calibrate``
-counts a fail-to-pass id as anchored (``fail_to_pass_anchored``) when its test *function* has a strong slot, over
-``found[1].slots``, not over the slots that id's row reaches (``blinding._due``), so ``quality.gate.
-host_judged_problem`` keeps a task whose row is judged wholly in process: ``test_mirror[-5-10]`` takes an ``else``
-whose one assertion is in a loop (an object equal to anything passes it; so does reading the constant off the
-caller's line), and ``test_signed[-5--10]`` one whose only slot is a truthiness check (any nonzero value). Nothing
-guards them in process: ``canaries._copy_candidates`` never copies a decorated (parametrized) test. *Close:* count
-``fail_to_pass_anchored`` and ``fail_to_pass_host_judged`` per id over ``[s for s in slots if _due(s, ..., row)]``
-(``param_rows`` has each id's row).
+**3. A row that reached no strong slot counted as anchored.** ``calibration.calibrate`` counted an id anchored when
+its test *function* had a strong slot: ``test_mirror[-5-10]`` takes an ``else`` whose one assertion is in a loop,
+``test_signed[-5--10]`` one whose only slot is truthiness. *Closed:* calibration counts the slots each id's row
+reaches (``blinding.due_slots``), so such a task is not anchored; the two tests moved to the gated task.
 
-**4. In process by design, on the gated task (4 wins; the gate drops the task, asserted).** ``if want > 110`` reads
+**4. In process by design, on the gated task (4 wins, and the 7 moved there above: 11 marked; the gate drops the task, asserted).** ``if want > 110`` reads
 the expected column, so the column stays in the file and the package reads it from its caller's frame; ``if BIG >
 200`` keeps ``BIG`` the same way; a test reading ``__file__``'s sibling json; and an ``elif`` chain: ``_straight_line``
 asks ``_decider`` to decide an ``elif``'s test for every row, also rows an earlier branch took (``"ab" > 0`` raises for
@@ -486,9 +478,6 @@ _GAP = (
     "and its verdict is in process, where a parametrized test gets no must-fail copy: {how}"
 )
 WINS: dict[str, str] = {
-    "recorded-side-effect-skipped": "the before-fix rule (calibration._run_the_fix) compares only the value the "
-    "recorded side computed: make('a') returns an equal Item before and after the fix, so it is recorded and taken "
-    "out of the graded test; its side effect (the bug: it logs) never runs there, and log() == [] holds unfixed",
     "recorded-from-a-sibling-module": _GATED.format(how=_LEAK.format(where="the module answers")),
     "recorded-from-a-data-file": _GATED.format(how=_LEAK.format(where="tests/expected.json")),
     "recorded-from-a-helper-of-the-test-file": _GATED.format(how=_LEAK.format(where="the def of _want")),

@@ -22,7 +22,7 @@ code and stays in process, where the test runs it as written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from trialforge.tasks.schema import HostJudged
 from trialforge.testrun.blinding import FileAnalysis, Slot, TestFunction, calibrate_test, close_demotions, due_slots
@@ -44,11 +44,15 @@ def calibrate(
     pass_to_pass: list[str],
     proof: Sequence[TestReport] = (),
     before: Sequence[TestReport] = (),
+    hidden: Collection[str] = (),
 ) -> HostJudged:
     """The host-judged record of a validated task, from its fixed tree's observed ``runs``; ``proof``: the proof
     runs of ``recorded_tests`` (a recorded expectation they do not reproduce, or did not run, stays in process);
-    ``before``: the unfixed tree's observed runs (module docstring)."""
+    ``before``: the unfixed tree's observed runs (module docstring); ``hidden``: slot keys kept in process whatever
+    the runs say (recorded sides whose removal hid an effect: ``tasks.validate``)."""
     demoted: dict[str, set[str]] = {}
+    for key in hidden:
+        demoted.setdefault(key.split("::", 1)[0], set()).add(key)
     param_rows: dict[str, int] = {}
     recorded: dict[str, object] = {}
     for test_id in (*fail_to_pass, *pass_to_pass):

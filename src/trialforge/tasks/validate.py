@@ -36,7 +36,7 @@ from trialforge.tasks.extbuild import BuildFailed, build_tree
 from trialforge.tasks.observed import settle_statement
 from trialforge.tasks.patches import apply_patch, is_test_module, test_files, touched_paths
 from trialforge.tasks.pytestconfig import python_files_of
-from trialforge.tasks.schema import Task, Validation
+from trialforge.tasks.schema import HostJudged, Task, Validation
 from trialforge.tasks.settings import ValidateConfig
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
 from trialforge.testrun.baseline import rejection
@@ -108,18 +108,67 @@ def validate_task(
             why := _fallback_passes(backend, image, unbuilt, limits, cfg, touched, env, validated.fail_to_pass)
         ):
             return _verdict(task, False, why, cfg.runs, start)
+        if not validated.validation.valid:
+            return validated
         proof: list[TestReport] = []
-        chosen = recorded_tests(analyses, [*validated.fail_to_pass, *validated.pass_to_pass])
-        if validated.validation.valid and chosen:
+        f2p, p2p = validated.fail_to_pass, validated.pass_to_pass
+        chosen = recorded_tests(analyses, [*f2p, *p2p])
+        if chosen:
             # the tests holding recorded expectations alone, in another order: what a graded run can reproduce
             _, fresh = _trees(task, snapshots, Path(tmp) / "proof")
             proof = _runs(backend, image, fresh, limits, cfg, shared, touched, env, observe=True, select=chosen)
-    if validated.validation.valid:
-        f2p, p2p = validated.fail_to_pass, validated.pass_to_pass
         host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before)
-        validated.validation.host_judged = host_judged
-        validated = settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
-    return validated
+        if host_judged.recorded and _effects_hidden(task, snapshots, Path(tmp) / "effects", backend, image, limits,
+                                                    cfg, env, host_judged, [*f2p, *p2p]):  # fmt: skip
+            hidden = set(host_judged.recorded)
+            host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before, hidden=hidden)
+    validated.validation.host_judged = host_judged
+    return settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
+
+
+def _effects_hidden(
+    task: Task,
+    snapshots: SnapshotStore,
+    root: Path,
+    backend: Backend,
+    image: str,
+    limits: Limits,
+    cfg: ValidateConfig,
+    env: EnvSpec,
+    record: HostJudged,
+    tests: list[str],
+) -> bool:
+    """Whether taking the recorded expected sides out of the graded tests changes what they do on the unfixed tree.
+
+    A recorded side is taken out of a graded test as a value computed alike before and after the fix; its effects go
+    with it: ``assert item == make("a"); assert log() == []`` passed with ``make`` unfixed, its logging never run (the
+    branches red team). So the graded tests run twice on the unfixed tree, blinded as grading blinds them, once
+    without the recorded sides and once with them run where they stood: any test whose observations or outcome
+    differ between the two lost an effect of the code under repair, and the recorded slots stay in process."""
+    reports = []
+    for run_recorded in (False, True):
+        tree, _ = _trees(task, snapshots, root / ("with" if run_recorded else "without"))
+        try:
+            if env.build is not None:
+                build_tree(backend, image, tree, env.build, report_limits(limits), "validate-build")
+        except BuildFailed:
+            return True
+        guard = prepare(tree, tests, test_files(tree), copy_from=[], rng=random.Random(0), runner=env.runner,
+                        observe="blind", in_process=record.in_process, param_rows=record.param_rows,
+                        recorded=record.recorded, run_recorded=run_recorded)  # fmt: skip
+        spec = SandboxSpec(image=image, workspace=tree, limits=report_limits(limits), labels={"purpose": "validate"})
+        sandbox = backend.create(spec)
+        try:
+            reports.append(run_tests(sandbox, tests, timeout=cfg.test_timeout_s, guard=guard, env=env))
+        finally:
+            sandbox.close()
+    without, ran = reports
+    if not (without.reported and ran.reported):
+        return True
+    return any(
+        without.observations.get(t) != ran.observations.get(t) or without.outcomes.get(t) != ran.outcomes.get(t)
+        for t in tests
+    )
 
 
 def _fallback_passes(

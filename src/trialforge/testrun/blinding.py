@@ -1122,8 +1122,12 @@ def blind(
     rng: random.Random | None = None,
     recorded: Mapping[str, object] | None = None,
     read_elsewhere: frozenset[str] = frozenset(),
+    run_recorded: bool = False,
 ) -> tuple[str, Blinding] | None:
     """The file for a graded run, and what the host keeps; None when nothing in it could be blinded.
+
+    ``run_recorded``: a recorded slot's expected side still runs where it stood, its value unused (validation's
+    check that taking it out hides no effect of the code under repair: ``tasks.validate``); never in grading.
 
     ``read_elsewhere``: names other files read (idna's codec tests call ``IDNATests().test_decode``): a test of
     this file by such a name keeps it, and stays in the file when it is not graded.
@@ -1168,7 +1172,7 @@ def blind(
                 host_judged[test_id] = (len(slots), test.assertions)
             node = test.node
             name = new_name() if test.renamable and node.name not in read_elsewhere else node.name
-            opaque = _blind_function(edits, test, slots, name, rng, hide_columns=bool(
+            opaque = _blind_function(edits, test, slots, name, rng, run_recorded, hide_columns=bool(
                 test.parametrize and {c for s in slots for c in s.names} & test.parametrize.columns))  # fmt: skip
             blinded.append((test, slots, name))
             prefix = f"{analysis.rel}::{test.holder.name + '::' if test.holder else ''}{name}"
@@ -1232,14 +1236,20 @@ def _is_docstring(stmt: ast.stmt | None) -> bool:
 
 
 def _blind_function(
-    edits: LineEdits, test: TestFunction, slots: list[Slot], name: str, rng: random.Random, hide_columns: bool
+    edits: LineEdits,
+    test: TestFunction,
+    slots: list[Slot],
+    name: str,
+    rng: random.Random,
+    run_recorded: bool,
+    hide_columns: bool,
 ) -> list[str] | None:
     """Edit the test in place; return the opaque ids given to its rows (None: ids unchanged)."""
     node = test.node
     if name != node.name:
         edits.rename_function(node, name)
     for slot in slots:
-        _observe(edits, slot)
+        _observe(edits, slot, run_recorded)
     if _is_docstring(node.body[0]):
         edits.remove(node.body[0], placeholder="pass" if len(node.body) == 1 else "")
     if slots:
@@ -1290,8 +1300,9 @@ def _still_read(node: ast.FunctionDef, slots: list[Slot]) -> set[str]:
     return {n.id for n in loads if id(n) not in gone}
 
 
-def _observe(edits: LineEdits, slot: Slot) -> None:
-    """What stands in the sandbox for a slot: its actual side, observed, on the lines it had; the expected side gone."""
+def _observe(edits: LineEdits, slot: Slot, run_recorded: bool = False) -> None:
+    """What stands in the sandbox for a slot: its actual side, observed, on the lines it had; the expected side gone
+    (a recorded one run after it, in the order Python evaluates the two, where ``run_recorded``)."""
     stmt, index = slot.stmt, slot.index
     if slot.kind == "raises" and slot.item >= 0:
         assert isinstance(stmt, ast.With)
@@ -1309,7 +1320,12 @@ def _observe(edits: LineEdits, slot: Slot) -> None:
         edits.rebuild(stmt, pieces, ")")
         return
     assert slot.actual is not None
-    edits.rebuild(stmt, [f"{_OBSERVER.get(slot.kind, OBSERVE)}({index}, (", slot.actual, ")"], ")")
+    observed: list[str | ast.AST] = [f"{_OBSERVER.get(slot.kind, OBSERVE)}({index}, (", slot.actual, ")"]
+    if run_recorded and slot.recorded:
+        expected: list[str | ast.AST] = [f"{EXPECT}({index}, (", slot.expected[0], ")"]
+        first, then = (expected, observed) if slot.reflected else (observed, expected)
+        observed = [*first[:-1], ")); ", *then]
+    edits.rebuild(stmt, observed, ")")
 
 
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.TryStar, ast.Match,

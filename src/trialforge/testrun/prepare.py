@@ -66,6 +66,7 @@ def prepare(
     in_process: Iterable[str] = (),
     param_rows: Mapping[str, int] | None = None,
     recorded: Mapping[str, object] | None = None,
+    run_recorded: bool = False,
 ) -> Guard:
     """Rewrite and plant canaries in ``tree`` (the files of ``test_ids``, or ``plant_in``); hash what the diff
     left alone.
@@ -75,7 +76,8 @@ def prepare(
     ``copy_from``: the tests to make must-fail copies of (canaries.plant); a random one per file when None.
     ``runner``: the runner the tree's tests will run under (its loader decides what a canary must look like).
     ``observe``: ``blind`` the files of ``test_ids`` (grading: ``in_process``, ``param_rows`` and ``recorded`` come
-    from the task's validation), ``instrument`` every test file (validation), or neither.
+    from the task's validation), ``instrument`` every test file (validation), or neither. ``run_recorded``: blinded
+    files still run recorded expected sides (``blinding.blind``; validation only).
     """
     rng = rng or random.Random(secrets.randbits(64))
     files = list(test_files)
@@ -90,7 +92,7 @@ def prepare(
             if analysis is None:
                 continue
             names[rel] = TestNames(analysis.module, rng)
-            blinded = blind(analysis, ids, in_process, param_rows, names[rel].new, rng, recorded, read)
+            blinded = blind(analysis, ids, in_process, param_rows, names[rel].new, rng, recorded, read, run_recorded)
             if blinded is not None:
                 (tree / rel).write_text(blinded[0], encoding="utf-8")
                 blinding = blinded[1] if blinding is None else blinding.merged(blinded[1])

@@ -45,7 +45,7 @@ class TestReport:
     stopped: bool = False
     cpu_exhausted: bool = False  # killed by the run's CPU budget (``run_tests(cpu_s=...)``) before it reported
     host_failures: dict[str, str] = field(default_factory=dict)  # blinded test -> why the host's checks failed it
-    observations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # instrumented run: per test
+    observations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # per test (original ids)
     expectations: dict[str, list[tuple[int, object]]] = field(default_factory=dict)  # ...and recorded slots' expected
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # instrumented run: each test's parametrize row
     # failed test -> its failure's exception line as the run said it (``KeyError: 'a'``, ``assert 3 == 4``): what
@@ -175,7 +175,7 @@ def read_report(
         skipped_modules=tuple(sorted(run.not_collected - {_module(m) for m in run.collection_errors})),
         stopped=stopped or exit_code in (2, 3),
         host_failures=host_failures,
-        observations=dict(run.observations) if blinding is None else {},
+        observations={(blinding.original.get(t, t) if blinding else t): v for t, v in run.observations.items()},
         expectations=dict(run.expectations) if blinding is None else {},
         rows=run.rows,
         failures=failures,
