@@ -576,3 +576,19 @@ def test_a_recorded_expectation_never_reads_what_would_stay_in_the_sandbox() -> 
     assert [s.recorded for s in found.tests["test_kept"].slots] == [True, True]
     text, _ = blind(found, [f"{REL}::test_kept"], recorded={f"{REL}::test_kept#{i}": ["n"] for i in (0, 1)})
     assert "ORIGIN" not in text and "0.5" not in text and "1.5" not in text
+
+
+def test_an_elif_is_decided_for_the_rows_the_if_above_let_by() -> None:
+    """``elif x > 0`` is asked only of rows that are not strings (``"ab" > 0`` would raise): the chain is decided."""
+    source = (
+        "import pytest\nfrom calc import kinds\n\n"
+        "@pytest.mark.parametrize(('x', 'want'), [(21, 42), ('ab', 'abab'), (-7, -14)])\n"
+        "def test_kinds(x, want):\n    if isinstance(x, str):\n        assert kinds(x) == want\n"
+        "    elif x > 0:\n        assert kinds(x) == want\n    else:\n        assert kinds(x) == want\n"
+    )
+    found = analyse(source, REL)
+    assert [len(s.guards) for s in found.tests["test_kinds"].slots] == [1, 2, 2]
+    ids = [f"{REL}::test_kinds[21-42]", f"{REL}::test_kinds[ab-abab]", f"{REL}::test_kinds[-7--14]"]
+    _, blinding = blind(found, ids, param_rows={t: i for i, t in enumerate(ids)}, rng=random.Random(6))
+    due = {blinding.original[s]: [i for i, _ in checks] for s, checks in blinding.checks.items()}
+    assert due == {ids[0]: [1], ids[1]: [0], ids[2]: [2]}

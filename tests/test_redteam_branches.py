@@ -33,13 +33,13 @@ its test *function* had a strong slot: ``test_mirror[-5-10]`` takes an ``else`` 
 ``test_signed[-5--10]`` one whose only slot is truthiness. *Closed:* calibration counts the slots each id's row
 reaches (``blinding.due_slots``), so such a task is not anchored; the two tests moved to the gated task.
 
-**4. In process by design, on the gated task (4 wins, and the 7 moved there above: 11 marked; the gate drops the task,
+**4. In process by design, on the gated task (3 wins, and the 7 moved there above: 10 marked; the gate drops the task,
 asserted).** ``if want > 110`` reads the expected column, so the column stays in the file and the package reads it from
-its caller's frame; ``if BIG > 200`` keeps ``BIG`` the same way; a test reading ``__file__``'s sibling json; and an
-``elif`` chain: ``_straight_line`` asks ``_decider`` to decide an ``elif``'s test for every row, also rows an earlier
-branch took (``"ab" > 0`` raises for the string row the ``isinstance(x, str)`` branch took), so humanize's shape with an
-``elif`` stays wholly in process (a fidelity loss: decide a nested test only for the rows its guards let through). No
-must-fail copy guards an expected side that is not a literal (known limit 2).
+its caller's frame; ``if BIG > 200`` keeps ``BIG`` the same way; a test reading ``__file__``'s sibling json. A fourth,
+an ``elif`` chain, won at first: ``_decider`` asked an ``elif``'s test of every row, also rows an earlier branch took
+(``"ab" > 0`` raises), so the chain stayed in process; it now asks only the rows the tests above let by, the chain is
+decided, ``want`` leaves the file and the attack scores 0. No must-fail copy guards an expected side that is not a
+literal (known limit 2).
 
 **Lost (12): steering a decided branch earns nothing.** ``_due`` decides each row from the pristine file's syntax,
 never from the run, and the host wants exactly the due observations: a list column mutated by the code under test
@@ -497,10 +497,6 @@ WINS: dict[str, str] = {
     "own-files-sibling-data": _GATED.format(
         how="_own_file_names keeps the recorded slot of a test reading __file__ in process; the package reads the "
         "sibling expected.json, as in recorded-from-a-data-file"
-    ),
-    "elif-chain-row-read-from-the-caller": _GATED.format(
-        how="blinding._decider evaluates an elif's test for every row, also rows an earlier branch took ('ab' > 0 "
-        "raises), so the chain is not decided and test_kinds stays in process; the package reads want from the frame"
     ),
 }
 

@@ -481,7 +481,7 @@ def _straight_line(
     body: list[ast.stmt],
     scope: Scope,
     self_name: str | None,
-    decides: Callable[[ast.expr], bool],
+    decides: Callable[[ast.expr, tuple[tuple[ast.expr, bool], ...]], bool],
     guards: tuple[tuple[ast.expr, bool], ...] = (),
 ) -> Iterator[tuple[ast.stmt, tuple[tuple[ast.expr, bool], ...]]]:
     """Statements a passing run executes once, in order, each with the ``if`` tests it needs (test, truth): the body,
@@ -492,7 +492,7 @@ def _straight_line(
         yield stmt, guards
         if isinstance(stmt, ast.With) and _raises_item(stmt, scope, self_name) is None:
             yield from _straight_line(stmt.body, scope, self_name, decides, guards)
-        elif isinstance(stmt, ast.If) and decides(stmt.test):
+        elif isinstance(stmt, ast.If) and decides(stmt.test, guards):
             yield from _straight_line(stmt.body, scope, self_name, decides, (*guards, (stmt.test, True)))
             yield from _straight_line(stmt.orelse, scope, self_name, decides, (*guards, (stmt.test, False)))
 
@@ -507,16 +507,19 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
 }  # fmt: skip
 
 
-def _decider(scope: Scope, param: Parametrize | None) -> Callable[[ast.expr], bool]:
-    """Whether the host decides an ``if`` test alike for every row of the test (one run when not parametrized)."""
+def _decider(scope: Scope, param: Parametrize | None) -> Callable[[ast.expr, tuple[tuple[ast.expr, bool], ...]], bool]:
+    """Whether the host decides an ``if`` test for every row of the test that reaches it (``guards``: the tests above
+    it, already decided; one run when not parametrized): an ``elif`` is asked only of the rows the ``if`` let by."""
 
-    def decides(test: ast.expr) -> bool:
+    def decides(test: ast.expr, guards: tuple[tuple[ast.expr, bool], ...]) -> bool:
         if not all(isinstance(n, _DECIDABLE) for n in ast.walk(test)):
             return False
         rows = range(len(param.rows)) if param is not None else [None]
         try:
             for row in rows:
-                decide(test, guard_scope(scope, param, row))
+                row_scope = guard_scope(scope, param, row)
+                if all(decide(above, row_scope) is truth for above, truth in guards):
+                    decide(test, row_scope)
         except NotConstant:
             return False
         return True
