@@ -2,7 +2,7 @@
 ``validate.max_duration_s`` to run in, every later run of the task (validation's, graded) gets a limit sized to it, and
 a suite past that ceiling is rejected as too slow, not as tests that did not run.
 
-The fixture suites sleep: a few seconds against a one-second ``test_timeout_s``, a minute against a three-second
+The fixture suites sleep: a few seconds against a one-second ``test_timeout_s``, an hour against a three-second
 ceiling, margins a saturated machine keeps. Nothing here asserts how long anything took."""
 
 from __future__ import annotations
@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from test_validate import _task as calc_task
 
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
-from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
+from trialforge.tasks.patches import diff_trees
 from trialforge.tasks.schema import Source, Task, Validation
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
 
-BUGGY = "def double(x):\n    return x + x + 1\n"
-FIXED = "def double(x):\n    return x + x\n"
 SLEEPING = (
     "import time\n\nfrom calc import double\n\n\ndef test_double():\n    time.sleep({})\n    assert double(2) == 4\n"
 )
@@ -29,22 +28,9 @@ SLEEPING = (
 SIZED = ValidateConfig(runs=2, test_timeout_s=1, max_duration_s=600, suite_timeout_factor=3)
 
 
-def _task(tmp_path: Path, snapshots: SnapshotStore, sleep_s: float) -> Task:
-    base, fixed = tmp_path / "base", tmp_path / "fixed"
-    for tree, code in ((base, BUGGY), (fixed, FIXED)):
-        (tree / "tests").mkdir(parents=True)
-        (tree / "calc.py").write_text(code)
-    (fixed / "tests" / "test_double.py").write_text(SLEEPING.format(sleep_s))
-    diff = diff_trees(base, fixed)
-    return Task(
-        task_id="calc-slow",
-        source=Source(kind="synthetic", ref="test"),
-        repo="calc",
-        snapshot=snapshots.put(base),
-        problem_statement="double(2) returns 5",
-        gold_patch=filter_patch(diff, lambda p: not is_test_path(p))[0],
-        test_patch=filter_patch(diff, is_test_path)[0],
-    )
+def _sleeping_task(tmp_path: Path, snapshots: SnapshotStore, sleep_s: float) -> Task:
+    """calc's double() fixed, its test sleeping ``sleep_s`` first (base tree: ``tmp_path / "base"``)."""
+    return calc_task(tmp_path, snapshots, {"test_double.py": SLEEPING.format(sleep_s)})
 
 
 @pytest.fixture
@@ -56,7 +42,7 @@ def snapshots(tmp_path):
 def test_a_suite_slower_than_the_floor_validates_and_grades_within_its_own_limit(
     tmp_path, snapshots, bwrap_backend, base_image
 ):
-    task = _task(tmp_path, snapshots, sleep_s=4)
+    task = _sleeping_task(tmp_path, snapshots, sleep_s=4)
     checked = validate_task(task, bwrap_backend, base_image.name, snapshots, Limits(), SIZED)
     assert checked.validation.valid, checked.validation.reason
     assert checked.fail_to_pass == ["tests/test_double.py::test_double"]
@@ -76,7 +62,7 @@ def test_a_suite_slower_than_the_floor_validates_and_grades_within_its_own_limit
 
 @pytest.mark.sandbox
 def test_a_suite_past_the_ceiling_is_rejected_as_too_slow(tmp_path, snapshots, bwrap_backend, base_image):
-    task = _task(tmp_path, snapshots, sleep_s=3600)
+    task = _sleeping_task(tmp_path, snapshots, sleep_s=3600)
     cfg = ValidateConfig(runs=3, test_timeout_s=1, max_duration_s=3)
     checked = validate_task(task, bwrap_backend, base_image.name, snapshots, Limits(), cfg)
     assert not checked.validation.valid
