@@ -2,14 +2,16 @@
 
     PYTHONPATH=src .venv/bin/python benchmarks/realrepos.py [--corpus tuning|held-out] [--mirrors DIR]
                                                             [--repo NAME=PATH_OR_URL ...] [--max-instances 5]
-                                                            [--runs 2] [--backends bwrap,docker] [--rebuild] [--quick]
+                                                            [--runs 2] [--test-timeout 120] [--max-duration 900]
+                                                            [--backends bwrap,docker] [--rebuild] [--quick]
 
 ``--corpus`` takes one half of the corpus (benchmarks/realrepos_corpus.toml, chosen before the work it
 measures) from its mirrors (``DIR/OWNER+NAME/repo``); ``--repo`` adds any other repository.
 For each repository (a local git mirror or a clone URL; nothing of it is kept in this repository):
 mine fix commits from its history (``ingest_git_history``, the most recent ``--max-instances`` that
 pass ingestion's filters), detect and build its environment image (``provide_images``), then on
-every backend validate each instance (fail-to-pass before/after the fix, ``--runs`` runs each) and
+every backend validate each instance (fail-to-pass before/after the fix, ``--runs`` runs each, time limits sized to
+the suite between ``--test-timeout`` and ``--max-duration``: docs/pipeline.md, "Time limits") and
 grade the gold patch (must score 1) and the empty diff (must score 0). Prints per repository and
 backend: instances, valid, accepted (valid, gold 1, empty 0, and kept by the quality gate's host-judged rule, so
 a task the pipeline would never train is not counted as one it would), the valid tasks' fail-to-pass tests
@@ -246,7 +248,7 @@ def check(
     """Validate each task on ``backend``, then grade its gold patch (must be 1) and the empty diff (must be 0)."""
     result = BackendResult()
     default = base_image()
-    grader = Grader(backend, default.name, default.digest, snapshots, LIMITS, test_timeout_s=cfg.test_timeout_s)
+    grader = Grader(backend, default.name, default.digest, snapshots, LIMITS, suite=cfg)
     shared = SuiteRuns()
     for task in tasks:
         start = time.monotonic()
@@ -304,7 +306,7 @@ def run_repo(name: str, source: str, backends: list[Backend], snapshots: Snapsho
     for image in images:
         console.print(f"  image {image.image.name} ({'built' if image.built else 'cached'}, {image.seconds:.1f}s)")
     result = RepoResult(name, rev, ingested, len(tasks), env, images, env_s)
-    cfg = ValidateConfig(runs=args.runs, test_timeout_s=args.test_timeout)
+    cfg = ValidateConfig(runs=args.runs, test_timeout_s=args.test_timeout, max_duration_s=args.max_duration)
     for backend in backends:
         checked = check(provided, backend, snapshots, cfg, console)
         for detail in env.details:
@@ -451,7 +453,10 @@ def main() -> None:
                         help="a git mirror or clone URL (repeatable)")  # fmt: skip
     parser.add_argument("--max-instances", type=int, default=5, help="most recent ingested fix commits per repository")
     parser.add_argument("--runs", type=int, default=2, help="validation runs per configuration (flaky detection)")
-    parser.add_argument("--test-timeout", type=float, default=120.0, help="seconds one suite run may take")
+    parser.add_argument("--test-timeout", type=float, default=120.0,
+                        help="validate.test_timeout_s: the least a task's own time limit is")  # fmt: skip
+    parser.add_argument("--max-duration", type=float, default=ValidateConfig().max_duration_s,
+                        help="validate.max_duration_s: the suite's measuring run may take this long")  # fmt: skip
     parser.add_argument("--backends", default="bwrap,docker")
     parser.add_argument("--rebuild", action="store_true", help="rebuild environment images found in the cache")
     parser.add_argument("--quick", action="store_true", help="2 instances per repository, 1 run each")

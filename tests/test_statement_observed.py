@@ -210,7 +210,7 @@ def test_a_module_that_imports_only_with_the_fix_counts_once():
                      collection_errors={mod: "ImportError: cannot import name 'p'"})]  # fmt: skip
     after = [Report(exit_code=0, outcomes={**{f"{mod}::test_{i}": "passed" for i in range(48)},
                                            "tests/test_q.py::test_q": "passed"})]  # fmt: skip
-    task = _judge(_bare(), before, after, ValidateConfig(runs=1), 0.0, [mod])
+    task = _judge(_bare(), before, after, 0.0, [mod])
     assert task.validation.valid, task.validation.reason
     assert len(task.fail_to_pass) == 49
     assert task.validation.fail_to_pass_modules_not_importing == [mod]

@@ -200,10 +200,10 @@ def test_validation_records_the_evidence_of_both_trees_as_the_baseline() -> None
                 gold_patch="", test_patch="")  # fmt: skip
     before = _report(("gc.get_objects",), {"t.py::test_a": "failed"})
     after = _report(("sys._current_frames", "gc.get_objects"), {"t.py::test_a": "passed"})
-    judged = _judge(task, [before], [after], ValidateConfig(runs=1), 0.0)
+    judged = _judge(task, [before], [after], 0.0)
     assert judged.validation.valid, judged.validation.reason
     assert judged.validation.baseline_evidence == ["gc.get_objects", "sys._current_frames"]
-    forced = _judge(task, [before], [_report(("canary_passed:self_fail",), {})], ValidateConfig(runs=1), 0.0)
+    forced = _judge(task, [before], [_report(("canary_passed:self_fail",), {})], 0.0)
     assert forced.validation.reason.startswith("tampered: ")
 
 

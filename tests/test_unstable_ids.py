@@ -124,12 +124,12 @@ def test_ids_that_follow_each_trees_listing_order_are_neither_broken_nor_fixed()
     real = "t.py::test_double"
     before = {"t.py::test_case[0-b]": "passed", "t.py::test_case[1-a]": "failed", real: "failed"}
     after = {"t.py::test_case[0-a]": "passed", "t.py::test_case[1-b]": "passed", real: "passed"}
-    judged = _judge(task, [_report(before)] * 2, [_report(after)] * 2, ValidateConfig(runs=2), 0.0)
+    judged = _judge(task, [_report(before)] * 2, [_report(after)] * 2, 0.0)
     assert judged.validation.valid, judged.validation.reason
     assert (judged.fail_to_pass, judged.pass_to_pass) == ([real], [])
     assert judged.validation.unstable_ids == 4
     only = {t: o for t, o in before.items() if t != real}, {t: o for t, o in after.items() if t != real}
-    rejected = _judge(task, [_report(only[0])], [_report(only[1])], ValidateConfig(runs=1), 0.0)
+    rejected = _judge(task, [_report(only[0])], [_report(only[1])], 0.0)
     assert rejected.validation.reason == (
         "unstable_test_ids: the tests the fix changes have ids that differ between runs: "
         "['t.py::test_case[0-a]', 't.py::test_case[1-b]']"

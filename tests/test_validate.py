@@ -377,7 +377,7 @@ def test_a_suite_whose_report_overflows_says_so_rather_than_quoting_its_log():
         task_id="t", source=Source(kind="synthetic", ref="x"), repo="r", snapshot="s", problem_statement="p",
         gold_patch="", test_patch="",
     )  # fmt: skip
-    judged = _judge(task, [silent], [silent], ValidateConfig(runs=1), 0.0)
+    judged = _judge(task, [silent], [silent], 0.0)
     assert judged.validation.reason == f"tests_did_not_run: {OVERFLOWED} ({REPORT_CAP_BYTES >> 20} MiB)"
 
 

@@ -18,7 +18,7 @@ from trialforge.sandbox.base import ExecResult, Limits, SandboxSpec
 from trialforge.store.objstore import open_store
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
-from trialforge.tasks.validate import ValidateConfig, _judge
+from trialforge.tasks.validate import _judge
 from trialforge.testrun.report import TestReport as Report  # not "Test*": pytest would collect it
 from trialforge.testrun.report import read_report
 from trialforge.testrun.run import run_tests
@@ -124,7 +124,7 @@ def _judged(before: list[Report], after: list[Report]) -> Task:
         task_id="t", source=Source(kind="synthetic", ref="x"), repo="r", snapshot="s", problem_statement="p",
         gold_patch="", test_patch="",
     )  # fmt: skip
-    return _judge(task, before, after, ValidateConfig(runs=len(before)), 0.0)
+    return _judge(task, before, after, 0.0)
 
 
 @pytest.mark.pure

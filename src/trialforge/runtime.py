@@ -41,7 +41,7 @@ class Runtime:
             image_digest=self.image_digest,
             snapshots=self.snapshots,
             limits=self.params.sandbox,
-            test_timeout_s=self.params.validate_.test_timeout_s,
+            suite=self.params.validate_,
             timing=self.params.verify,
         )
 

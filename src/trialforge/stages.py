@@ -54,7 +54,9 @@ FUNNELS = tuple(TASK_STEPS)
 TASKSET = "tasks/taskset.parquet"
 RUN = "train/run.json"
 _DECONTAMINATION = (*SplitConfig.model_fields, *DecontamConfig.model_fields)  # the curate keys the stage reads
-_GRADING = ("sandbox", "validate.test_timeout_s", "verify", "run.seed")  # what a verdict in a sandbox depends on
+# what a verdict in a sandbox depends on (the validate keys: a task's own time limit, ``ValidateConfig.limit_for``)
+_LIMITS = ("validate.test_timeout_s", "validate.max_duration_s", "validate.suite_timeout_factor")
+_GRADING = ("sandbox", *_LIMITS, "verify", "run.seed")
 
 STAGES = (
     Stage(

@@ -41,7 +41,7 @@ class Probe:
         A wrong fix that loops forever fails its tests either way; waiting the verifier's full timeout
         for it only burns time. The caller derives the limit from how long the gold patch took.
         """
-        limit = min(self.grader.test_timeout_s, timeout_s)
+        limit = min(self.grader.timeout_for(self.task), timeout_s)
         self.grader = dataclasses.replace(self.grader, test_timeout_s=limit)
         return limit
 

@@ -57,8 +57,28 @@ class EnvParams(Section):
 
 
 class ValidateConfig(Section):
-    """How a task is validated (``validate`` in params.yaml)."""
+    """How a task is validated (``validate`` in params.yaml).
+
+    Time limits follow the suite: the first run of the fixed tree measures it with ``max_duration_s`` to run in (a
+    suite slower than that is rejected, ``suite_too_slow``), and every later run of the task, validation's and the
+    graded runs alike, gets the task's own limit (``limit_for``): ``suite_timeout_factor`` x that time, at least
+    ``test_timeout_s``, at most ``max_duration_s``. docs/pipeline.md, "Time limits".
+    """
 
     runs: int = Field(3, ge=1)  # each configuration runs this many times; outcome changes = flaky
-    max_duration_s: float = 120.0  # a slower suite run rejects the task
-    test_timeout_s: float = 120.0  # also the most any graded test run may take
+    max_duration_s: float = Field(900.0, gt=0)  # the slowest suite run a task may have (its measuring run's limit)
+    test_timeout_s: float = Field(120.0, gt=0)  # the least a task's own limit is, however fast its suite
+    suite_timeout_factor: float = Field(3.0, ge=1.0)  # a task's own limit: this x its measured suite run
+
+    @model_validator(mode="after")
+    def _floor_under_ceiling(self) -> ValidateConfig:
+        if self.test_timeout_s > self.max_duration_s:
+            raise ValueError(
+                f"validate.test_timeout_s ({self.test_timeout_s}) is above validate.max_duration_s "
+                f"({self.max_duration_s}): the floor of a task's time limit must be under its ceiling"
+            )
+        return self
+
+    def limit_for(self, measured_s: float) -> float:
+        """The time limit of a task whose fixed tree's suite ran in ``measured_s`` when validation measured it."""
+        return min(self.max_duration_s, max(self.test_timeout_s, self.suite_timeout_factor * measured_s))

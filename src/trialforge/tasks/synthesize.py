@@ -298,14 +298,16 @@ def screen(
 ) -> tuple[list[Screened], str]:
     """The mutants that break a test that passes on the original, and the image digest they ran on."""
     workers = max(1, min(cfg.concurrency, len(mutants)))
-    # The reaper removes sandboxes past their deadline: give screening sandboxes time for their whole share.
+    # The reaper removes sandboxes past their deadline: give screening sandboxes time for their whole share, and the
+    # first one for the baseline run too, which measures the suite as validation's first run does (max_duration_s).
     deadline = cfg.limits.episode_timeout_s + (len(mutants) // workers + 2) * cfg.screen_timeout_s * 5
+    deadline += cfg.validate.max_duration_s
     limits = cfg.limits.model_copy(update={"episode_timeout_s": deadline})
     screeners: list[Screener] = []
     try:
         with funnel.timings.measure("busy_s"):
             screeners.append(Screener(backend, image, original, limits, env))
-            baseline = screeners[0].run({}, timeout=cfg.validate.test_timeout_s)
+            baseline = screeners[0].run({}, timeout=cfg.validate.max_duration_s)
         passing = _baseline_passing(baseline, original)
         timeout = max(cfg.screen_timeout_s, 5 * baseline.duration_s)
         with funnel.timings.measure("busy_s"):

@@ -8,7 +8,9 @@ its module ran in both, is unstable (a clock, a uuid or a directory listing in i
 since grading asks for ids by name. A test a run never reported (it stopped early, or left the test out) is unknown
 to that run, never failed: fail-to-pass needs every before-run that reported it to say it did not pass, every after-run
 to say it passed; a run that crashed or that pytest stopped early runs again one module at a time. Runs of a tree
-already validated in the batch are reused. A rejection's reason is a short key (what ``record_verdicts`` counts by),
+already validated in the batch are reused. The first run of the fixed tree measures the suite, with
+``validate.max_duration_s`` to run in (past it: ``suite_too_slow``); every other run gets the task's own limit, sized
+to that time (``ValidateConfig.limit_for``). A rejection's reason is a short key (what ``record_verdicts`` counts by),
 then the detail. A valid task's statement is settled from the runs before the fix (``tasks.observed``). Rules:
 docs/pipeline.md, "Validation".
 """
@@ -101,11 +103,14 @@ def validate_task(
                 except BuildFailed as exc:
                     return _verdict(task, False, f"build_failed_{when}: {exc}", 0, start)
         analyses = analyse_tests(after, test_files(after), env.runner)  # before the runs rewrite the tree
-        runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env, observe=True)
-        runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)
-        validated = _judge(task, runs_before, runs_after, cfg, start, touched)
+        runs_after = _runs(backend, image, after, limits, cfg, shared, touched, env, observe=True)  # measures
+        if runs_after[0].timed_out:
+            return _verdict(task, False, _too_slow(cfg), len(runs_after), start)
+        limit = cfg.limit_for(runs_after[0].duration_s)
+        runs_before = _runs(backend, image, before, limits, cfg, shared, touched, env, observe=True, limit=limit)
+        validated = _judge(task, runs_before, runs_after, start, touched)
         if validated.validation.valid and (
-            why := _fallback_passes(backend, image, unbuilt, limits, cfg, touched, env, validated.fail_to_pass)
+            why := _fallback_passes(backend, image, unbuilt, limits, cfg, touched, env, validated.fail_to_pass, limit)
         ):
             return _verdict(task, False, why, cfg.runs, start)
         if not validated.validation.valid:
@@ -116,10 +121,11 @@ def validate_task(
         if chosen:
             # the tests holding recorded expectations alone, in another order: what a graded run can reproduce
             _, fresh = _trees(task, snapshots, Path(tmp) / "proof")
-            proof = _runs(backend, image, fresh, limits, cfg, shared, touched, env, observe=True, select=chosen)
+            proof = _runs(backend, image, fresh, limits, cfg, shared, touched, env, observe=True, select=chosen,
+                          limit=limit)  # fmt: skip
         host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before)
         if host_judged.recorded and _effects_hidden(task, snapshots, Path(tmp) / "effects", backend, image, limits,
-                                                    cfg, env, host_judged, [*f2p, *p2p]):  # fmt: skip
+                                                    limit, env, host_judged, [*f2p, *p2p]):  # fmt: skip
             hidden = set(host_judged.recorded)
             host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before, hidden=hidden)
     validated.validation.host_judged = host_judged
@@ -133,7 +139,7 @@ def _effects_hidden(
     backend: Backend,
     image: str,
     limits: Limits,
-    cfg: ValidateConfig,
+    limit: float,
     env: EnvSpec,
     record: HostJudged,
     tests: list[str],
@@ -156,10 +162,11 @@ def _effects_hidden(
         guard = prepare(tree, tests, test_files(tree), copy_from=[], rng=random.Random(0), runner=env.runner,
                         observe="blind", in_process=record.in_process, param_rows=record.param_rows,
                         recorded=record.recorded, run_recorded=run_recorded)  # fmt: skip
-        spec = SandboxSpec(image=image, workspace=tree, limits=report_limits(limits), labels={"purpose": "validate"})
+        room = 2 * limit + limits.episode_timeout_s  # the reaper's deadline: room for the run's whole limit
+        spec = SandboxSpec(image, tree, report_limits(limits), labels={"purpose": "validate"}, lifetime_s=room)
         sandbox = backend.create(spec)
         try:
-            reports.append(run_tests(sandbox, tests, timeout=cfg.test_timeout_s, guard=guard, env=env))
+            reports.append(run_tests(sandbox, tests, timeout=limit, guard=guard, env=env))
         finally:
             sandbox.close()
     without, ran = reports
@@ -168,6 +175,15 @@ def _effects_hidden(
     return any(
         without.observations.get(t) != ran.observations.get(t) or without.outcomes.get(t) != ran.outcomes.get(t)
         for t in tests
+    )
+
+
+def _too_slow(cfg: ValidateConfig) -> str:
+    """The reason of a task whose fixed tree's suite outran ``max_duration_s``: the repository's suite is the cause
+    (or a test the fix leaves hanging), not its commit."""
+    return (
+        f"suite_too_slow: the suite's first run with the fix did not finish in validate.max_duration_s "
+        f"({cfg.max_duration_s:g}s): a suite this slow cannot be validated or graded under that limit"
     )
 
 
@@ -180,6 +196,7 @@ def _fallback_passes(
     touched: list[str],
     env: EnvSpec,
     fail_to_pass: list[str],
+    limit: float,
 ) -> str:
     """Why the task cannot be graded ("" if it can): fail-to-pass tests that pass on the unfixed ``tree`` with its
     extensions not built. Such a test's failure was the compiled code's alone while the package falls back to right
@@ -187,7 +204,7 @@ def _fallback_passes(
     the fallback) would pass it with the bug in place. A task without extensions: ""."""
     if env.build is None:
         return ""
-    (report,) = _runs(backend, image, tree, limits, cfg, None, touched, env, select=fail_to_pass)
+    (report,) = _runs(backend, image, tree, limits, cfg, None, touched, env, select=fail_to_pass, limit=limit)
     passing = [t for t in fail_to_pass if report.outcome(t) == "passed"]
     if not passing:
         return ""
@@ -220,6 +237,7 @@ def _runs(
     *,
     observe: bool = False,
     select: list[str] | None = None,
+    limit: float | None = None,
 ) -> list[TestReport]:
     """The suite's runs on ``tree`` (``touched``: the test patch's test modules, where canaries go).
 
@@ -227,8 +245,11 @@ def _runs(
     are shared by every task fixed by it); the canaries and the other runtime checks judge the fix.
     ``observe``: every assertion the host could judge reports its value (the fixed tree's runs: ``calibrate``).
     ``select``: run only these tests, in this order, once (the proof run of recorded expectations).
+    ``limit``: each run's time limit; None: the first run measures the suite (``_run``).
     """
+    measures = limit is None  # a measuring run's timeout means the suite is too slow: never another run's timeout
     key = f"{tree_digest(tree)}|{touched}|{image}|{limits!r}|{cfg!r}|{env.model_dump_json()}|{observe}|{select}"
+    key += f"|{measures}"
     rng = random.Random(hashlib.sha256(_SALT + key.encode()).digest())
     tests = test_files(tree)
     collected = python_files_of(tree)
@@ -241,7 +262,7 @@ def _runs(
     every = [p for p in tests if is_test_module(p, collected)]
 
     def run() -> list[TestReport]:
-        return _run(backend, image, tree, limits, cfg, guard, env, every, select)
+        return _run(backend, image, tree, limits, cfg, guard, env, every, select, limit)
 
     return run() if shared is None else shared.get(key, run)
 
@@ -256,16 +277,25 @@ def _run(
     env: EnvSpec,
     modules: list[str],
     select: list[str] | None = None,
+    limit: float | None = None,
 ) -> list[TestReport]:
-    spec = SandboxSpec(image=image, workspace=tree, limits=report_limits(limits), labels={"purpose": "validate"})
+    """``limit`` None: the first run measures the suite with ``cfg.max_duration_s`` to run in, and the later ones get
+    ``cfg.limit_for`` its time; one that timed out is the only run (another would wait as long)."""
+    times = 1 if select else cfg.runs  # the proof run of recorded expectations runs once
+    # the reaper removes a sandbox past its deadline, its owner alive or not: room for every run's whole limit
+    room = (times + 1) * (limit or cfg.max_duration_s) + limits.episode_timeout_s
+    spec = SandboxSpec(image, tree, report_limits(limits), labels={"purpose": "validate"}, lifetime_s=room)
     sandbox = backend.create(spec)
     try:
         reports = []
-        for _ in range(1 if select else cfg.runs):  # the proof run of recorded expectations runs once
-            report = run_tests(sandbox, select, timeout=cfg.test_timeout_s, guard=guard, env=env)
+        for _ in range(times):
+            report = run_tests(sandbox, select, timeout=limit or cfg.max_duration_s, guard=guard, env=env)
+            if limit is None and report.timed_out:
+                return [report]
+            limit = limit or cfg.limit_for(report.duration_s)
             fatal = _crashed(report)
             if not select and (ended := f"Fatal Python error: {fatal}" if fatal else _stopped(report)):
-                report = _isolated(sandbox, modules, cfg, guard, env, ended) or report
+                report = _isolated(sandbox, modules, limit, guard, env, ended) or report
             reports.append(report)
         return reports
     finally:
@@ -293,7 +323,7 @@ def _stopped(report: TestReport) -> str:
 
 
 def _isolated(
-    sandbox: Sandbox, modules: list[str], cfg: ValidateConfig, guard: Guard, env: EnvSpec, ended: str
+    sandbox: Sandbox, modules: list[str], limit: float, guard: Guard, env: EnvSpec, ended: str
 ) -> TestReport | None:
     """A run whose interpreter crashed or that stopped early, again one test module at a time: the modules' outcomes
     as each reports them. A module whose run crashes too failed as a whole (a collection error saying so), as a module
@@ -302,7 +332,7 @@ def _isolated(
     another module's run has no report either (a timeout): the crash or stop stays unexplained. A crash or stop that
     no module repeats alone came of the modules together: each module's own run is still an honest outcome."""
     parts = {
-        module: run_tests(sandbox, [module], timeout=cfg.test_timeout_s, guard=guard, env=env, keep_selection=True)
+        module: run_tests(sandbox, [module], timeout=limit, guard=guard, env=env, keep_selection=True)
         for module in modules
     }
     crashed = {module: f"the test process crashed: Fatal Python error: {why}" for module, part in parts.items()
@@ -398,7 +428,6 @@ def _judge(
     task: Task,
     before: list[TestReport],
     after: list[TestReport],
-    cfg: ValidateConfig,
     start: float,
     touched: Sequence[str] = (),
 ) -> Task:
@@ -430,7 +459,6 @@ def _judge(
     broken = [t for t in tests if was[t] == {"passed"} and now[t] and "passed" not in now[t]]
     stopped = [r for r in before + after if r.stopped]
     validated = task.model_copy(update={"fail_to_pass": f2p, "pass_to_pass": p2p})
-    duration = max(r.duration_s for r in before + after)
     modules, units = _units(f2p, before, after)
     validation = Validation(
         runs=runs,
@@ -476,8 +504,6 @@ def _judge(
         reason = "no_fail_to_pass: " + ("only flaky tests changed" if flaky else "no test fails before the fix")
         if _not_importing(after):  # the tests that would have failed may be in a module that never imports
             reason += f"; modules that import neither before nor after it: {_errors(after)}"
-    elif duration > cfg.max_duration_s:
-        reason = f"too_slow: a test run took {duration:.1f}s > {cfg.max_duration_s}s"
     validation.valid = not reason
     validation.reason = reason
     return validated.model_copy(update={"validation": validation})

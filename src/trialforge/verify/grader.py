@@ -38,6 +38,7 @@ from trialforge.tasks.patches import (
 )
 from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import HostJudged, Task
+from trialforge.tasks.settings import ValidateConfig
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.testrun.baseline import FLAG as BASELINE_FLAG
 from trialforge.testrun.baseline import beyond
@@ -101,8 +102,9 @@ class Grader:
     image_digest: str
     snapshots: SnapshotStore
     limits: Limits
-    test_timeout_s: float = 120.0  # the most a graded test run may take
+    suite: ValidateConfig = field(default_factory=ValidateConfig)  # a task's own time limit (``limit_for``)
     timing: VerifyConfig = field(default_factory=VerifyConfig)  # how much of that a task's graded run gets
+    test_timeout_s: float | None = None  # a lower cap on every graded run (the quality gate's candidates); None: none
     # The modules each task's pristine sources compile to, for diffs that change none of its build inputs.
     _pristine_builds: OncePerKey[dict[str, bytes]] = field(
         default_factory=OncePerKey, init=False, repr=False, compare=False
@@ -133,11 +135,17 @@ class Grader:
         return verdict
 
     def timeout_for(self, task: Task) -> float:
-        """The limit on ``task``'s graded test run (the full ``test_timeout_s`` for a task never timed)."""
+        """The limit on ``task``'s graded test run: ``timing.timeout_factor`` x its slowest validated suite run (at
+        least ``timing.min_timeout_s``) within the task's own limit, and ``test_timeout_s`` if set. Both come from
+        the runs validation timed on the task's own trees, never from anything a diff holds: an edit cannot buy
+        itself more time. A task never timed gets ``suite.test_timeout_s``."""
         slowest = task.validation.slowest_run_s
-        if slowest <= 0:
-            return self.test_timeout_s
-        return min(self.test_timeout_s, max(self.timing.min_timeout_s, self.timing.timeout_factor * slowest))
+        sized = self.suite.test_timeout_s
+        if slowest > 0:
+            sized = min(
+                self.suite.limit_for(slowest), max(self.timing.min_timeout_s, self.timing.timeout_factor * slowest)
+            )
+        return sized if self.test_timeout_s is None else min(self.test_timeout_s, sized)
 
     def cpu_budget_for(self, task: Task) -> float | None:
         """The CPU-seconds ``task``'s graded test process may use (None: a task never timed has no budget).
@@ -206,7 +214,9 @@ class Grader:
         limits = report_limits(self.limits)
         try:
             image = task_image(task, self.backend, self.image)
-            spec = SandboxSpec(image=image.name, workspace=tree, limits=limits, labels={"purpose": "verify"})
+            # the reaper removes a sandbox past its deadline, its owner alive or not: room for a whole graded run
+            room = limits.episode_timeout_s + self.timeout_for(task)
+            spec = SandboxSpec(image.name, tree, limits, labels={"purpose": "verify"}, lifetime_s=room)
             sandbox = self.backend.create(spec)
         except SandboxError as exc:
             return Verdict(None, "env_error", f"verifier sandbox failed: {exc}")
