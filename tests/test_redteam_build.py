@@ -637,15 +637,16 @@ WINS: dict[str, str] = {
         how="canaries._mutate draws the copy's constant absent from the file's own constants, so an original whose "
         "value the file holds elsewhere (8.0 and 8.00 in two tests) is the twin whose constant appears on another line"
     ),
-    "mean-tell-author-spelling-else-presence": _TWIN.format(
-        how="canaries._mutated_copy writes repr(new value): a literal spelled otherwise (8.00) is the author's; a "
-        "canonical one falls back to the presence tell"
-    ),
 }
 # Wins by chance only (the position of a copy, a name's words: drawn per run), not strict: the design's known limit 1.
 HOLES: dict[str, str] = {
     "mean-tell-first-twin-in-file": "the position tell: wins when both copies went after their originals (1 in 4)",
     "mean-tell-caller-name-words": "a name tell that does not exist: wins when the drawn names happen to split a pair",
+    # won every run but one (a fresh-clone CI under stress-ng, 2026-12-07: the copy passed, tampered): not strict
+    "mean-tell-author-spelling-else-presence": _TWIN.format(
+        how="canaries._mutated_copy writes repr(new value): a literal spelled otherwise (8.00) is the author's; a "
+        "canonical one falls back to the presence tell; it depends on the drawn copy, so it loses now and then"
+    ),
 }
 
 
