@@ -398,7 +398,7 @@ def _test(
         for stmt, guards in _straight_line(node.body, local, self_name, decides):
             slot = _slot(stmt, local, self_name, columns, f"{rel}::{qual}#{len(slots)}", len(slots))
             if slot is not None:
-                slots.append(Slot(**{**slot.__dict__, "guards": guards}))
+                slots.append(replace(slot, guards=guards))
     renamable = referenced.get(node.name, 0) == 0 and "request" not in arguments and safe
     assertions = sum(1 for n in _own_nodes(node) if _is_assertion(n, local, self_name))
     return TestFunction(qual, node, holder, slots, assertions, blindable, renamable, parametrize, shadowed, constants)
