@@ -461,6 +461,25 @@ def test_synthesized_statements_share_a_template_that_is_no_evidence_of_a_copy()
     }
 
 
+def test_synthesized_test_patches_give_back_shared_modules_that_are_no_evidence_of_a_copy() -> None:
+    """Two bug-injection tasks of one repository whose mutants broke the same test module both hide it and give it back
+    in their test patch: the same module sits in every other task's workspace, so across the split it is no copy.
+    The same test patch in two tickets is one (a ticket's tests are its own code)."""
+    _, code, tests = CLEAN_TASKS[1]
+    module = new_file_diff("tests/test_shared.py", tests)
+    ini, stats = new_file_diff("ini.py", code), new_file_diff("stats.py", CLEAN_TASKS[0][1])
+    tasks = [
+        make_task("eval-syn", "s", ini, module, split="eval", kind="synthetic"),
+        make_task("train-syn", "t", stats, module, kind="synthetic"),
+        make_task("eval-ticket", "a bug in the parser", ini, module, split="eval"),
+        make_task("train-ticket", "totals are off by one", stats, module),
+    ]
+    checked = {t.task_id: t.decontamination for t in enforce_hygiene(tasks)}
+    assert checked["train-syn"].verdict == "unchecked"
+    assert checked["train-ticket"].verdict == "contaminated"
+    assert {m["doc_id"] for m in checked["train-ticket"].matches} == {"eval-ticket#test_patch"}
+
+
 # --- normalisation and hashing ------------------------------------------------------------
 
 

@@ -158,10 +158,13 @@ def test_a_recorded_episode_replays_into_the_candidates_it_ranked_and_the_gold_f
                 problem_statement=view.problem_statement, gold_patch=gold, test_patch="")  # fmt: skip
     assert candidates[gold_edit(task, candidates)].new_line == fix
     assert gold_edit(task, [c for c in candidates if c.new_line != fix]) is None  # not among them: not found
-    # No test fails (the bug is only described): the functions the issue names, and one edit, judged at submit.
+    # No test fails (the failing tests are hidden, the bug only described): the functions the issue names and those
+    # they call (a bug in a helper shows through the function named), each edit checked against the visible suite.
     passing = "2 passed in 0.02s\n"
     described, attempts = candidates_seen(view, [passing, "./pkg/span.py:5:def between(x, lo, hi):", LISTING])
-    assert attempts == 1 and {c.line_no for c in described} == {6} and fix in {c.new_line for c in described}
+    assert attempts == ATTEMPTS and {c.line_no for c in described} == {2, 6} and fix in {c.new_line for c in described}
+    named = {c.line_no: c.features[feature("named_in_output")] for c in described}
+    assert named == {2: 0.0, 6: 1.0}  # the callee's lines are candidates, told apart from the named function's
 
 
 @pytest.mark.pure
@@ -196,6 +199,26 @@ def test_a_refuted_edit_is_undone_with_the_next_one_and_a_confirmed_edit_is_subm
     assert episode.act("rc=1").action.tool == "submit"  # the budget of two edits is spent
 
     episode, _ = run_episode(RepairPolicy(attempts=2), ["", TEST_OUTPUT, SPECTRUM, LISTING, ""])
+    assert episode.act("rc=0").action.tool == "submit"
+
+
+@pytest.mark.pure
+def test_with_the_failing_tests_hidden_the_visible_suite_refutes_edits_and_the_issue_names_the_function() -> None:
+    """A synthesized or mined task's failing tests are not in the workspace: the issue quotes the function and lists
+    the tests; an edit the visible suite refutes is undone, the first it does not refute is submitted."""
+    test = "tests/test_span.py::test_between_upper_bound"
+    issue = (f"`between` gives wrong results\n\nFailing tests (1):\n- {test}\n\n"
+             f"Observed behaviour (the test suite, run before the fix):\n- `{test}` fails: assert False\n")  # fmt: skip
+    episode = RepairPolicy(attempts=2).begin(TaskView("t", issue), seed=0)
+    answers = ["", "1 passed in 0.02s\n", "./pkg/span.py:5:def between(x, lo, hi):", LISTING, ""]
+    _, grep, view, _, check = (episode.act(obs) for obs in answers)
+    assert "between" in grep.action.args["command"] and view.action.args == {"path": "pkg/span.py"}
+    assert episode.evidence.test_words == [{"between", "upper", "bound"}]  # the listed test's name
+    command = check.action.args["command"]
+    assert "&&" not in command and "test_between" not in command and "python3 -m pytest -x -q" in command
+    second = episode.act("rc=1")  # the suite fails: the edit is undone with the next one
+    assert second.logprob is not None and episode.applied is not None
+    episode.act("")
     assert episode.act("rc=0").action.tool == "submit"
 
 

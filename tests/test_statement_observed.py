@@ -137,6 +137,27 @@ def test_no_statement_shows_the_fix_and_the_leak_gate_passes_them(validated):
     assert validation.noted == {"underspecified": 1}
 
 
+@pytest.mark.sandbox
+def test_a_literal_the_host_judges_is_hidden_from_the_statement(tmp_path, bwrap_backend, base_image):
+    """``assert triple(7) == 21``: grading keeps 21 out of the sandbox, so the statement must not show it either (it
+    did until 2026-12-07: only recorded expectations were hidden, not literals)."""
+    snapshots = SnapshotStore(open_store(f"file://{tmp_path / 'store'}"), tmp_path / "cache")
+    tests = ("from calc import describe, triple\n\n\ndef test_triple():\n    assert triple(7) == 21\n\n\n"
+             "def test_describe():\n    assert describe() == 'three rows'\n")  # fmt: skip
+    code = "def triple(x):\n    return x * {}\n\n\ndef describe():\n    return {!r}\n"
+    fixed = {"calc.py": code.format(3, "three rows"), "tests/test_triple.py": tests}
+    task = _mined(_task_from(tmp_path / "t", snapshots, {"calc.py": code.format(2, "old text")}, fixed),
+                  "Triple is off.\n")  # fmt: skip
+    task = validate_task(task, bwrap_backend, base_image.name, snapshots, Limits(), ValidateConfig(runs=1))
+    assert task.validation.valid and task.validation.host_judged.fail_to_pass_anchored == 2
+    assert "- `tests/test_triple.py::test_triple` fails: assert 14 == …" in task.problem_statement
+    assert "21" not in task.problem_statement
+    # a string the fix itself writes is the specification (no fix without it): stated, and the task is not
+    # underspecified for it
+    assert "fails: AssertionError: assert 'old text' == 'three rows'" in task.problem_statement
+    assert task.statement.missing_literals == []
+
+
 # --- pure: what the check reads, what the section shows --------------------------------------------------------
 
 TESTS = """
@@ -186,11 +207,18 @@ def test_what_the_tests_require_and_the_statement_never_states(statement, except
 
 @pytest.mark.pure
 def test_the_section_hides_judged_values_and_fix_lines_and_caps_the_tests():
-    before = [Report(exit_code=1, failures={"t.py::test_a": "assert 3 == 4", "t.py::test_b": "NameError: x = 1"})]
+    failures = {"t.py::test_a": "assert 3 == 4", "t.py::test_b": "NameError: x = 1",
+                "t.py::test_c[0]": "assert 3.0 == 4.0", "t.py::test_c[1]": "AssertionError: 'abc...xyz' != 'abc'",
+                "t.py::test_c[2]": "assert 3.0 == 4.0"}  # fmt: skip
     f2p = ["t.py::test_a", "t.py::test_b", *(f"t.py::test_c[{i}]" for i in range(12))]
-    section = observed_section(f2p, before, [], hidden=[4], fix="+x = 1\n")
+    hidden = {"t.py::test_a": [4], "t.py::test_c[0]": [4], "t.py::test_c[1]": ["abcdefxyz"]}
+    section = observed_section(f2p, [Report(exit_code=1, failures=failures)], [], hidden=hidden, fix="+x = 1\n")
     assert "- `t.py::test_a` fails: assert 3 == …" in section  # the host's expected value stays off the statement
     assert "- `t.py::test_b` fails\n" in section and "x = 1" not in section  # its line shows the fix's line
+    # an assertion's line that shows none of the test's judged values as written (4.0 for 4, a shortened string)
+    # may show them otherwise: withheld; a test the host judges by no value keeps its line
+    assert "- `t.py::test_c[0]` fails\n" in section and "- `t.py::test_c[1]` fails\n" in section
+    assert "- `t.py::test_c[2]` fails: assert 3.0 == 4.0" in section
     assert "- `t.py::test_c[4]` fails\n" in section and "- ... and 4 more failing tests" in section
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 import textwrap
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from trialforge.rollout.starts import Setup, start_tree
+from trialforge.sandbox.base import Limits, SandboxSpec
 from trialforge.tasks.mutations import (
     FAMILIES,
     Edit,
@@ -18,7 +21,7 @@ from trialforge.tasks.mutations import (
     mutants_of_source,
     sample_mutants,
 )
-from trialforge.tasks.patches import apply_patch, diff_trees
+from trialforge.tasks.patches import apply_patch, diff_trees, touched_paths
 from trialforge.tasks.statements import Screened, changed_lines, public_names, write_statement
 from trialforge.tasks.synthesize import SynthesisConfig, synthesize
 from trialforge.tasks.validate import ValidateConfig
@@ -303,7 +306,9 @@ def test_statement_reports_behaviour_without_the_changed_code_or_its_position() 
     assert statement is not None
     assert "`slugify` fails with TypeError" in statement
     assert "tests/test_slug.py::test_unique_slug" in statement
-    assert "`unique_slug(\"Report\", taken)` returns `'report-1'`, but the test expects `'report-3'`" in statement
+    assert "`unique_slug(\"Report\", taken)` returns `'report-1'`, which is wrong." in statement
+    # the failing tests are hidden from the policy: neither their code nor a value they expect is in the statement
+    assert "report-3" not in statement and "hello-world" not in statement and "assert " not in statement
     assert SECRET_NEW not in statement and SECRET_OLD not in statement
     assert "slug.py:23" not in statement and "flip_compare" not in statement
 
@@ -319,7 +324,7 @@ def test_statement_for_a_missing_exception_names_the_function_from_the_test_name
     item = Screened(item.mutant, ("tests/test_slug.py::test_slugify_rejects_empty_separator",), log)
     statement = write_statement("textkit", item, _public(), [SECRET_NEW, SECRET_OLD])
     assert statement is not None and statement.startswith("`slugify` no longer raises ValueError")
-    assert "one test" in statement and "with pytest.raises(ValueError):" in statement
+    assert "one test" in statement and "pytest.raises" not in statement  # what went wrong, not the hidden test
 
 
 @pytest.mark.pure
@@ -380,11 +385,38 @@ def test_end_to_end_tasks_are_validated_and_reproducible(synthesized, snapshots,
         assert re.fullmatch(r"textkit-syn-[0-9a-f]{10}", task.task_id) and task.source.kind == "synthetic"
         family, path, line = task.source.ref.split(":")
         assert family in FAMILIES and path.startswith("textkit/") and int(line) > 0
-        assert task.test_patch == "" and task.image
+        assert task.image
         tree = tmp_path / task.task_id
         shutil.copytree(snapshots.materialize(task.snapshot), tree)
+        # the broken tests are hidden as a mined task's are: every module of a fail-to-pass test is out of the
+        # snapshot (the policy's workspace) and comes back with the test patch
+        hidden = {t.split("::", 1)[0] for t in task.fail_to_pass}
+        assert hidden and not any((tree / rel).exists() for rel in hidden)
+        assert sorted(touched_paths(task.test_patch)) == sorted(hidden)
+        apply_patch(tree, task.test_patch)
         apply_patch(tree, task.gold_patch)
-        assert diff_trees(tree, REPOS / "textkit") == ""  # the gold patch restores the working repository
+        assert diff_trees(tree, REPOS / "textkit") == ""  # the two patches restore the working repository
+
+
+@pytest.mark.sandbox
+def test_no_line_of_a_hidden_test_is_anywhere_an_episode_can_read(synthesized, snapshots, bwrap_backend) -> None:
+    """What the policy's code can see, it will use: the hidden tests' assertions (their inputs and expected values)
+    must be nowhere in an episode's sandbox, workspace, image or temp dirs alike, as the episode starts it."""
+    tasks, _ = synthesized
+    for task in tasks:
+        lines = {line[1:].strip() for line in task.test_patch.splitlines() if line.startswith("+") and "assert" in line}
+        wanted = sorted(line for line in lines if not line.startswith("+++") and len(line) > 12)
+        assert wanted, task.task_id
+        start = start_tree(task, Setup(), snapshots, None, task.image, task.image_digest)  # no setup: no pool
+        sandbox = bwrap_backend.create(SandboxSpec(image=task.image, workspace=start, limits=Limits()))
+        try:
+            patterns = base64.b64encode("\n".join(wanted).encode()).decode()  # a pipe, never a file it could find
+            scan = (f"grep -rIlF -f <(echo {patterns} | base64 -d) / --exclude-dir=proc --exclude-dir=sys "
+                    f"--exclude-dir=dev 2>/dev/null; echo scanned")  # fmt: skip
+            result = sandbox.exec(["bash", "-c", scan], timeout=600)
+        finally:
+            sandbox.close()
+        assert result.stdout.strip().splitlines() == ["scanned"], (task.task_id, result.stdout[-2000:])
 
 
 @pytest.mark.sandbox
@@ -397,3 +429,9 @@ def test_statements_never_show_the_changed_lines(synthesized) -> None:
             assert not re.search(rf"(?<!\w){re.escape(code)}(?!\w)", statement), (task.task_id, code)
         assert family not in statement and f"{Path(path).name}:{line}" not in statement
         assert all(test in statement for test in task.fail_to_pass[:10])
+        # validation added what the runs before the fix showed, every value the host judges left out: those are
+        # what the hidden tests expect, the statement would hand them back to the policy
+        assert "Observed behaviour" in statement and task.statement and task.statement.parts[-1].source == "observed"
+        judged = task.validation.host_judged.recorded.values() if task.validation.host_judged else ()
+        for value in (v for v in judged if isinstance(v, str) and len(v) >= 4):
+            assert repr(value) not in statement and value not in statement, (task.task_id, value)

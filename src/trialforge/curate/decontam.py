@@ -329,8 +329,10 @@ def swebench_refs(path: str | Path, ref_set: str = "swebench") -> list[RefDoc]:
 def checked_fields(task: Task) -> list[tuple[str, Kind]]:
     """The fields of ``task`` that can carry a copy. A synthesized task's statement is trialforge's own template
     around the names of the tests that fail: every synthesized statement shares its sentences, which says
-    nothing of the task (its patches are checked)."""
-    generated = {"problem_statement"} if task.source.kind == "synthetic" else set()
+    nothing of the task. Its test patch gives back test modules of the repository as they are: the same code is in
+    the workspace of every other task of that repository, so it says nothing of the task either (its gold patch,
+    the bug's revert, is checked)."""
+    generated = {"problem_statement", "test_patch"} if task.source.kind == "synthetic" else set()
     return [(name, kind) for name, kind in TASK_FIELDS.items() if getattr(task, name) and name not in generated]
 
 

@@ -29,6 +29,8 @@ from trialforge.tasks.patches import is_test_path
 _FRAME = re.compile(r'^\s*(?:File "(?:/work/)?)?([\w./-]+\.py)"?(?::|, line )(\d+)(?::|,) in (\w+)', re.MULTILINE)
 _FAILED = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py::\w+)", re.MULTILINE)
 _CALL = re.compile(r"(\.?)\b([A-Za-z_]\w*)\s*\(")
+_NAMED = re.compile(r"`(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)`")  # a name the issue quotes: `slugify`, `Ledger.balance`
+_STATED_TEST = re.compile(r"^- `?([\w./-]+\.py::[\w.:\[\]-]+)", re.MULTILINE)  # a failing test the issue lists
 _DURATION = re.compile(r" in (\d+(?:\.\d+)?)s\b")
 _SPECTRUM_TOTALS = re.compile(r"^spectrum: (\d+) failing, (\d+) passing$", re.MULTILINE)
 _SPECTRUM_LINE = re.compile(r"^([\w./-]+\.py):(\d+)-(\d+) (\d+) (\d+)$", re.MULTILINE)
@@ -125,8 +127,12 @@ class RepairEpisode:
             if not is_test_path(path):
                 ev.frames.setdefault(path, set()).add(int(line))
                 ev.frame_functions.add(function)
-        ev.output_names = set(_called_names(test_output + "\n" + self.view.problem_statement))
+        statement = self.view.problem_statement
+        ev.output_names = set(_called_names(test_output + "\n" + statement)) | set(_quoted_names(statement))
         ev.suite_s = max((float(s) for s in _DURATION.findall(test_output)), default=0.0)
+        if not ev.failing_tests:  # the failing tests are hidden: the issue lists their names
+            ev.test_words = [set(t.rpartition("::")[2].split("[")[0].split("_")) - {"test"}
+                             for t in dict.fromkeys(_STATED_TEST.findall(statement))]  # fmt: skip
         if ev.failing_tests:
             self.phase = "spectrum"
             return _run(f"python3 -c {_quote(SPECTRUM_SCRIPT)} 2>&1 | head -n 150")
@@ -182,13 +188,14 @@ class RepairEpisode:
             edits.insert(0, (self.applied.path, self.applied.line_no, self.applied.old_line))
         self.applied = chosen
         self.attempts -= 1
-        # Without a failing test to check against (the bug is only described), one edit is all we can judge.
-        self.phase = "check" if self.evidence.failing_tests else "submit"
+        self.phase = "check"
         action = Action(tool="run", args={"command": _line_edit_command(edits)})
         return Decision(action, logprob=math.log(probs[k]), tokens_out=1, info=info)
 
     def _check(self, _: str) -> Decision:
         """The failing tests first (quick to refute an edit), then the whole suite (an edit may break another test).
+        With no failing test in the workspace (they are hidden: the bug is only described) the suite alone refutes an
+        edit that breaks what works; the first edit it does not refute is submitted.
 
         An edit can make a loop endless: each run is cut off well past the time the suite took, first by
         CPU time (``ulimit -t``, each pytest its own budget), which does not stretch on a loaded machine.
@@ -196,8 +203,9 @@ class RepairEpisode:
         self.phase = "verdict"
         budget = 10 * self.evidence.suite_s
         pytest = f"timeout {max(10, math.ceil(budget))} python3 -m pytest -x -q -p no:cacheprovider"
+        suite = f"{pytest} >/dev/null 2>&1"
         tests = " ".join(_quote(t) for t in self.evidence.failing_tests)
-        checks = f"{pytest} {tests} >/dev/null 2>&1 && {pytest} >/dev/null 2>&1"
+        checks = f"{pytest} {tests} >/dev/null 2>&1 && {suite}" if tests else suite
         return _run(f"ulimit -t {max(3, math.ceil(budget))}; {checks}; echo rc=$?")
 
     def _verdict(self, observation: str) -> Decision:
@@ -219,8 +227,7 @@ def candidates_seen(view: TaskView, observations: list[str]) -> tuple[list[Candi
         if episode.phase in ("check", "verdict", "submit"):  # past its reading: the candidates are built
             break
         episode.act(answer)
-    attempts = ATTEMPTS if episode.evidence.failing_tests else 1
-    return (candidates(episode.functions, episode.evidence) if episode.functions else []), attempts
+    return (candidates(episode.functions, episode.evidence) if episode.functions else []), ATTEMPTS
 
 
 def score(weights: list[float], features: tuple[float, ...]) -> float:
@@ -247,6 +254,11 @@ def _called_names(text: str) -> list[str]:
     """Functions the test output or the issue calls: bare builtins and pytest helpers left out."""
     names = [name for dot, name in _CALL.findall(text) if dot or name not in _BUILTINS]
     return [n for n in dict.fromkeys(names) if n not in _TEST_HELPERS and not n.startswith("test")]
+
+
+def _quoted_names(text: str) -> list[str]:
+    """Names the issue quotes (`` `slugify` ``, `` `Ledger.balance` ``: its last part), tests' names left out."""
+    return [n for n in dict.fromkeys(_NAMED.findall(text)) if not n.startswith("test") and n not in _BUILTINS]
 
 
 def _line_edit_command(edits: list[tuple[str, int, str]]) -> str:

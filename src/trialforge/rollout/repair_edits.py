@@ -62,6 +62,7 @@ _TWINS = dict(
 _OFFSET = re.compile(r"\s*[+-]\s*1\b")
 _DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
 _LISTING = re.compile(r"^\s*(\d+)  (.*)$", re.MULTILINE)
+_CALLED = re.compile(r"(?:\bself\.|(?<![\w.]))([A-Za-z_]\w*)\s*\(")  # a call by bare name or on self
 
 
 @dataclass(frozen=True)
@@ -282,11 +283,15 @@ def _body(lines: dict[int, str], first: int, indent: int) -> dict[int, str]:
 
 
 def candidates(functions: list[ViewedFunction], ev: Evidence) -> list[Candidate]:
-    """Edits on the implicated lines: those a failing test ran, else those of the functions the issue names."""
+    """Edits on the implicated lines: those a failing test ran, else those of the functions the issue names and of
+    the functions those call (a bug in a helper shows through the function the issue names)."""
     if ev.spectrum:
         lines = [(fn, n, text) for fn in functions for n, text in fn.lines.items() if (fn.path, n) in ev.spectrum]
     else:
-        lines = [(fn, n, text) for fn in functions if fn.name in ev.output_names for n, text in fn.lines.items()]
+        named = [fn for fn in functions if fn.name in ev.output_names]
+        called = {m.group(1) for fn in named for text in fn.lines.values() for m in _CALLED.finditer(text)}
+        implicated = [fn for fn in functions if fn.name in ev.output_names or fn.name in called]
+        lines = [(fn, n, text) for fn in implicated for n, text in fn.lines.items()]
     top = max((ev.suspiciousness(fn.path, n) for fn, n, _ in lines), default=0.0)
     candidates = []
     for fn, n, text in lines:

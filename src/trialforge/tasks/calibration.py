@@ -25,7 +25,15 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from trialforge.tasks.schema import HostJudged
-from trialforge.testrun.blinding import FileAnalysis, Slot, TestFunction, calibrate_test, close_demotions, due_slots
+from trialforge.testrun.blinding import (
+    FileAnalysis,
+    Slot,
+    TestFunction,
+    blind,
+    calibrate_test,
+    close_demotions,
+    due_slots,
+)
 from trialforge.testrun.expected import decode
 from trialforge.testrun.report import TestReport
 
@@ -92,6 +100,28 @@ def calibrate(
         record.assertions_host_judged += len(slots)
         record.weak += sum(_weak(s, recorded) for s in slots)
     return record
+
+
+def judged_values(
+    analyses: Mapping[str, FileAnalysis], tests: Sequence[str], record: HostJudged
+) -> dict[str, list[object]]:
+    """Each of ``tests`` -> the values the host judges it by, as grading's checks hold them (an expected side, a
+    unittest method's expected arguments, a ``match=`` pattern; guessable ``None`` and bools left out): kept out of
+    every sandbox, so a statement must not show them either (``tasks.observed``)."""
+    by_file: dict[str, list[str]] = {}
+    for test_id in tests:
+        if "::" in test_id and test_id.split("::", 1)[0] in analyses:
+            by_file.setdefault(test_id.split("::", 1)[0], []).append(test_id)
+    found: dict[str, list[object]] = {}
+    for rel, ids in by_file.items():
+        blinded = blind(analyses[rel], ids, record.in_process, record.param_rows, recorded=record.recorded)
+        if blinded is None:
+            continue
+        for sandbox_id, checks in blinded[1].checks.items():
+            values = found.setdefault(blinded[1].original.get(sandbox_id, sandbox_id), [])
+            for _, check in checks:
+                values += [*check.expected] if check.kind == "unittest" else [check.expected, check.match]
+    return {t: [v for v in values if v is not None and not isinstance(v, bool)] for t, values in found.items()}
 
 
 def _weak(slot: Slot, recorded: Mapping[str, object]) -> bool:

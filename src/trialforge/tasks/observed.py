@@ -1,24 +1,28 @@
 """The statement's second half: what validation saw fail before the fix, stated as observed behaviour.
 
-A mined commit's message says what its author changed; an agent also needs what goes wrong. After validation,
-the statement is the author's text (the commit message, the linked issue) plus an "Observed behaviour" section
+A mined commit's message says what its author changed, a synthesized task's statement which hidden tests fail; an
+agent also needs what goes wrong. After validation, the statement is the text the task came with (the commit message,
+the linked issue, the synthesized report) plus an "Observed behaviour" section
 from the runs before the fix: the fail-to-pass tests (a sample) and, per test, its failure's exception line as the
 run printed it (``KeyError: 'a'``, ``assert 3 == 4``, ``DID NOT RAISE <class 'LookupError'>``). A test module
 that did not import before the fix is one line with its import error, not its tests one by one. Never shown: a
-line of the fix's diff, and a value the host judges (``HostJudged.recorded``: the expected values grading keeps out
-of the sandbox, which a statement would hand back to it). ``Task.statement`` records which part came from where.
+line of the fix's diff, and a value the host judges the fail-to-pass tests by (``calibration.judged_values``: a
+literal expected side, a recorded expectation, a ``match=`` pattern; grading keeps them out of the sandbox, and a
+statement would hand them back to it), unless the fix itself writes it (a message: the specification).
+``Task.statement`` records which part came from where.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Collection, Mapping, Sequence
 
+from trialforge.tasks.calibration import judged_values
 from trialforge.tasks.schema import Task
 from trialforge.tasks.statement_record import StatementPart, StatementRecord
 from trialforge.tasks.statements import changed_lines, leaks
-from trialforge.tasks.underspecified import missing
+from trialforge.tasks.underspecified import introduces, missing
+from trialforge.testrun.blinding import FileAnalysis
 from trialforge.testrun.report import TestReport
 
 HEADING = "Observed behaviour (the test suite, run before the fix):"
@@ -26,7 +30,10 @@ MAX_TESTS = 10  # fail-to-pass tests named, each with its failure
 MAX_MODULES = 5  # modules that do not import, each with its error
 MAX_LINE = 200
 REDACTED = "…"
-MINED = ("git", "github", "jira")  # sources whose statement is an author's text (synthetic ones are written from runs)
+# Sources whose statement gets the section: a mined commit's author text says what changed, not what goes wrong; a
+# synthesized task's says which hidden tests fail (``tasks.statements``); the section adds how, judged values hidden.
+OBSERVED_SOURCES = ("git", "github", "jira", "synthetic")
+_ASSERTION = re.compile(r"(?:AssertionError\b|assert )")  # a failed assertion's line: it may print the expected value
 MIN_BARE = 3  # a judged string this long is hidden unquoted too (``ValueError: abc`` shows it bare)
 
 
@@ -34,31 +41,41 @@ def observed_section(
     fail_to_pass: Sequence[str],
     before: Sequence[TestReport],
     modules: Collection[str],
-    hidden: Collection[object] = (),
+    hidden: Mapping[str, Collection[object]] | None = None,
     fix: str = "",
 ) -> str:
     """The section for ``fail_to_pass`` from the ``before`` runs; ``modules``: the fail-to-pass modules that did not
-    import, stated once each; ``hidden``: values never to show; ``fix``: the gold patch (no line of it is shown)."""
+    import, stated once each; ``hidden``: each test's values never to show; ``fix``: the gold patch (no line of it is
+    shown)."""
     secret = changed_lines(fix)
+    hidden = hidden or {}
+    every = [v for values in hidden.values() for v in values]
 
-    def shown(message: str | None) -> str:
-        """``message`` as the section may show it: judged values hidden, none if it shows a line of the fix."""
-        text = _trim(_redact(message or "", hidden))
+    def shown(message: str | None, values: Collection[object]) -> str:
+        """``message`` as the section may show it: judged values hidden, none if it shows a line of the fix, and an
+        assertion's line withheld when the test has judged values and none of them was found in it (pytest may have
+        printed the expected value in another form: ``21.0``, a shortened ``'abc...xyz'``)."""
+        text = _redact(message or "", values)
+        if values and _ASSERTION.match(message or "") and (text == message or "..." in text):
+            return ""
+        text = _trim(text)
         return f": {text}" if text and not leaks(text, secret) else ""
 
     errors = {m: e for r in before for m, e in r.collection_errors.items() if m in modules}
     said = {t: m for r in reversed(before) for t, m in r.failures.items()}  # the first run's line wins
-    lines = [f"- `{m}` does not import{shown(errors.get(m))}" for m in sorted(modules)[:MAX_MODULES]]
+    lines = [f"- `{m}` does not import{shown(errors.get(m), every)}" for m in sorted(modules)[:MAX_MODULES]]
     if len(modules) > MAX_MODULES:
         lines.append(f"- ... and {len(modules) - MAX_MODULES} more modules that do not import")
     tests = [t for t in fail_to_pass if t.split("::", 1)[0] not in modules]
-    lines += [f"- `{t}` fails{shown(said.get(t))}" for t in tests[:MAX_TESTS]]
+    lines += [f"- `{t}` fails{shown(said.get(t), hidden.get(t, ()))}" for t in tests[:MAX_TESTS]]
     if len(tests) > MAX_TESTS:
         lines.append(f"- ... and {len(tests) - MAX_TESTS} more failing tests")
     return "\n".join([HEADING, *lines]) + "\n"
 
 
-def with_observed(task: Task, before: Sequence[TestReport], hidden: Collection[object] = ()) -> Task:
+def with_observed(
+    task: Task, before: Sequence[TestReport], hidden: Mapping[str, Collection[object]] | None = None
+) -> Task:
     """``task`` with its statement rewritten: the author's text (kept from a former validation's record) and the
     observed section; ``Task.statement`` says which is which."""
     author = task.statement.author_text(task.problem_statement) if task.statement else task.problem_statement
@@ -84,13 +101,20 @@ def _trim(line: str) -> str:
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 1] + REDACTED
 
 
-def settle_statement(task: Task, before: Sequence[TestReport], modules: Mapping[str, ast.Module]) -> Task:
-    """A validated task's statement and its record: a mined task's gets the observed section (``with_observed``),
-    every task's is checked for what its fail-to-pass tests require (``underspecified.missing``; ``modules``: the
-    test modules' trees with the test patch applied)."""
-    if task.source.kind in MINED:
+def settle_statement(task: Task, before: Sequence[TestReport], analyses: Mapping[str, FileAnalysis]) -> Task:
+    """A validated task's statement and its record: a mined or synthesized task's gets the observed section
+    (``with_observed``), every value the host judges its fail-to-pass tests by hidden (``judged_values``); every
+    task's is checked for what its fail-to-pass tests require (``underspecified.missing``; ``analyses``: the test
+    modules with the test patch applied)."""
+    if task.source.kind in OBSERVED_SOURCES:
         judged = task.validation.host_judged
-        task = with_observed(task, before, judged.recorded.values() if judged else ())
+        values = judged_values(analyses, task.fail_to_pass, judged) if judged else {}
+        # a string the fix itself writes (a message, a name) is the specification, not an answer to copy: the fix
+        # cannot be written without it, so stating it gives nothing away
+        hidden = {t: [v for v in vs if not (isinstance(v, str) and introduces(task.gold_patch, v))]
+                  for t, vs in values.items()}  # fmt: skip
+        task = with_observed(task, before, hidden)
+    modules = {rel: analysis.module for rel, analysis in analyses.items()}
     exceptions, literals = missing(task.problem_statement, modules, task.fail_to_pass, task.gold_patch)
     record = task.statement or StatementRecord(parts=[StatementPart(source="author", start=0,
                                                                     end=len(task.problem_statement))])  # fmt: skip

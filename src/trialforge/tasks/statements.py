@@ -1,9 +1,11 @@
 """Problem statements for synthetic tasks: a user's bug report written from what the failing tests show.
 
-The statement names the failing tests, the public function they call, the error or the values observed,
-phrased as a bug report. It never shows the changed line (original or mutated), a library file's line
-number, or the mutation's family; a candidate whose statement cannot avoid them gets none
-(:func:`write_statement` returns None) and is dropped rather than shipped.
+The statement names the failing tests, the public function they call, the error or the value observed, phrased as
+a bug report; validation adds what its runs before the fix showed, judged values hidden (``tasks.observed``). The
+failing tests are hidden from the policy (their modules are the task's test patch), so the statement never shows
+their code nor a value they expect: only what the code under test did. It never shows the changed line (original or
+mutated), a library file's line number, or the mutation's family; a candidate whose statement cannot avoid them
+gets none (:func:`write_statement` returns None) and is dropped rather than shipped.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ _EXCEPTION = re.compile(r"^E\s+([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|I
 _NOT_RAISED = re.compile(r"DID NOT RAISE <class '(?:[\w.]*\.)?(\w+)'>")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 MAX_SHOWN_TESTS = 10
+EXPECTED = (
+    "Expected: these tests pass again, and the rest of the suite keeps working. They are not in your "
+    "checkout: they run when your change is graded."
+)
 MAX_DETAILED = 3
 MAX_LINE = 160
 
@@ -117,10 +123,7 @@ def write_statement(repo: str, item: Screened, public: dict[str, str], secret: S
     observed = next((o for f in shown if (o := _observed(f))), None)
     if observed:
         parts += ["", observed]
-    output = [line for f in shown if f.code or f.errors for line in [f.test, *f.code, *f.errors, ""]]
-    if output:
-        parts += ["", "What the test run shows (trimmed):", "```", *output[:-1], "```"]
-    parts += ["", "Expected: these tests succeed again without changing them, and the rest of the suite keeps working."]
+    parts += ["", EXPECTED]
     statement = "\n".join(parts) + "\n"
     if leaks(statement, secret) or item.mutant.family in statement or _FILE_LINE.search(_strip_tests(statement)):
         return None
@@ -190,7 +193,9 @@ def _intro(repo: str, item: Screened) -> str:
 
 
 def _observed(failure: Failure) -> str | None:
-    """'`f(x)` returns `A`, but the test expects `B`.' when the assertion output shows both sides."""
+    """'`f(x)` returns `A`, which is wrong.' when the assertion output shows what the code under test computed. What
+    the test expects is never said: the test is hidden, and its expected value in the statement would be an answer
+    to copy, not a behaviour to fix."""
     compared = next((m.group(1) for line in failure.errors if (m := _ASSERT_EQ.match(line))), None)
     if compared is None or compared.count(" == ") != 1:
         return None
@@ -198,17 +203,13 @@ def _observed(failure: Failure) -> str | None:
     for line in failure.errors:
         where = _WHERE.match(line)
         if where and where.group(1) in (left, right):
-            expected = right if where.group(1) == left else left
-            return f"`{_short(where.group(2))}` returns `{where.group(1)}`, but the test expects `{expected}`."
+            return f"`{_short(where.group(2))}` returns `{where.group(1)}`, which is wrong."
     shape = _assert_shape(failure.code)
-    if shape is not None:
-        expr, is_call, literal_on_right = shape
-        got, want = (left, right) if literal_on_right else (right, left)
-        verb = "returns" if is_call else "is"
-        return f"`{_short(expr)}` {verb} `{got}`, but the test expects `{want}`."
-    if left == right:
-        return None  # pytest shortened both sides to the same text: saying they differ tells nothing
-    return f"The test compares `{left}` with `{right}`, and they differ."
+    if shape is None:
+        return None
+    expr, is_call, literal_on_right = shape
+    verb = "returns" if is_call else "is"
+    return f"`{_short(expr)}` {verb} `{left if literal_on_right else right}`, which is wrong."
 
 
 def _assert_shape(code: list[str]) -> tuple[str, bool, bool] | None:

@@ -29,12 +29,13 @@ from trialforge.scratch import scratch_dir
 from trialforge.tasks.envdetect.resolve import resolve_env
 from trialforge.tasks.envimages import env_image
 from trialforge.tasks.mutations import FAMILIES, Mutant, compile_error, library_files, mutants_of_source, sample_mutants
-from trialforge.tasks.patches import IGNORED_DIRS, diff_trees
+from trialforge.tasks.patches import IGNORED_DIRS, diff_trees, is_test_module, is_test_path, touched_paths
+from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.statements import Screened, changed_lines, public_names, write_statement
 from trialforge.tasks.validate import SuiteRuns, ValidateConfig, note_marks, validate_task
-from trialforge.testrun.report import TestReport
+from trialforge.testrun.report import COLLECTION, TestReport
 from trialforge.testrun.run import report_limits, run_tests
 
 log = logging.getLogger(__name__)
@@ -391,9 +392,15 @@ def _tasks(
 
 def _task(item: Screened, original: Path, tmp: Path, sources: dict[str, str], repo_name: str,
           public: dict[str, str], snapshots: SnapshotStore) -> Task | None:  # fmt: skip
-    """The task for one screened mutant: mutated tree stored as the snapshot, the revert as the gold patch."""
+    """The task for one screened mutant: the mutated tree without the test modules it broke stored as the snapshot,
+    those modules as the test patch, the revert as the gold patch.
+
+    The broken tests are the task's fail-to-pass tests: left in the workspace, the policy could read each input and
+    expected value and answer them one by one (no forged report needed, so nothing the host judges could tell), so
+    they are hidden as a mined task's new tests are; the statement says what they showed failing, never what they
+    expect."""
     mutant = item.mutant
-    tree = tmp / mutant.digest
+    tree, whole = tmp / mutant.digest, tmp / f"{mutant.digest}-whole"
     shutil.copytree(original, tree, symlinks=True)
     try:
         (tree / mutant.path).write_text(mutant.apply(sources[mutant.path]), encoding="utf-8")
@@ -401,9 +408,14 @@ def _task(item: Screened, original: Path, tmp: Path, sources: dict[str, str], re
         statement = write_statement(repo_name, item, public, changed_lines(gold))
         if statement is None:
             return None
+        shutil.copytree(tree, whole, symlinks=True)
+        for rel in broken_modules(item.broke, tree):
+            (tree / rel).unlink()
+        test_patch = diff_trees(tree, whole)
         digest = snapshots.put(tree)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(whole, ignore_errors=True)
     return Task(
         task_id=f"{repo_name}-syn-{mutant.digest[:10]}",
         source=Source(kind="synthetic", ref=_ref(mutant)),
@@ -411,8 +423,24 @@ def _task(item: Screened, original: Path, tmp: Path, sources: dict[str, str], re
         snapshot=digest,
         problem_statement=statement,
         gold_patch=gold,
-        test_patch="",
+        test_patch=test_patch,
     )
+
+
+def visible_fail_to_pass(task: Task) -> list[str]:
+    """The fail-to-pass tests of ``task`` whose module its snapshot keeps (validation saw a test fail that screening
+    did not): their expected values would be in the policy's workspace, so the task is not made."""
+    hidden = set(touched_paths(task.test_patch))
+    return [t for t in task.fail_to_pass if is_test_path(module := t.split("::", 1)[0]) and module not in hidden]
+
+
+def broken_modules(broke: Iterable[str], tree: Path) -> list[str]:
+    """The test modules of the ``broke`` ids (tests, or modules that failed to collect). A doctest of a library module
+    is not one: its module is the code (such a test has no assertion the host judges, so the quality gate drops the
+    task: ``quality.require_host_judged``)."""
+    collected = python_files_of(tree)
+    paths = dict.fromkeys(t.removeprefix(COLLECTION).split("::", 1)[0] for t in broke)
+    return [p for p in paths if is_test_module(p, collected) and (tree / p).is_file()]
 
 
 def _validate(tasks: list[tuple[Mutant, Task]], backend: Backend, image: str, snapshots: SnapshotStore,
@@ -444,7 +472,10 @@ def _validate(tasks: list[tuple[Mutant, Task]], backend: Backend, image: str, sn
 def _verdict(mutant: Mutant, task: Task, funnel: SynthesisFunnel, valid: list[Task], wanted: int) -> None:
     """Count one validated candidate in the funnel, appending its task to ``valid`` while fewer than ``wanted``."""
     note_marks(task, funnel)  # as record_verdicts counts a mined task's
-    if task.validation.valid and len(valid) < wanted:
+    if visible := visible_fail_to_pass(task):
+        funnel.reject(mutant, "fail_to_pass_visible", f"validation found failing tests screening did not, in modules "
+                      f"left in the workspace: {', '.join(visible[:3])}")  # fmt: skip
+    elif task.validation.valid and len(valid) < wanted:
         funnel.accept(mutant)
         valid.append(task)
     elif task.validation.valid:

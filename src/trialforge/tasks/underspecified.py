@@ -30,7 +30,6 @@ def missing(
     """(exception types, literals) that ``fail_to_pass`` require and ``statement`` does not state; ``modules``: test
     module path -> its tree with the test patch applied; ``fix``: the gold patch."""
     words = set(re.findall(r"\w+", statement))
-    added, removed = _changed(fix)
     exceptions: dict[str, None] = {}
     literals: dict[str, None] = {}
     for node in _test_functions(modules, fail_to_pass):
@@ -38,9 +37,15 @@ def missing(
             if not any(_derivable(name, words) for name in group):
                 exceptions[" | ".join(group)] = None
         for text in _compared(node):
-            if len(text) >= MIN_LITERAL and text not in statement and text in added and text not in removed:
+            if len(text) >= MIN_LITERAL and text not in statement and introduces(fix, text):
                 literals[text] = None
     return list(exceptions), list(literals)
+
+
+def introduces(fix: str, text: str) -> bool:
+    """Whether the patch ``fix`` introduces ``text``: an added line holds it, no removed line does."""
+    added, removed = _changed(fix)
+    return text in added and text not in removed
 
 
 def _derivable(name: str, words: set[str]) -> bool:

@@ -129,7 +129,7 @@ def validate_task(
             hidden = set(host_judged.recorded)
             host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before, hidden=hidden)
     validated.validation.host_judged = host_judged
-    return settle_statement(validated, runs_before, {rel: a.module for rel, a in analyses.items()})
+    return settle_statement(validated, runs_before, analyses)
 
 
 def _effects_hidden(
