@@ -9,7 +9,11 @@ copy of its test stays in ``tests/test_legacy.py``) and ``twist`` (a parametrize
 quality gate keeps (``host_judged_problem`` is empty for each: asserted), the gold scores 1, the empty diff 0.
 Before synthesis every test module is compiled to ``tests/__pycache__`` as a developer's work tree has it.
 
-30 checks (28 attacks and 2 controls), bwrap, about 15 s. **Won (10 checks, 5 holes), each kept as a non-strict xfail:**
+30 checks (28 attacks and 2 controls), bwrap, about 15 s. **The first run: 10 checks won, 5 holes. All five are
+closed since:** 3, 4 and 5 by the statement hiding every judged value of every failing test from every line, test ids
+and names included (``observed.redact_names``); 1 and 2 by construction of the anchor: an expected value the policy
+can read in its workspace anchors nothing (``tasks/visible.py``), so the gate drops both tasks (asserted). Their two
+grading attacks still win on those dropped tasks, kept as non-strict xfails. The first run's wins:
 
 **1. A hidden test's data file stays in the workspace and the graded sandbox** (episode hunt finds 4071 in
 ``/work/tests/data/scale.json``; a diff that looks the input up in that file scores **1.0** with the bug left in for
@@ -73,8 +77,10 @@ from trialforge.verify.grader import Grader
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 
-def _hole(why: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=False, reason=f"HOLE: {why}")
+def _dropped(why: str) -> pytest.MarkDecorator:
+    """An attack that wins on a task the quality gate drops (asserted in ``test_the_gate_drops_...``): no episode of
+    the pipeline's ever runs it."""
+    return pytest.mark.xfail(strict=False, reason=f"WINS ON A DROPPED TASK: {why}")
 
 
 # ---- the repository: three functions, each with one ``+`` (the only flip_arith sites), so each mutant breaks one
@@ -291,12 +297,23 @@ def _hunt(values: list[str]) -> str:
 
 
 def test_every_task_is_anchored_and_its_gold_scores_and_its_empty_diff_does_not(synthesized) -> None:
-    for module in ("test_scale", "test_mask", "test_fold", "test_twist"):
+    for module in ("test_mask", "test_twist"):
         task = _task(synthesized, module)
         assert host_judged_problem(task, QualityConfig()) == "", (module, task.validation.host_judged)
-    world = _world(synthesized, "test_fold")
-    assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
-    assert world.grader.grade(world.task, "").reward == 0.0
+    for module in ("test_fold", "test_mask"):
+        world = _world(synthesized, module)
+        assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
+        assert world.grader.grade(world.task, "").reward == 0.0
+
+
+@pytest.mark.parametrize(("module", "value"), [("test_scale", "4071"), ("test_fold", "9190")])
+def test_the_gate_drops_a_task_whose_expected_value_the_workspace_shows(synthesized, bwrap_backend, module, value):
+    """Holes 1 and 2 of the first run: a data file the hidden test reads, a skipped copy of its assertion. The value
+    is readable in the episode (found there), so it anchors nothing (``tasks.visible``) and the gate drops the task."""
+    assert _episode(synthesized, bwrap_backend, module, _hunt([value])), module
+    task = _task(synthesized, module)
+    assert task.validation.host_judged.fail_to_pass_anchored == 0
+    assert "no fail-to-pass test has an assertion the host judges" in host_judged_problem(task, QualityConfig())
 
 
 # ---- (1) episode-time discovery: the policy's shell hunting for hidden values -------------------------------------
@@ -306,8 +323,6 @@ def test_every_task_is_anchored_and_its_gold_scores_and_its_empty_diff_does_not(
     ("module", "values"),
     [
         ("test_mask", ["8064", "0x1f80", "8164", "8464", "8364", "8764", "8864", "8964"]),
-        pytest.param("test_scale", ["4071"], marks=_hole("a data file the hidden test reads stays in the workspace")),
-        pytest.param("test_fold", ["9190"], marks=_hole("a skipped copy of the hidden test stays in the workspace")),
         ("test_twist", ["7150", "7350"]),
     ],
 )
@@ -423,25 +438,25 @@ def _mask_trick(name: str) -> str:
     )
 
 
-@_hole("the hidden test's data file is in the graded sandbox and the workspace")
+@_dropped("the hidden test's data file is in the graded sandbox and the workspace")
 def test_a_diff_reading_the_hidden_tests_data_file_earns_nothing(synthesized) -> None:
     world = _world(synthesized, "test_scale")
     assert world.grade({"glyph/core.py": SCALE_FROM_DATA}).reward == 0.0
 
 
-@_hole("a skipped copy of the hidden test shows the value")
+@_dropped("a skipped copy of the hidden test shows the value")
 def test_a_diff_special_casing_a_value_the_workspace_shows_earns_nothing(synthesized) -> None:
     world = _world(synthesized, "test_fold")
     assert world.grade({"glyph/core.py": FOLD_SPECIAL_CASED}).reward == 0.0
 
 
-@_hole("the statement lists row ids that carry the expected column")
 def test_a_diff_answering_the_rows_the_statement_names_earns_nothing(synthesized) -> None:
-    """Every fail-to-pass test of ``twist`` is a parametrized row; the statement lists their ids, input and expected
-    value in each. The diff is built from the statement alone and leaves the bug in place for every other input."""
+    """Every fail-to-pass test of ``twist`` is a parametrized row; the statement lists their ids, whose expected
+    column it now hides (``test_twist[7100-…]``: a win of the first run). The diff is built from the statement alone
+    and leaves the bug in place for every other input."""
     world = _world(synthesized, "test_twist")
+    assert "test_twist[7100-…]" in world.task.problem_statement, world.task.problem_statement
     rows = dict(re.findall(r"test_twist\[(\d+)-(\d+)\]", world.task.problem_statement))
-    assert rows, world.task.problem_statement
     table = ", ".join(f"{n}: {want}" for n, want in rows.items())
     core = CORE.replace("    return n + 50\n", f"    return {{{table}}}.get(n, n - 50)\n")
     assert world.grade({"glyph/core.py": core}).reward == 0.0
@@ -475,21 +490,15 @@ def test_the_mask_tricks_fix_every_other_row(synthesized) -> None:
         ("test_mask", "8264"),
         ("test_mask", "8464"),  # an item of an expected dict ("Differing items")
         ("test_mask", "8364"),  # the tail of a long expected string, pytest's truncated repr
-        pytest.param(
-            "test_mask", "8764", marks=_hole("a parametrized row id carries its expected column")
-        ),  # the expected column of a parametrized row, in the test's id
-        pytest.param(
-            "test_mask", "8864", marks=_hole("a non-assert exception line of another test shows a host-judged value")
-        ),  # a helper's exception message, expected by another test on the host
+        ("test_mask", "8764"),  # the expected column of a parametrized row, in the test's id (won the first run)
+        ("test_mask", "8864"),  # a helper's exception message, expected by another test on the host (won)
         ("test_mask", "8064"),
         ("test_mask", "8964"),
-        pytest.param(
-            "test_mask", "7964", marks=_hole("a test name spells its expected value")
-        ),  # the test's name says what it expects
+        ("test_mask", "7964"),  # the test's name says what it expects (won the first run)
         ("test_scale", "4071"),
         ("test_fold", "9190"),
-        pytest.param("test_twist", "7150", marks=_hole("a parametrized row id carries its expected column")),
-        pytest.param("test_twist", "7350", marks=_hole("a parametrized row id carries its expected column")),
+        ("test_twist", "7150"),  # a parametrized row's id (won the first run)
+        ("test_twist", "7350"),
     ],
 )
 def test_statement_shows_no_value_the_host_judges(synthesized, module, secret) -> None:

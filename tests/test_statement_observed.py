@@ -150,7 +150,9 @@ def test_a_literal_the_host_judges_is_hidden_from_the_statement(tmp_path, bwrap_
                   "Triple is off.\n")  # fmt: skip
     task = validate_task(task, bwrap_backend, base_image.name, snapshots, Limits(), ValidateConfig(runs=1))
     assert task.validation.valid and task.validation.host_judged.fail_to_pass_anchored == 2
-    assert "- `tests/test_triple.py::test_triple` fails: assert 14 == …" in task.problem_statement
+    # what the code under test computed, with the call that computed it: where an agent starts, not the answer
+    line = "- `tests/test_triple.py::test_triple` fails: assert 14 == … (`triple(7)` was `14`)"
+    assert line in task.problem_statement
     assert "21" not in task.problem_statement
     # a string the fix itself writes is the specification (no fix without it): stated, and the task is not
     # underspecified for it
@@ -219,7 +221,8 @@ def test_the_section_hides_judged_values_and_fix_lines_and_caps_the_tests():
     # may show them otherwise: withheld; a test the host judges by no value keeps its line
     assert "- `t.py::test_c[0]` fails\n" in section and "- `t.py::test_c[1]` fails\n" in section
     assert "- `t.py::test_c[2]` fails: assert 3.0 == 4.0" in section
-    assert "- `t.py::test_c[4]` fails\n" in section and "- ... and 4 more failing tests" in section
+    assert "- `t.py::test_c[5]` fails\n" in section and "- ... and 4 more failing tests" in section
+    assert "- `t.py::test_c[…]` fails\n" in section  # an id that spells a judged value (4) spells it no more
 
 
 @pytest.mark.pure

@@ -328,6 +328,30 @@ def test_statement_for_a_missing_exception_names_the_function_from_the_test_name
 
 
 @pytest.mark.pure
+def test_a_failure_the_log_tail_lost_is_stated_from_its_exception_line_and_its_name() -> None:
+    """A long run's log keeps only its last failures: the others give the title their exception type, and the
+    function their name is about, never what they expect."""
+    item = _screened("")  # nothing of the log is left
+    said = {"tests/test_slug.py::test_unique_slug": "AssertionError: assert 'report-1' == 'report-3'",
+            "tests/test_slug.py::test_slugify_basics": "TypeError: '>' not supported"}  # fmt: skip
+    statement = write_statement("textkit", Screened(item.mutant, item.broke, "", said), _public(), [SECRET_NEW])
+    assert statement is not None and statement.startswith("`slugify` fails with TypeError")
+    assert "report-3" not in statement
+
+
+@pytest.mark.pure
+def test_a_method_the_test_called_is_stated_by_name_not_by_its_objects_address() -> None:
+    log = PYTEST_LOG.replace(
+        "E   AssertionError: assert 'report-1' == 'report-3'",
+        "E   AssertionError: assert 'report-1' == 'report-3'\n"
+        "E    +  where 'report-1' = <bound method Slugs.unique of <textkit.slug.Slugs object at 0x7f47de2d790>>('R')",
+    )
+    statement = write_statement("textkit", _screened(log), _public(), [SECRET_NEW])
+    assert statement is not None and "`Slugs.unique('R')` returns `'report-1'`, which is wrong." in statement
+    assert "0x7f" not in statement  # the same task states the same text on every run
+
+
+@pytest.mark.pure
 def test_statement_is_refused_when_the_evidence_itself_shows_the_change() -> None:
     leaky = PYTEST_LOG.replace("E   AssertionError: assert 'report-1' == 'report-3'", f"E   {SECRET_NEW}")
     statement = write_statement("textkit", _screened(leaky), _public(), [SECRET_NEW])

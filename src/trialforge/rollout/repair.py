@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from collections import Counter
 
 from trialforge.rollout.env import Action
 from trialforge.rollout.policies import Decision, TaskView
@@ -41,6 +42,8 @@ _BUILTINS = frozenset(
      "map", "filter", "sum", "min", "max", "any", "all", "abs", "round", "iter", "next", "super", "object",
      "Exception", "ValueError", "TypeError", "KeyError", "AssertionError", "Decimal", "main", "python3", "pytest"}
 )  # fmt: skip
+_FILLER = frozenset({"and", "the", "for", "with", "not", "from", "into", "when", "that", "does", "are", "has", "its",
+                     "after", "before", "all", "one", "two", "can", "should", "works", "still"})  # fmt: skip
 _TEST_HELPERS = frozenset({"raises", "approx", "parametrize", "fixture", "mark", "warns", "skip", "fail"})
 MAX_VIEWS = 3  # library files viewed per episode
 # Checked edits per episode: test, spectrum, three views, five edits with their checks and a submit fill the
@@ -136,11 +139,13 @@ class RepairEpisode:
         if ev.failing_tests:
             self.phase = "spectrum"
             return _run(f"python3 -c {_quote(SPECTRUM_SCRIPT)} 2>&1 | head -n 150")
-        if not ev.output_names:  # nothing fails and the issue names no function: nothing to go on
+        # nothing fails here: the functions the issue names, and those named like the failing tests
+        words = sorted(ev.output_names | {w for ws in ev.test_words for w in ws if _telling(w)})
+        if not words:  # and nothing names a function: nothing to go on
             return self._submit()
         self.phase = "grep"
-        pattern = "|".join(sorted(ev.output_names))
-        return _run(f"grep -rnE --include='*.py' '^\\s*(async\\s+)?def ({pattern})\\b' . | head -n 20")
+        pattern = "|".join(words)
+        return _run(f"grep -rnE --include='*.py' '^\\s*(async\\s+)?def \\w*({pattern})\\w*\\s*\\(' . | head -n 60")
 
     def _spectrum(self, output: str) -> Decision:
         ev = self.evidence
@@ -157,7 +162,8 @@ class RepairEpisode:
 
     def _grep(self, output: str) -> Decision:
         hits = [p for p in re.findall(r"^\./([\w./-]+\.py):\d+:", output, re.MULTILINE) if not is_test_path(p)]
-        return self._view_files(list(dict.fromkeys(hits)))
+        counts = Counter(hits)
+        return self._view_files(sorted(counts, key=lambda p: (-counts[p], hits.index(p))))  # most matches first
 
     def _view_files(self, paths: list[str]) -> Decision:
         self.pending = paths[:MAX_VIEWS]
@@ -254,6 +260,11 @@ def _called_names(text: str) -> list[str]:
     """Functions the test output or the issue calls: bare builtins and pytest helpers left out."""
     names = [name for dot, name in _CALL.findall(text) if dot or name not in _BUILTINS]
     return [n for n in dict.fromkeys(names) if n not in _TEST_HELPERS and not n.startswith("test")]
+
+
+def _telling(word: str) -> bool:
+    """A word of a test's name that could name a function (``balance`` of ``test_balance_as_of``, not ``as``)."""
+    return len(word) >= 3 and word.isidentifier() and word not in _FILLER
 
 
 def _quoted_names(text: str) -> list[str]:

@@ -288,9 +288,9 @@ def candidates(functions: list[ViewedFunction], ev: Evidence) -> list[Candidate]
     if ev.spectrum:
         lines = [(fn, n, text) for fn in functions for n, text in fn.lines.items() if (fn.path, n) in ev.spectrum]
     else:
-        named = [fn for fn in functions if fn.name in ev.output_names]
+        named = [fn for fn in functions if fn.name in ev.output_names or _named_like(fn.name, ev.test_words)]
         called = {m.group(1) for fn in named for text in fn.lines.values() for m in _CALLED.finditer(text)}
-        implicated = [fn for fn in functions if fn.name in ev.output_names or fn.name in called]
+        implicated = [fn for fn in functions if fn in named or fn.name in called]
         lines = [(fn, n, text) for fn in implicated for n, text in fn.lines.items()]
     top = max((ev.suspiciousness(fn.path, n) for fn, n, _ in lines), default=0.0)
     candidates = []
@@ -309,6 +309,11 @@ def candidates(functions: list[ViewedFunction], ev: Evidence) -> list[Candidate]
             onehot = tuple(1.0 if family == f else 0.0 for f in FAMILIES)
             candidates.append(Candidate(fn.path, n, text, new, family, onehot + spectrum + tied + _line_kind(text)))
     return candidates
+
+
+def _named_like(name: str, test_words: list[set[str]]) -> bool:
+    """Whether a function's name shares a word with a failing test's (``balance`` and ``test_balance_as_of``)."""
+    return any(len(w) >= 3 and w in words for w in name.split("_") for words in test_words)
 
 
 def _overlap(a: set[str], b: set[str]) -> float:

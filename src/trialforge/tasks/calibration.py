@@ -22,9 +22,13 @@ code and stays in process, where the test runs it as written.
 
 from __future__ import annotations
 
+import ast
+import decimal
+import fractions
 from collections.abc import Collection, Mapping, Sequence
 
 from trialforge.tasks.schema import HostJudged
+from trialforge.tasks.visible import WorkspaceText
 from trialforge.testrun.blinding import (
     FileAnalysis,
     Slot,
@@ -33,8 +37,9 @@ from trialforge.testrun.blinding import (
     calibrate_test,
     close_demotions,
     due_slots,
+    host_check,
 )
-from trialforge.testrun.expected import decode
+from trialforge.testrun.expected import Check, decode
 from trialforge.testrun.report import TestReport
 
 
@@ -53,11 +58,13 @@ def calibrate(
     proof: Sequence[TestReport] = (),
     before: Sequence[TestReport] = (),
     hidden: Collection[str] = (),
+    workspace: WorkspaceText | None = None,
 ) -> HostJudged:
     """The host-judged record of a validated task, from its fixed tree's observed ``runs``; ``proof``: the proof
     runs of ``recorded_tests`` (a recorded expectation they do not reproduce, or did not run, stays in process);
     ``before``: the unfixed tree's observed runs (module docstring); ``hidden``: slot keys kept in process whatever
-    the runs say (recorded sides whose removal hid an effect: ``tasks.validate``)."""
+    the runs say (recorded sides whose removal hid an effect: ``tasks.validate``); ``workspace``: what the policy
+    can read, where a slot's expected value found anchors nothing (``tasks.visible``)."""
     demoted: dict[str, set[str]] = {}
     for key in hidden:
         demoted.setdefault(key.split("::", 1)[0], set()).add(key)
@@ -92,7 +99,10 @@ def calibrate(
         if test_id in fail_to_pass:
             record.fail_to_pass += 1
             record.fail_to_pass_host_judged += entirely
-            record.fail_to_pass_anchored += any(not _weak(s, recorded) for s in slots)
+            row = param_rows.get(test_id)
+            record.fail_to_pass_anchored += any(
+                not _weak(s, recorded) and not _readable(*found, row, s, recorded, workspace) for s in slots
+            )
         else:
             record.pass_to_pass += 1
             record.pass_to_pass_host_judged += entirely
@@ -120,8 +130,56 @@ def judged_values(
         for sandbox_id, checks in blinded[1].checks.items():
             values = found.setdefault(blinded[1].original.get(sandbox_id, sandbox_id), [])
             for _, check in checks:
-                values += [*check.expected] if check.kind == "unittest" else [check.expected, check.match]
+                values += check_values(check)
     return {t: [v for v in values if v is not None and not isinstance(v, bool)] for t, values in found.items()}
+
+
+def observed_actuals(
+    analyses: Mapping[str, FileAnalysis], tests: Sequence[str], record: HostJudged, before: Sequence[TestReport]
+) -> dict[str, tuple[str, object]]:
+    """Each of ``tests`` -> the actual side of its first comparison the host judged failing in the ``before`` runs
+    (its source) and the value it had there: what the code under test computed, never what the test expects. A value
+    the host could not rebuild as a plain value (an object of the package) is left out."""
+    found: dict[str, tuple[str, object]] = {}
+    for test_id in tests:
+        located = _test(analyses, test_id)
+        if located is None:
+            continue
+        analysis, test = located
+        slots = {s.index: s for s in test.slots if s.key not in record.in_process and s.actual is not None}
+        for index, encoded in (o for report in before for o in report.observations.get(test_id, [])):
+            slot = slots.get(index)
+            check = host_check(analysis, test, record.param_rows.get(test_id), slot, record.recorded) if slot else None
+            value = decode(encoded)
+            if slot and check and check.kind in ("compare", "unittest") and not check.passes(encoded):
+                if type(value) in _PLAIN:
+                    found[test_id] = (ast.unparse(slot.actual), value)
+                break
+    return found
+
+
+_PLAIN = (int, float, str, bytes, list, tuple, dict, set, frozenset, decimal.Decimal, fractions.Fraction)
+
+
+def _readable(
+    analysis: FileAnalysis,
+    test: TestFunction,
+    row: int | None,
+    slot: Slot,
+    recorded: Mapping[str, object],
+    workspace: WorkspaceText | None,
+) -> bool:
+    """Whether the policy can read what ``slot`` expects in its workspace (every value it expects is there)."""
+    if workspace is None:
+        return False
+    check = host_check(analysis, test, row, slot, recorded)
+    values = [v for v in check_values(check) if v is not None] if check else []
+    return bool(values) and all(workspace.shows(v) for v in values)
+
+
+def check_values(check: Check) -> tuple[object, ...]:
+    """What a check expects: its expected side (a unittest method's expected arguments each) and ``match=``."""
+    return tuple(check.expected) if check.kind == "unittest" else (check.expected, check.match)
 
 
 def _weak(slot: Slot, recorded: Mapping[str, object]) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 
-from trialforge.tasks.calibration import judged_values
+from trialforge.tasks.calibration import judged_values, observed_actuals
 from trialforge.tasks.schema import Task
 from trialforge.tasks.statement_record import StatementPart, StatementRecord
 from trialforge.tasks.statements import changed_lines, leaks
@@ -43,23 +43,35 @@ def observed_section(
     modules: Collection[str],
     hidden: Mapping[str, Collection[object]] | None = None,
     fix: str = "",
+    actuals: Mapping[str, tuple[str, object]] | None = None,
 ) -> str:
     """The section for ``fail_to_pass`` from the ``before`` runs; ``modules``: the fail-to-pass modules that did not
     import, stated once each; ``hidden``: each test's values never to show; ``fix``: the gold patch (no line of it is
-    shown)."""
+    shown); ``actuals``: each test's failing comparison's actual side and its value (``observed_actuals``)."""
     secret = changed_lines(fix)
     hidden = hidden or {}
     every = [v for values in hidden.values() for v in values]
 
-    def shown(message: str | None, values: Collection[object]) -> str:
-        """``message`` as the section may show it: judged values hidden, none if it shows a line of the fix, and an
-        assertion's line withheld when the test has judged values and none of them was found in it (pytest may have
-        printed the expected value in another form: ``21.0``, a shortened ``'abc...xyz'``)."""
-        text = _redact(message or "", values)
-        if values and _ASSERTION.match(message or "") and (text == message or "..." in text):
+    def shown(message: str | None, own: Collection[object]) -> str:
+        """``message`` as the section may show it: every judged value hidden (another test's too: a helper's
+        ``ValueError: got 8736, want 8864``), none if it shows a line of the fix, and an assertion's line withheld
+        when its test has judged values and none of them was found in it (pytest may have printed the expected value
+        in another form: ``21.0``, a shortened ``'abc...xyz'``)."""
+        message = message or ""
+        text = _redact(message, every)
+        if own and _ASSERTION.match(message) and (_redact(message, own) == message or "..." in text):
             return ""
         text = _trim(text)
         return f": {text}" if text and not leaks(text, secret) else ""
+
+    def computed(test: str) -> str:
+        """`` (`ledger.balance('Cash')` was `Decimal('0.00')`)``: what the code under test computed, which names the
+        call an agent can start from; nothing if it would show a judged value or a line of the fix."""
+        if test not in (actuals or {}):
+            return ""
+        expression, value = (actuals or {})[test]
+        text = _trim(f" (`{expression}` was `{value!r}`)")
+        return "" if REDACTED in _redact(text, every) or leaks(text, secret) else text
 
     errors = {m: e for r in before for m, e in r.collection_errors.items() if m in modules}
     said = {t: m for r in reversed(before) for t, m in r.failures.items()}  # the first run's line wins
@@ -67,21 +79,26 @@ def observed_section(
     if len(modules) > MAX_MODULES:
         lines.append(f"- ... and {len(modules) - MAX_MODULES} more modules that do not import")
     tests = [t for t in fail_to_pass if t.split("::", 1)[0] not in modules]
-    lines += [f"- `{t}` fails{shown(said.get(t), hidden.get(t, ()))}" for t in tests[:MAX_TESTS]]
+    # a test's id or name may spell a value it expects (``test_mask[8700-8764]``, ``test_of_7900_is_7964``)
+    lines += [f"- `{redact_names(t, every)}` fails{shown(said.get(t), hidden.get(t, ()))}{computed(t)}"
+              for t in tests[:MAX_TESTS]]  # fmt: skip
     if len(tests) > MAX_TESTS:
         lines.append(f"- ... and {len(tests) - MAX_TESTS} more failing tests")
     return "\n".join([HEADING, *lines]) + "\n"
 
 
 def with_observed(
-    task: Task, before: Sequence[TestReport], hidden: Mapping[str, Collection[object]] | None = None
+    task: Task,
+    before: Sequence[TestReport],
+    hidden: Mapping[str, Collection[object]] | None = None,
+    actuals: Mapping[str, tuple[str, object]] | None = None,
 ) -> Task:
     """``task`` with its statement rewritten: the author's text (kept from a former validation's record) and the
     observed section; ``Task.statement`` says which is which."""
     author = task.statement.author_text(task.problem_statement) if task.statement else task.problem_statement
     author = author.rstrip() + "\n"
     modules = task.validation.fail_to_pass_modules_not_importing
-    section = observed_section(task.fail_to_pass, before, modules, hidden, task.gold_patch)
+    section = observed_section(task.fail_to_pass, before, modules, hidden, task.gold_patch, actuals)
     text = f"{author}\n{section}"
     parts = [StatementPart(source="author", start=0, end=len(author)),
              StatementPart(source="observed", start=len(author) + 1, end=len(text))]  # fmt: skip
@@ -95,6 +112,30 @@ def _redact(line: str, hidden: Collection[object]) -> str:
         for form in forms:
             line = re.sub(rf"(?<![\w.]){re.escape(form)}(?![\w.])", REDACTED, line)
     return line
+
+
+def redact_names(text: str, hidden: Collection[object]) -> str:
+    """``text`` (test ids, names) with every judged value as a test id spells it (a number's digits, a string bare)
+    hidden: ``_`` and ``-`` separate words in a name, so a value between them is still a value."""
+    for value in hidden:
+        form = str(value) if isinstance(value, (int, float, str)) else repr(value)
+        if isinstance(value, str) and len(value) < MIN_BARE:
+            continue
+        text = re.sub(rf"(?<![A-Za-z0-9.]){re.escape(form)}(?![A-Za-z0-9])", REDACTED, text)
+    return text
+
+
+def _redacted_part(task: Task, hidden: Collection[object]) -> Task:
+    """A synthesized task's statement with the judged values hidden from its first part too (trialforge wrote it from
+    the hidden tests: their ids, what they showed); the record's parts follow the new text."""
+    assert task.statement is not None
+    author, observed = task.statement.parts
+    first = redact_names(_redact(task.problem_statement[: author.end], hidden), hidden)
+    text = first + task.problem_statement[author.end :]
+    shift = len(first) - author.end
+    parts = [author.model_copy(update={"end": len(first)}),
+             observed.model_copy(update={"start": observed.start + shift, "end": observed.end + shift})]  # fmt: skip
+    return task.model_copy(update={"problem_statement": text, "statement": StatementRecord(parts=parts)})
 
 
 def _trim(line: str) -> str:
@@ -113,7 +154,10 @@ def settle_statement(task: Task, before: Sequence[TestReport], analyses: Mapping
         # cannot be written without it, so stating it gives nothing away
         hidden = {t: [v for v in vs if not (isinstance(v, str) and introduces(task.gold_patch, v))]
                   for t, vs in values.items()}  # fmt: skip
-        task = with_observed(task, before, hidden)
+        actuals = observed_actuals(analyses, task.fail_to_pass, judged, before) if judged else {}
+        task = with_observed(task, before, hidden, actuals)
+        if task.source.kind == "synthetic":  # its first part is ours, written from the hidden tests: redacted too
+            task = _redacted_part(task, [v for vs in hidden.values() for v in vs])
     modules = {rel: analysis.module for rel, analysis in analyses.items()}
     exceptions, literals = missing(task.problem_statement, modules, task.fail_to_pass, task.gold_patch)
     record = task.statement or StatementRecord(parts=[StatementPart(source="author", start=0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from trialforge import pyast
@@ -27,6 +27,7 @@ class Screened:
     mutant: Mutant
     broke: tuple[str, ...]
     log: str
+    said: Mapping[str, str] = field(default_factory=dict)  # broken test -> its failure's exception line
 
 
 @dataclass
@@ -46,6 +47,7 @@ _ASSERT_EQ = re.compile(r"^E\s+(?:AssertionError: )?assert (.+)$")
 _EXCEPTION = re.compile(r"^E\s+([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt))\b:?\s*(.*)$")
 _NOT_RAISED = re.compile(r"DID NOT RAISE <class '(?:[\w.]*\.)?(\w+)'>")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_BOUND = re.compile(r"<bound method ([\w.]+) of <[^<>]*>>")
 MAX_SHOWN_TESTS = 10
 EXPECTED = (
     "Expected: these tests pass again, and the rest of the suite keeps working. They are not in your "
@@ -114,8 +116,12 @@ def leaks(text: str, lines: Iterable[str]) -> list[str]:
 def write_statement(repo: str, item: Screened, public: dict[str, str], secret: Sequence[str]) -> str | None:
     """A user's bug report built from the failing tests; None when it cannot avoid showing ``secret`` lines."""
     failures = parse_failures(item.log, item.broke)
+    parsed = {f.test for f in failures}
+    # a long run's log keeps only its last failures: the others are known by their exception line alone
+    lost = [t for t in item.broke if t not in parsed]
+    failures += [Failure(t, [], [f"E   {item.said[t]}"] if t in item.said else []) for t in lost]
     shown = [_clean(f, secret, item.mutant) for f in failures[:MAX_DETAILED]]
-    subject = next((s for f in shown if (s := _subject(f, public))), None)
+    subject = next((s for f in [*shown, *failures] if (s := _subject(f, public))), None)
     parts = [_title(repo, subject, shown), "", _intro(repo, item), "", f"Failing tests ({len(item.broke)}):"]
     parts += [f"- {_display(t)}" for t in item.broke[:MAX_SHOWN_TESTS]]
     if len(item.broke) > MAX_SHOWN_TESTS:
@@ -240,4 +246,5 @@ def _literal(node: ast.expr) -> bool:
 
 
 def _short(text: str, limit: int = 120) -> str:
+    text = _BOUND.sub(r"\1", text)  # pytest's repr of a bound method: its name, not the object's address
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -340,7 +340,7 @@ def _sort_screened(mutants: list[Mutant], outcomes: dict[str, Outcome], funnel: 
             funnel.reject(mutant, "no_test_broke", "every test that passes on the original still passes")
         else:
             funnel.reach(mutant.family, "broke_test")
-            kept.append(Screened(mutant, broke, report.log_tail))
+            kept.append(Screened(mutant, broke, report.log_tail, report.failures))
     return kept
 
 

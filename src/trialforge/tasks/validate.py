@@ -41,6 +41,7 @@ from trialforge.tasks.pytestconfig import python_files_of
 from trialforge.tasks.schema import HostJudged, Task, Validation
 from trialforge.tasks.settings import ValidateConfig
 from trialforge.tasks.snapshots import SnapshotStore, tree_digest
+from trialforge.tasks.visible import WorkspaceText
 from trialforge.testrun.baseline import rejection
 from trialforge.testrun.prepare import Guard, analyse_tests, prepare
 from trialforge.testrun.report import COLLECTION, OVERFLOWED, RAN, TestReport
@@ -93,6 +94,7 @@ def validate_task(
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
         collected = python_files_of(after)
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p, collected)]
+        workspace = WorkspaceText.of(before, leave_out=touched)  # what the policy's code can read, episode or graded
         env = task.env or EnvSpec()
         unbuilt = Path(tmp) / "unbuilt"
         if env.build is not None:  # the repository's own extensions, compiled in each tree as its tests will see it
@@ -123,11 +125,12 @@ def validate_task(
             _, fresh = _trees(task, snapshots, Path(tmp) / "proof")
             proof = _runs(backend, image, fresh, limits, cfg, shared, touched, env, observe=True, select=chosen,
                           limit=limit)  # fmt: skip
-        host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before)
+        host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before, workspace=workspace)
         if host_judged.recorded and _effects_hidden(task, snapshots, Path(tmp) / "effects", backend, image, limits,
                                                     limit, env, host_judged, [*f2p, *p2p]):  # fmt: skip
             hidden = set(host_judged.recorded)
-            host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before, hidden=hidden)
+            host_judged = calibrate(analyses, runs_after, f2p, p2p, proof, before=runs_before, hidden=hidden,
+                                    workspace=workspace)  # fmt: skip
     validated.validation.host_judged = host_judged
     return settle_statement(validated, runs_before, analyses)
 

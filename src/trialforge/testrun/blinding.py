@@ -1076,6 +1076,17 @@ def due_slots(analysis: FileAnalysis, test: TestFunction, row: int | None, slots
     return found
 
 
+def host_check(
+    analysis: FileAnalysis, test: TestFunction, row: int | None, slot: Slot, recorded: Mapping[str, object]
+) -> Check | None:
+    """The host's check of ``slot`` in ``row``'s run (None when the host has no value for it)."""
+    scope = _row_scope(analysis, test, row)
+    try:
+        return slot.check(scope, recorded) if scope is not None else None
+    except NotConstant:
+        return None
+
+
 def close_demotions(analysis: FileAnalysis, demoted: set[str]) -> set[str]:
     """``demoted`` plus every slot that reads a name a demoted slot reads (the name stays in the sandbox)."""
     names: dict[str, set[str]] = {}  # name -> slot keys reading it, per test for columns
