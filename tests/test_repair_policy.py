@@ -342,3 +342,14 @@ def test_the_policy_finds_and_fixes_a_bug_in_a_real_sandbox(bwrap_backend, base_
     assert episode.evidence.spectrum[("pkg/span.py", 6)] == (1, 0)  # what the tracer printed, parsed
     assert fixed == SPAN.replace("x < hi", "x <= hi")
     assert tools[:3] == ["run", "run", "view"] and tools[-1] == "submit"
+
+
+@pytest.mark.pure
+def test_with_no_function_named_the_module_named_like_the_failing_tests_module_is_read() -> None:
+    """``tests/test_span.py`` tests ``span.py``: with the tests hidden and no function named, the policy finds that
+    module and every function in it is a suspect."""
+    issue = "`pkg` gives wrong results\n\nFailing tests (1):\n- tests/test_span.py::test_upper_bound_is_in\n"
+    episode = RepairPolicy(attempts=2).begin(TaskView("t", issue), seed=0)
+    _, find, view, edit = (episode.act(obs) for obs in ["", "1 passed in 0.02s\n", "./pkg/span.py:0:\n", LISTING])
+    assert "-name 'span.py'" in find.action.args["command"] and view.action.args == {"path": "pkg/span.py"}
+    assert {c.line_no for c in [*episode.candidates, episode.applied]} == {2, 6} and edit.logprob is not None

@@ -17,7 +17,7 @@ from trialforge.tasks.visible import WorkspaceText
 @pytest.mark.pure
 def test_distinctive_values_are_found_as_files_spell_them_and_common_ones_are_not(tmp_path) -> None:
     (tmp_path / "tests" / "data").mkdir(parents=True)
-    (tmp_path / "tests" / "data" / "scale.json").write_text('[[3071, 4071], [12, 9.5e2]]\n')
+    (tmp_path / "tests" / "data" / "scale.json").write_text("[[3071, 4071], [12, 9.5e2]]\n")
     (tmp_path / "README.md").write_text("Balances are shown as 957.90; the slug is hello-world.\n")
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "objects").write_text("31337 secret-in-history")

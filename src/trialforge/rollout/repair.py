@@ -139,13 +139,21 @@ class RepairEpisode:
         if ev.failing_tests:
             self.phase = "spectrum"
             return _run(f"python3 -c {_quote(SPECTRUM_SCRIPT)} 2>&1 | head -n 150")
-        # nothing fails here: the functions the issue names, and those named like the failing tests
+        # nothing fails here: the functions the issue names, those named like the failing tests, and the modules
+        # named like their test modules (tests/test_csvio.py tests csvio.py), each match a line of the listing
         words = sorted(ev.output_names | {w for ws in ev.test_words for w in ws if _telling(w)})
-        if not words:  # and nothing names a function: nothing to go on
+        stems = sorted({m for t in _STATED_TEST.findall(statement) if (m := _tested_module(t))})
+        if not words and not stems:  # and nothing names a function or a module: nothing to go on
             return self._submit()
         self.phase = "grep"
-        pattern = "|".join(words)
-        return _run(f"grep -rnE --include='*.py' '^\\s*(async\\s+)?def \\w*({pattern})\\w*\\s*\\(' . | head -n 60")
+        found = []
+        if words:
+            pattern = "|".join(words)
+            found.append(f"grep -rnE --include='*.py' '^\\s*(async\\s+)?def \\w*({pattern})\\w*\\s*\\(' . | head -n 60")
+        if stems:
+            names = " -o ".join(f"-name {_quote(stem + '.py')}" for stem in stems)
+            found.append(f"find . \\( {names} \\) -not -path './.*' | sed 's/$/:0:/' | head -n 20")
+        return _run("; ".join(found))
 
     def _spectrum(self, output: str) -> Decision:
         ev = self.evidence
@@ -260,6 +268,13 @@ def _called_names(text: str) -> list[str]:
     """Functions the test output or the issue calls: bare builtins and pytest helpers left out."""
     names = [name for dot, name in _CALL.findall(text) if dot or name not in _BUILTINS]
     return [n for n in dict.fromkeys(names) if n not in _TEST_HELPERS and not n.startswith("test")]
+
+
+def _tested_module(test_id: str) -> str:
+    """The library module a test module is named for (``tests/test_csvio.py::...``: ``csvio``), if any."""
+    stem = test_id.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    name = stem.removeprefix("test_").removesuffix("_test")
+    return name if name != stem and _telling(name) else ""
 
 
 def _telling(word: str) -> bool:

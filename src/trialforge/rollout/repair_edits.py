@@ -291,6 +291,8 @@ def candidates(functions: list[ViewedFunction], ev: Evidence) -> list[Candidate]
         named = [fn for fn in functions if fn.name in ev.output_names or _named_like(fn.name, ev.test_words)]
         called = {m.group(1) for fn in named for text in fn.lines.values() for m in _CALLED.finditer(text)}
         implicated = [fn for fn in functions if fn in named or fn.name in called]
+        # a module viewed for its name alone (no function in it named): all its functions are suspects
+        implicated += [fn for fn in functions if not any(n.path == fn.path for n in named) and fn not in implicated]
         lines = [(fn, n, text) for fn in implicated for n, text in fn.lines.items()]
     top = max((ev.suspiciousness(fn.path, n) for fn, n, _ in lines), default=0.0)
     candidates = []

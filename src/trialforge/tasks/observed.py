@@ -22,6 +22,7 @@ from trialforge.tasks.schema import Task
 from trialforge.tasks.statement_record import StatementPart, StatementRecord
 from trialforge.tasks.statements import changed_lines, leaks
 from trialforge.tasks.underspecified import introduces, missing
+from trialforge.tasks.visible import distinctive
 from trialforge.testrun.blinding import FileAnalysis
 from trialforge.testrun.report import TestReport
 
@@ -115,12 +116,10 @@ def _redact(line: str, hidden: Collection[object]) -> str:
 
 
 def redact_names(text: str, hidden: Collection[object]) -> str:
-    """``text`` (test ids, names) with every judged value as a test id spells it (a number's digits, a string bare)
-    hidden: ``_`` and ``-`` separate words in a name, so a value between them is still a value."""
-    for value in hidden:
+    """``text`` (test ids, names) with every distinctive judged value as a test id spells it (a number's digits, a
+    string bare) hidden: ``_`` and ``-`` separate words in a name, so a value between them is still a value."""
+    for value in (v for v in hidden if distinctive(v)):  # not ``2`` of "2 tests fail", nor every ``0`` of an id
         form = str(value) if isinstance(value, (int, float, str)) else repr(value)
-        if isinstance(value, str) and len(value) < MIN_BARE:
-            continue
         text = re.sub(rf"(?<![A-Za-z0-9.]){re.escape(form)}(?![A-Za-z0-9])", REDACTED, text)
     return text
 
@@ -130,7 +129,8 @@ def _redacted_part(task: Task, hidden: Collection[object]) -> Task:
     the hidden tests: their ids, what they showed); the record's parts follow the new text."""
     assert task.statement is not None
     author, observed = task.statement.parts
-    first = redact_names(_redact(task.problem_statement[: author.end], hidden), hidden)
+    telling = [v for v in hidden if distinctive(v)]
+    first = redact_names(_redact(task.problem_statement[: author.end], telling), telling)
     text = first + task.problem_statement[author.end :]
     shift = len(first) - author.end
     parts = [author.model_copy(update={"end": len(first)}),

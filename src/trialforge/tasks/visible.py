@@ -67,12 +67,13 @@ class WorkspaceText:
         if isinstance(value, (list, tuple, set, frozenset, dict)):
             items = list(value.items()) if isinstance(value, dict) else list(value)
             parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,))]
-            telling = [p for p in parts if _distinctive(p)]
+            telling = [p for p in parts if distinctive(p)]
             return bool(telling) and all(self.shows(p) for p in telling)  # every telling element readable
         return len(repr(value)) >= MIN_CHARS and repr(value) in self.text
 
 
-def _distinctive(value: object) -> bool:
+def distinctive(value: object) -> bool:
+    """A value spelled rarely enough to be told apart from the numbers and words any text holds."""
     if isinstance(value, bool) or value is None:
         return False
     if isinstance(value, (int, float, decimal.Decimal, fractions.Fraction)):
