@@ -15,18 +15,26 @@ from trialforge.tasks.visible import WorkspaceText
 
 
 @pytest.mark.pure
-def test_distinctive_values_are_found_as_files_spell_them_and_common_ones_are_not(tmp_path) -> None:
+def test_an_answer_is_a_distinctive_value_spelled_beside_one_of_the_tests_inputs(tmp_path) -> None:
     (tmp_path / "tests" / "data").mkdir(parents=True)
-    (tmp_path / "tests" / "data" / "scale.json").write_text("[[3071, 4071], [12, 9.5e2]]\n")
-    (tmp_path / "README.md").write_text("Balances are shown as 957.90; the slug is hello-world.\n")
+    (tmp_path / "tests" / "data" / "scale.json").write_text("[\n  [3071, 4071],\n  [1200, 950.00]\n]\n")
+    (tmp_path / "tests" / "test_legacy.py").write_text(
+        '@skip\ndef test_old():\n    assert slug("Hello There") == "hello-there"\n'
+    )
+    (tmp_path / "tests" / "conftest.py").write_text(
+        'LEDGER = [("Salary", "3000.00"), ("Rent", "-1200.00")]\n\n\n\n\n"pad"\n'
+    )
     (tmp_path / ".git").mkdir()
-    (tmp_path / ".git" / "objects").write_text("31337 secret-in-history")
+    (tmp_path / ".git" / "objects").write_text("31337 beside 4242")
     shown = WorkspaceText.of(tmp_path)
-    assert shown.shows(4071) and shown.shows(950) and shown.shows(950.0)  # a number in any spelling of its value
-    assert shown.shows(decimal.Decimal("957.9")) and shown.shows("hello-world") and shown.shows([3071, 4071])
-    assert not shown.shows(407) and not shown.shows(40710)  # digits inside another number are not it
-    assert not shown.shows(12) and not shown.shows("ok") and not shown.shows(True)  # too common to be read off
-    assert not shown.shows(31337) and not shown.shows([4071, 5555])  # .git is not the workspace; one element hidden
+    assert shown.answers(4071, [3071]) and shown.answers(950, [1200]) and shown.answers(950.0, [1200])
+    assert shown.answers("hello-there", ["Hello There"]) and shown.answers([4071], [3071])
+    assert shown.answers(decimal.Decimal("3000.0"), ["Salary"])  # a number by its value, any spelling
+    # a value with none of the test's inputs beside it is what the code computes from them, not a stored answer
+    assert not shown.answers(4071, [5555]) and not shown.answers(3000, ["Income"]) and not shown.answers(4071, [])
+    assert not shown.answers(407, [3071]) and not shown.answers(40710, [3071])  # digits inside another number
+    assert not shown.answers(12, [3071]) and not shown.answers("ok", ["Hello There"])  # too common to tell
+    assert not shown.answers(31337, [4242])  # .git is not the workspace
 
 
 @pytest.mark.sandbox

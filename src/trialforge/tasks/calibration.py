@@ -169,12 +169,14 @@ def _readable(
     recorded: Mapping[str, object],
     workspace: WorkspaceText | None,
 ) -> bool:
-    """Whether the policy can read what ``slot`` expects in its workspace (every value it expects is there)."""
-    if workspace is None:
+    """Whether the policy can look up what ``slot`` expects in its workspace by the slot's input literals (every
+    value it expects is spelled beside one of them: ``tasks.visible``)."""
+    if workspace is None or slot.actual is None:
         return False
     check = host_check(analysis, test, row, slot, recorded)
     values = [v for v in check_values(check) if v is not None] if check else []
-    return bool(values) and all(workspace.shows(v) for v in values)
+    inputs = [node.value for node in ast.walk(slot.actual) if isinstance(node, ast.Constant)]
+    return bool(values) and all(workspace.answers(v, inputs) for v in values)
 
 
 def check_values(check: Check) -> tuple[object, ...]:

@@ -49,8 +49,9 @@ _NOT_RAISED = re.compile(r"DID NOT RAISE <class '(?:[\w.]*\.)?(\w+)'>")
 _CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _BOUND = re.compile(r"<bound method ([\w.]+) of <[^<>]*>>")
 MAX_SHOWN_TESTS = 10
+# "succeed", not "pass": a statement showing a changed line as a word is refused, and a mutant's line may be `pass`
 EXPECTED = (
-    "Expected: these tests pass again, and the rest of the suite keeps working. They are not in your "
+    "Expected: these tests succeed again, and the rest of the suite keeps working. They are not in your "
     "checkout: they run when your change is graded."
 )
 MAX_DETAILED = 3
