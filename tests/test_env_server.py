@@ -288,22 +288,26 @@ def test_serve_env_from_the_cli_runs_episodes_and_stops_cleanly_on_sigterm(tasks
     assert sandboxes(state_dir) <= before
 
 
-def test_the_env_server_flow_serves_for_its_duration_then_writes_its_episodes(taskset, state_dir) -> None:
+def test_the_env_server_flow_serves_for_its_duration_then_writes_its_episodes(taskset, state_dir, tmp_path) -> None:
     """The Prefect flow (the deployment env-server runs it): serving from its start, stopping on its own."""
     with socket.socket() as probe:  # a free loopback port, so the client knows where to go
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cmd = door("flow", "env_server", "-P", "duration_s=30", *(f"--set={s}" for s in taskset.settings), port=port)
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=os.environ | {TOKEN_ENV: TOKEN}, stdout=subprocess.PIPE, text=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _answers(url), "the flow's server to listen", proc)
-        client = EnvClient(url, TOKEN)
-        reset = client.reset(taskset.tasks[0].task_id)
-        assert client.close(reset.episode_id).reward == 0.0
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
+    # its output to a file, not a pipe read only at the end: a flow that logs more than a pipe holds (a loaded
+    # machine's late-run warnings) would block on it before it listens
+    with (tmp_path / "out.txt").open("w") as sink:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=os.environ | {TOKEN_ENV: TOKEN}, stdout=sink, text=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _answers(url), "the flow's server to listen", proc)
+            client = EnvClient(url, TOKEN)
+            reset = client.reset(taskset.tasks[0].task_id)
+            assert client.close(reset.episode_id).reward == 0.0
+            proc.wait(timeout=300)
+        finally:
+            proc.kill()
+    out = (tmp_path / "out.txt").read_text()
     assert proc.returncode == 0
     result = json.loads(out[out.index("{") :])
     assert result["tasks"] == len(taskset.tasks) and result["url"] == url
