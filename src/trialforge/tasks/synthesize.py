@@ -400,7 +400,7 @@ def _task(item: Screened, original: Path, tmp: Path, sources: dict[str, str], re
     they are hidden as a mined task's new tests are; the statement says what they showed failing, never what they
     expect."""
     mutant = item.mutant
-    tree, whole = tmp / mutant.digest, tmp / f"{mutant.digest}-whole"
+    tree, hidden = tmp / mutant.digest, tmp / f"{mutant.digest}-hidden"
     shutil.copytree(original, tree, symlinks=True)
     try:
         (tree / mutant.path).write_text(mutant.apply(sources[mutant.path]), encoding="utf-8")
@@ -408,14 +408,18 @@ def _task(item: Screened, original: Path, tmp: Path, sources: dict[str, str], re
         statement = write_statement(repo_name, item, public, changed_lines(gold))
         if statement is None:
             return None
-        shutil.copytree(tree, whole, symlinks=True)
+        # the test patch adds the broken modules back: a diff from no file to them, not from tree to tree (a diff of
+        # whole trees copies both)
+        (hidden / "modules").mkdir(parents=True)
+        (hidden / "none").mkdir()
         for rel in broken_modules(item.broke, tree):
-            (tree / rel).unlink()
-        test_patch = diff_trees(tree, whole)
+            (hidden / "modules" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(tree / rel, hidden / "modules" / rel)
+        test_patch = diff_trees(hidden / "none", hidden / "modules")
         digest = snapshots.put(tree)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
-        shutil.rmtree(whole, ignore_errors=True)
+        shutil.rmtree(hidden, ignore_errors=True)
     return Task(
         task_id=f"{repo_name}-syn-{mutant.digest[:10]}",
         source=Source(kind="synthetic", ref=_ref(mutant)),
