@@ -15,25 +15,30 @@ from trialforge.tasks.visible import WorkspaceText
 
 
 @pytest.mark.pure
-def test_an_answer_is_a_distinctive_value_spelled_beside_one_of_the_tests_inputs(tmp_path) -> None:
+def test_an_answer_is_a_distinctive_value_in_a_data_file_or_in_a_module_beside_one_of_the_tests_inputs(
+    tmp_path,
+) -> None:
     (tmp_path / "tests" / "data").mkdir(parents=True)
     (tmp_path / "tests" / "data" / "scale.json").write_text("[\n  [3071, 4071],\n  [1200, 950.00]\n]\n")
+    # a record spread over lines, its input no literal of any test: a data file answers whatever its layout
+    (tmp_path / "tests" / "data" / "case7.out").write_text('{\n  "id": 7,\n\n\n\n  "total": 88120\n}\n')
     (tmp_path / "tests" / "test_legacy.py").write_text(
-        '@skip\ndef test_old():\n    assert slug("Hello There") == "hello-there"\n'
+        '@skip\ndef test_old():\n    text = "Hello There"\n\n\n\n    assert slug(text) == "hello-there"\n'
     )
-    (tmp_path / "tests" / "conftest.py").write_text(
-        'LEDGER = [("Salary", "3000.00"), ("Rent", "-1200.00")]\n\n\n\n\n"pad"\n'
-    )
+    (tmp_path / "tests" / "conftest.py").write_text('LEDGER = [("Salary", "3000.00"), ("Rent", "-1250.00")]\n')
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "objects").write_text("31337 beside 4242")
     shown = WorkspaceText.of(tmp_path)
-    assert shown.answers(4071, [3071]) and shown.answers(950, [1200]) and shown.answers(950.0, [1200])
-    assert shown.answers("hello-there", ["Hello There"]) and shown.answers([4071], [3071])
+    assert shown.answers(4071, []) and shown.answers(950, []) and shown.answers(950.0, [5555])
+    assert shown.answers(88120, []) and shown.answers([4071, 88120], [])
+    assert shown.answers("hello-there", ["Hello There"])  # a module: with an input, however far apart
     assert shown.answers(decimal.Decimal("3000.0"), ["Salary"])  # a number by its value, any spelling
-    # a value with none of the test's inputs beside it is what the code computes from them, not a stored answer
-    assert not shown.answers(4071, [5555]) and not shown.answers(3000, ["Income"]) and not shown.answers(4071, [])
-    assert not shown.answers(407, [3071]) and not shown.answers(40710, [3071])  # digits inside another number
-    assert not shown.answers(12, [3071]) and not shown.answers("ok", ["Hello There"])  # too common to tell
+    assert shown.answers(-1250, ["Rent"]) and not shown.answers(1250, ["Rent"])  # its sign is its own
+    # a module spelling the value with none of the test's inputs holds what the code computes from them
+    assert not shown.answers(3000, ["Income"]) and not shown.answers("hello-there", ["Goodbye"])
+    assert not shown.answers(407, []) and not shown.answers(40710, [])  # digits inside another number
+    assert not shown.answers(12, []) and not shown.answers("json", [])  # too common to tell ("json": a suffix)
+    assert not shown.answers([4071, 5555], [])  # a container is readable only as a whole
     assert not shown.answers(31337, [4242])  # .git is not the workspace
 
 

@@ -169,13 +169,19 @@ def _readable(
     recorded: Mapping[str, object],
     workspace: WorkspaceText | None,
 ) -> bool:
-    """Whether the policy can look up what ``slot`` expects in its workspace by the slot's input literals (every
-    value it expects is spelled beside one of them: ``tasks.visible``)."""
+    """Whether the policy's code can read what ``slot`` expects in its workspace (every value it expects:
+    ``tasks.visible``). The test's input literals: the constants of its function and decorators but the slot's own
+    expected side and values (another slot's expected value counts: a module spelling both is a copy of the test)."""
     if workspace is None or slot.actual is None:
         return False
     check = host_check(analysis, test, row, slot, recorded)
     values = [v for v in check_values(check) if v is not None] if check else []
-    inputs = [node.value for node in ast.walk(slot.actual) if isinstance(node, ast.Constant)]
+    own = {id(node) for side in (*slot.expected, slot.match) if side is not None for node in ast.walk(side)}
+    inputs = [
+        node.value
+        for node in ast.walk(test.node)
+        if isinstance(node, ast.Constant) and id(node) not in own and node.value not in values  # a row's expected
+    ]
     return bool(values) and all(workspace.answers(v, inputs) for v in values)
 
 

@@ -2,18 +2,22 @@
 
 A host-judged assertion anchors a task (``HostJudged.fail_to_pass_anchored``) because its expected value never enters
 a sandbox: a forged report, or code special-casing the test's input, needs a value it cannot see. That holds only if
-the value is nowhere else the policy's code looks: a data file the hidden test reads (``tests/data/scale.json``), a
-skipped copy of the assertion in a module the bug did not break, a docstring's example, a data file or conftest the
-test patch brings (in the graded sandbox, readable by the package). So validation reads the tree the task's tests run
-in (its snapshot and its test patch) less the test modules the test patch hides (graded blinded), and calibration
-counts a slot as no anchor when its expected value is spelled there beside one of the slot's own input literals
-(``3071`` and ``4071`` on a data file's line, ``fold(9100) == 9190`` in a skipped copy: a red team's two wins,
-``tests/test_redteam_hidden.py``): an answer the policy's code can look up by the input it is given.
+the value is nowhere else the policy's code looks. So validation reads the tree the task's tests run in (its snapshot
+and its test patch) less the test modules the test patch hides (graded blinded), and calibration counts a slot as no
+anchor when its expected value is readable there, by rules that need no guess at how code would look it up:
+
+- **any file that is not Python source** spelling the value: a data file a test reads (``tests/data/scale.json``, a
+  snapshot ``case7.out`` beside ``case7.in``), a README's example, a conftest's fixture text. Such a file links its
+  answers to their inputs by layout, by record or by file name, in ways no window of lines bounds: the first rule
+  (the value within two lines of an input) was beaten by a record spread over more lines and by an input that is no
+  literal of the test;
+- **a Python module** spelling the value and one of the test's input literals (the constants of the test function and
+  its decorators, other than the values it expects): a skipped copy of the assertion however far apart its lines, a
+  table of cases, a docstring's example. A module spelling the value alone (a fixture's amount that a balance sums to,
+  a name every test uses) holds what the code computes from what it is given, not an answer stored for this test.
 
 Only distinctive spellings count: a number of three digits or more, a string of four characters or more. ``21`` or
-``"ok"`` appear in any tree and are no more readable there than guessable anyway; and a value found with none of the
-test's inputs beside it (a fixture's amount that a balance sums to, a name every test uses) is what the code computes
-from what it is given, not an answer stored for this test.
+``"ok"`` appear in any tree and are no more readable there than guessable anyway.
 """
 
 from __future__ import annotations
@@ -29,22 +33,24 @@ MAX_TOTAL_BYTES = 64 * 1024 * 1024
 MIN_DIGITS = 3
 MIN_CHARS = 4
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
-NEAR = 2  # lines either side of a value where its input counts as beside it
 _SKIPPED = frozenset({".git", "__pycache__", ".pytest_cache", ".trialforge"})
+_SOURCE = (".py", ".pyi")
 
 
 class WorkspaceText:
-    """The lines of a workspace's files (each file cut at ``MAX_FILE_BYTES``, all at ``MAX_TOTAL_BYTES``), for
-    ``answers``."""
+    """The text of a workspace's files (each cut at ``MAX_FILE_BYTES``, all at ``MAX_TOTAL_BYTES``), for ``answers``:
+    Python modules apart from every other file."""
 
-    def __init__(self, text: str) -> None:
-        self.text, self.lines = text, text.splitlines()
+    def __init__(self, modules: list[str], data: list[str]) -> None:
+        self.modules, self.data = modules, data
 
     @classmethod
     def of(cls, tree: Path, leave_out: Collection[str] = ()) -> WorkspaceText:
         """``tree``'s text; ``leave_out``: relative paths no policy reads as they are here (the hidden test modules,
         blinded when graded)."""
-        chunks, total = [], 0
+        modules: list[str] = []
+        data: list[str] = []
+        total = 0
         for path in sorted(tree.rglob("*")):
             rel = path.relative_to(tree)
             if total >= MAX_TOTAL_BYTES or _SKIPPED & set(rel.parts) or rel.as_posix() in leave_out:
@@ -52,32 +58,24 @@ class WorkspaceText:
             if path.is_file() and not path.is_symlink():
                 with path.open("rb") as handle:
                     chunk = handle.read(min(MAX_FILE_BYTES, MAX_TOTAL_BYTES - total))
-                chunks.append(chunk.decode("utf-8", "replace"))
+                (modules if path.suffix in _SOURCE else data).append(chunk.decode("utf-8", "replace"))
                 total += len(chunk)
-        return cls("\n".join(chunks))
+        return cls(modules, data)
 
     def answers(self, value: object, inputs: Collection[object]) -> bool:
-        """Whether the workspace spells ``value`` within ``NEAR`` lines of one of ``inputs`` (the test's own input
-        literals: ``3071`` beside ``4071`` in a data file, ``fold(9100)`` beside ``9190`` in a skipped copy): an answer
-        the policy can look up. A value found alone ties to no test (a fixture's amount, a name every test uses)."""
-        telling = [i for i in inputs if distinctive(i)]
-        if not telling or not distinctive(value):
+        """Whether the workspace spells ``value`` where code can look it up (module docstring): in a file that is not
+        Python source, or in a module that also spells one of ``inputs`` (the test's own input literals). A container
+        is readable when each of its distinctive elements is."""
+        if not distinctive(value):
             return False
         if isinstance(value, (list, tuple, set, frozenset, dict)):
             items = list(value.items()) if isinstance(value, dict) else list(value)
             parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,)) if distinctive(p)]
-            return bool(parts) and all(self.answers(p, telling) for p in parts)
-        for index in self._holding(value):
-            window = self.lines[max(0, index - NEAR) : index + NEAR + 1]
-            if any(any(_spells(line, i) for line in window) for i in telling):
-                return True
-        return False
-
-    def _holding(self, value: object) -> list[int]:
-        """The lines spelling ``value``; the whole text is searched first, once, for what each of them must hold."""
-        if _needle(value) not in self.text:
-            return []
-        return [n for n, line in enumerate(self.lines) if _spells(line, value)]
+            return bool(parts) and all(self.answers(p, inputs) for p in parts)
+        if any(_spells(text, value) for text in self.data):
+            return True
+        telling = [i for i in inputs if distinctive(i)]
+        return any(_spells(text, value) and any(_spells(text, i) for i in telling) for text in self.modules)
 
 
 def _needle(value: object) -> str:
@@ -86,14 +84,21 @@ def _needle(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _spells(line: str, value: object) -> bool:
-    """Whether ``line`` spells ``value``: a number by its decimal value (``957.90``, ``957.9``), a string as is."""
+def _spells(text: str, value: object) -> bool:
+    """Whether ``text`` spells ``value``: a number by its decimal value (``957.90``, ``957.9``), a string as is."""
+    needle = _needle(value)
+    if needle not in text:
+        return False
     if isinstance(value, (int, float, decimal.Decimal, fractions.Fraction)) and not isinstance(value, bool):
-        wanted = _canonical(str(value))
-        return _needle(value) in line and any(_canonical(m.group()) == wanted for m in _NUMBER.finditer(line))
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    return isinstance(value, str) and value in line
+        wanted, at = _canonical(str(value)), text.find(needle)
+        while at >= 0:  # the lines holding the needle, each read whole for the numbers on it
+            start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if any(_canonical(m.group()) == wanted for m in _NUMBER.finditer(text, start, end)):
+                return True
+            at = text.find(needle, end)
+        return False
+    return isinstance(value, (str, bytes))
 
 
 def distinctive(value: object) -> bool:
