@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import decimal
+import gzip
+import io
+import lzma
+import pickle
+import zipfile
 
+import numpy
+import pyarrow
+import pyarrow.parquet
 import pytest
 from test_validate import _task_from
 
 from trialforge.sandbox.base import Limits
 from trialforge.store.objstore import open_store
+from trialforge.tasks import visible
 from trialforge.tasks.snapshots import SnapshotStore
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.tasks.visible import WorkspaceText
@@ -40,6 +49,41 @@ def test_an_answer_is_a_distinctive_value_in_a_data_file_or_in_a_module_beside_o
     assert not shown.answers(12, []) and not shown.answers("json", [])  # too common to tell ("json": a suffix)
     assert not shown.answers([4071, 5555], [])  # a container is readable only as a whole
     assert not shown.answers(31337, [4242])  # .git is not the workspace
+
+
+@pytest.mark.pure
+def test_values_stored_compressed_pickled_or_in_arrays_are_as_readable_as_text(tmp_path) -> None:
+    """Code reads such a file one import away, so the host reads it too (a pickle by disassembly: none of it runs)."""
+    data = tmp_path / "tests" / "data"
+    data.mkdir(parents=True)
+    (data / "snap.json.gz").write_bytes(gzip.compress(b'{"total": 88120}'))
+    (data / "cases.pkl").write_bytes(pickle.dumps({"fold": [decimal.Decimal("9190.5"), "hello-there"]}))
+    buffer = io.BytesIO()
+    numpy.save(buffer, numpy.array([1.5, 4071.0]))
+    (data / "want.npy").write_bytes(buffer.getvalue())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("inner/a.txt.xz", lzma.compress(b"7654321"))
+    (data / "bundle.zip").write_bytes(buffer.getvalue())
+    buffer = io.BytesIO()
+    pyarrow.parquet.write_table(pyarrow.table({"key": [3071], "want": [5150]}), buffer)
+    (data / "table.parquet").write_bytes(buffer.getvalue())
+    (data / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"31337" * 10)
+    shown = WorkspaceText.of(tmp_path)
+    assert all(shown.answers(v, []) for v in (88120, decimal.Decimal("9190.50"), "hello-there", 4071, 7654321, 5150))
+    assert not shown.answers(31337, [])  # an image holds no answer
+    assert not shown.cut and not WorkspaceText.of(tmp_path, leave_out=["tests/data/table.parquet"]).answers(5150, [])
+
+
+@pytest.mark.pure
+def test_a_tree_past_the_caps_counts_every_distinctive_value_as_readable(tmp_path, monkeypatch) -> None:
+    """What the host did not read, code may: a dataset past the caps anchors nothing rather than everything."""
+    monkeypatch.setattr(visible, "MAX_FILE_BYTES", 64)
+    (tmp_path / "small.txt").write_text("1234")
+    assert not WorkspaceText.of(tmp_path).answers(9999, [])
+    (tmp_path / "big.csv").write_text("x,y\n" * 40)
+    shown = WorkspaceText.of(tmp_path)
+    assert shown.cut and shown.answers(9999, []) and not shown.answers(12, [])
 
 
 @pytest.mark.sandbox

@@ -22,14 +22,27 @@ Only distinctive spellings count: a number of three digits or more, a string of 
 
 from __future__ import annotations
 
+import bz2
 import decimal
 import fractions
+import gzip
+import io
+import lzma
+import pickle
+import pickletools
 import re
+import zipfile
 from collections.abc import Collection
 from pathlib import Path
 
-MAX_FILE_BYTES = 4 * 1024 * 1024  # a bigger file (a dataset, a binary) is read no further
-MAX_TOTAL_BYTES = 64 * 1024 * 1024
+import numpy
+import pyarrow
+import pyarrow.parquet
+
+MAX_FILE_BYTES = 16 * 1024 * 1024  # past either cap the tree is not read further, and every value counts as readable
+MAX_TOTAL_BYTES = 128 * 1024 * 1024
+# images, documents, fonts, sound and executables: no value a test compares with is read off one
+_MEDIA = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF", b"wOF", b"\x00\x01\x00\x00", b"OTTO", b"RIFF", b"\x7fELF")
 MIN_DIGITS = 3
 MIN_CHARS = 4
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
@@ -38,11 +51,12 @@ _SOURCE = (".py", ".pyi")
 
 
 class WorkspaceText:
-    """The text of a workspace's files (each cut at ``MAX_FILE_BYTES``, all at ``MAX_TOTAL_BYTES``), for ``answers``:
-    Python modules apart from every other file."""
+    """The text of a workspace's files for ``answers``, Python modules apart from every other file; ``cut``: the tree
+    holds more than the caps, and every distinctive value counts as readable (a dataset past them is one the code
+    can read and the host did not)."""
 
-    def __init__(self, modules: list[str], data: list[str]) -> None:
-        self.modules, self.data = modules, data
+    def __init__(self, modules: list[str], data: list[str], cut: bool = False) -> None:
+        self.modules, self.data, self.cut = modules, data, cut
 
     @classmethod
     def of(cls, tree: Path, leave_out: Collection[str] = ()) -> WorkspaceText:
@@ -53,13 +67,17 @@ class WorkspaceText:
         total = 0
         for path in sorted(tree.rglob("*")):
             rel = path.relative_to(tree)
-            if total >= MAX_TOTAL_BYTES or _SKIPPED & set(rel.parts) or rel.as_posix() in leave_out:
+            if _SKIPPED & set(rel.parts) or rel.as_posix() in leave_out or not path.is_file() or path.is_symlink():
                 continue
-            if path.is_file() and not path.is_symlink():
-                with path.open("rb") as handle:
-                    chunk = handle.read(min(MAX_FILE_BYTES, MAX_TOTAL_BYTES - total))
-                (modules if path.suffix in _SOURCE else data).append(chunk.decode("utf-8", "replace"))
-                total += len(chunk)
+            with path.open("rb") as handle:
+                raw = handle.read(MAX_FILE_BYTES + 1)
+            if raw.startswith(_MEDIA):
+                continue
+            text = text_of(raw[:MAX_FILE_BYTES])[:MAX_FILE_BYTES]  # an array or a pickle spelled out, as much
+            total += len(text)
+            if len(raw) > MAX_FILE_BYTES or len(text) >= MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
+                return cls([], [], cut=True)
+            (modules if path.suffix in _SOURCE else data).append(text)
         return cls(modules, data)
 
     def answers(self, value: object, inputs: Collection[object]) -> bool:
@@ -68,6 +86,8 @@ class WorkspaceText:
         is readable when each of its distinctive elements is."""
         if not distinctive(value):
             return False
+        if self.cut:
+            return True  # a tree past the caps, unread: any value may be in it
         if isinstance(value, (list, tuple, set, frozenset, dict)):
             items = list(value.items()) if isinstance(value, dict) else list(value)
             parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,)) if distinctive(p)]
@@ -76,6 +96,36 @@ class WorkspaceText:
             return True
         telling = [i for i in inputs if distinctive(i)]
         return any(_spells(text, value) and any(_spells(text, i) for i in telling) for text in self.modules)
+
+
+def text_of(raw: bytes, depth: int = 0) -> str:
+    """What code reading ``raw`` with a common library sees, as text: a compressed file's or an archive's contents
+    (each cut at ``MAX_FILE_BYTES``), a pickle's constants (read by disassembly: nothing of it runs), a NumPy array's
+    or a Parquet table's values; any other file decoded as UTF-8. A value stored so is as readable as one in a text
+    file, one import away."""
+    try:
+        if depth < 2 and raw.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")):
+            opener = gzip.open if raw[:2] == b"\x1f\x8b" else bz2.open if raw[:3] == b"BZh" else lzma.open
+            with opener(io.BytesIO(raw)) as stream:
+                return text_of(stream.read(MAX_FILE_BYTES), depth + 1)
+        if depth < 2 and raw.startswith(b"PK\x03\x04"):
+            texts, left = [], MAX_FILE_BYTES  # the members together, as much as one file
+            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+                for member in (m for m in archive.infolist() if not m.is_dir()):
+                    if left <= 0:
+                        break
+                    texts.append(text_of(archive.open(member).read(left), depth + 1)[:left])
+                    left -= len(texts[-1])
+            return "\n".join(texts)
+        if raw.startswith(b"\x80") and raw[1:2] and raw[1] <= pickle.HIGHEST_PROTOCOL:
+            return "\n".join(str(arg) for _op, arg, _pos in pickletools.genops(raw) if arg is not None)
+        if raw.startswith(b"\x93NUMPY"):
+            return "\n".join(map(str, numpy.load(io.BytesIO(raw), allow_pickle=False).ravel()[:1_000_000].tolist()))
+        if raw.startswith(b"PAR1"):
+            return str(pyarrow.parquet.read_table(pyarrow.BufferReader(raw)).to_pylist()[:100_000])
+    except Exception:  # a file cut at the size cap, or not what its first bytes say: read as text
+        pass
+    return raw.decode("utf-8", "replace")
 
 
 def _needle(value: object) -> str:
