@@ -216,6 +216,8 @@ def test_validation_calibrates_which_assertions_the_host_judges(shop) -> None:
     floor_slot = "tests/test_hidden.py::test_floor_is_where_the_span_starts#0"
     assert record.in_process == [floor_slot, "tests/test_hidden.py::test_greeting#0"]
     assert (record.fail_to_pass, record.fail_to_pass_host_judged, record.fail_to_pass_anchored) == (8, 7, 7)
+    assert list(record.unanchored) == [floor_slot.split("#")[0]]  # end > start is no slot: a relation, in process
+    assert record.unanchored[floor_slot.split("#")[0]].startswith("every assertion the host could judge stays in")
     # the greeting, 1 + 1 == 2, and the tally row whose branch does not run: no slot of its own, so in process
     assert (record.pass_to_pass, record.pass_to_pass_host_judged) == (3, 0)
     assert record.param_rows == {"tests/test_hidden.py::test_rows[a-104728]": 0,

@@ -98,4 +98,7 @@ def test_an_expected_value_a_test_patch_file_holds_anchors_nothing(tmp_path, bwr
     task = _task_from(tmp_path / "t", snapshots, {"calc.py": "def scale(n):\n    return n + 999\n"}, fixed)
     task = validate_task(task, bwrap_backend, base_image.name, snapshots, Limits(), ValidateConfig(runs=1))
     assert task.validation.valid, task.validation.reason
-    assert task.validation.host_judged.fail_to_pass_anchored == (0 if data else 1)
+    record = task.validation.host_judged
+    assert record.fail_to_pass_anchored == (0 if data else 1)
+    assert list(record.unanchored.values()) == (["every expected value it has is readable in the workspace "
+                                                 "(tasks/visible.py)"] if data else [])  # fmt: skip

@@ -29,6 +29,7 @@ from trialforge.quality.settings import QualityConfig
 from trialforge.quality.shortcuts import audit_shortcuts
 from trialforge.quality.weak_tests import audit_tests
 from trialforge.scratch import scratch_dir
+from trialforge.tasks.host_judged import HostJudged
 from trialforge.tasks.quality_record import Attempt, Gate, QualityRecord
 from trialforge.tasks.schema import Task
 from trialforge.tasks.snapshots import SnapshotStore
@@ -127,14 +128,15 @@ def host_judged_problem(task: Task, cfg: QualityConfig) -> str:
     unknown = "" if known else " (not calibrated: validated before blinding)"
     if cfg.require_host_judged and not (known and known.fail_to_pass_anchored):
         return (f"{HOST_JUDGED}: no fail-to-pass test has an assertion the host judges with a value no one could "
-                f"guess{unknown}: a forged report would need no right value (quality.require_host_judged)")  # fmt: skip
+                f"guess{unknown}: a forged report would need no right value (quality.require_host_judged)"
+                f"{_why(known) if known else ''}")  # fmt: skip
     if cfg.require_host_judged and known.fail_to_pass_anchored < known.fail_to_pass:
         # A policy that fixes what the anchored tests check could forge the verdicts of the others in process (a
         # hypothesis engine steered from the package, a test-aware helper): every test must need a value of its own.
         loose = known.fail_to_pass - known.fail_to_pass_anchored
         return (f"{HOST_JUDGED}: {loose} of {known.fail_to_pass} fail-to-pass tests have no assertion the host "
                 f"judges with a value no one could guess: their verdicts could be forged beside an honest fix of the "
-                f"others (quality.require_host_judged)")  # fmt: skip
+                f"others (quality.require_host_judged){_why(known)}")  # fmt: skip
     opened = task.validation.baseline_evidence
     if cfg.require_host_judged and opened and known and known.fail_to_pass_host_judged < known.fail_to_pass:
         # The repository's own code trips detectors (testrun/baseline.py), so a policy's use of the same calls is no
@@ -147,6 +149,13 @@ def host_judged_problem(task: Task, cfg: QualityConfig) -> str:
         return ""
     return (f"{HOST_JUDGED}: {share:.0%} of the fail-to-pass tests are judged on the host{unknown}, "
             f"below quality.min_host_judged {cfg.min_host_judged:.0%}")  # fmt: skip
+
+
+def _why(known: HostJudged) -> str:
+    """The first unanchored tests, each with why (``HostJudged.unanchored``)."""
+    shown = [f"{test_id}: {why}" for test_id, why in list(known.unanchored.items())[:3]]
+    more = len(known.unanchored) - len(shown)
+    return f"; {'; '.join(shown)}{f'; and {more} more' if more > 0 else ''}" if shown else ""
 
 
 def _skipped(record: QualityRecord, cfg: QualityConfig, *gates: Gate) -> bool:

@@ -99,10 +99,10 @@ def calibrate(
         if test_id in fail_to_pass:
             record.fail_to_pass += 1
             record.fail_to_pass_host_judged += entirely
-            row = param_rows.get(test_id)
-            record.fail_to_pass_anchored += any(
-                not _weak(s, recorded) and not _readable(*found, row, s, recorded, workspace) for s in slots
-            )
+            why = _unanchored(found, slots, param_rows.get(test_id), recorded, workspace)
+            record.fail_to_pass_anchored += not why
+            if why:
+                record.unanchored[test_id] = why
         else:
             record.pass_to_pass += 1
             record.pass_to_pass_host_judged += entirely
@@ -159,6 +159,31 @@ def observed_actuals(
 
 
 _PLAIN = (int, float, str, bytes, list, tuple, dict, set, frozenset, decimal.Decimal, fractions.Fraction)
+
+
+def _unanchored(
+    found: tuple[FileAnalysis, TestFunction] | None,
+    slots: Sequence[Slot],
+    row: int | None,
+    recorded: Mapping[str, object],
+    workspace: WorkspaceText | None,
+) -> str:
+    """Why a fail-to-pass test has no anchor ("" when it has one): what a user reads to see why the gate dropped it."""
+    if found is None:
+        return "no test function the host reads (generated, inherited or not Python)"
+    test = found[1]
+    if not test.blindable:
+        return "its body does not run once to its end as written (a decorator, a return, several parametrize marks)"
+    if not test.slots:
+        return "no assertion the host can judge" + (" (all in loops, helpers or branches)" if test.assertions else "")
+    if not slots:
+        return "every assertion the host could judge stays in process (calibration: the gold patch's runs showed why)"
+    strong = [s for s in slots if not _weak(s, recorded)]
+    if not strong:
+        return "only guessable checks (truthiness, None, a bool, a class, a raises without its message)"
+    if all(_readable(*found, row, s, recorded, workspace) for s in strong):
+        return "every expected value it has is readable in the workspace (tasks/visible.py)"
+    return ""
 
 
 def _readable(

@@ -21,6 +21,7 @@ class HostJudged(BaseModel):
     # at least one assertion of the test judged on the host with an expected value a forger cannot guess: forging
     # the whole run's report then still needs that value
     fail_to_pass_anchored: int = 0
+    unanchored: dict[str, str] = Field(default_factory=dict)  # fail-to-pass test id -> why it has no anchor
     pass_to_pass: int = 0
     pass_to_pass_host_judged: int = 0
     assertions: int = 0  # assertions in the graded tests' bodies
