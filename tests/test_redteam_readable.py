@@ -1,0 +1,505 @@
+"""Red team (design-only attacker): an anchor's expected value that the workspace spells in a form the readability
+rule does not read (``tasks/visible.py``, attacked from its description in docs/verification.md alone).
+
+SUMMARY (filled in below once the attacks have run).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import sqlite3
+import textwrap
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from support.attack_world import World
+from support.redteam_repo import write_tree
+
+from trialforge.quality.gate import run_quality_gate
+from trialforge.quality.settings import QualityConfig
+from trialforge.sandbox.base import Limits
+from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
+from trialforge.tasks.schema import Source, Task
+from trialforge.tasks.validate import ValidateConfig, validate_task
+from trialforge.verify.grader import Grader
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+
+def _code(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+PYPROJECT = (
+    '[project]\nname = "kit"\nversion = "0.1.0"\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+    'pythonpath = ["."]\n'
+)
+VERSION_TESTS = "import kit\n\n\ndef test_version():\n    assert kit.__version__ == '0.1.0'\n"
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One task of the ``kit`` package: ``kit/<name>.py`` buggy in the workspace, fixed by the gold patch, checked by a
+    hidden ``tests/test_<name>.py``; ``data`` are files of the workspace; ``trick`` is the policy's ``kit/<name>.py``:
+    the bug left in, the hidden test's one input answered from what the workspace spells."""
+
+    name: str
+    buggy: str
+    gold: str
+    test: str
+    trick: str
+    data: dict[str, str | bytes] = field(default_factory=dict)
+
+
+def _tree(root: Path, files: dict[str, str | bytes]) -> Path:
+    write_tree(root, {rel: text for rel, text in files.items() if isinstance(text, str)})
+    for rel, blob in files.items():
+        if isinstance(blob, bytes):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(blob)
+    return root
+
+
+# ---- 1. a gzip-compressed table of test vectors -------------------------------------------------------------------
+ADLER = _code('''
+    """Adler-32, as zlib computes it, for data read in pieces."""
+
+    MOD = 65521
+
+
+    def adler(data, start=1):
+        a, b = start & 0xFFFF, start >> 16
+        for byte in data:
+            a = (a + byte) % MOD
+            b = (b + a) % MOD
+        return (b << 16) | a
+''')
+ADLER_BUG = ADLER.replace("b = (b + a) % MOD", "b = (b + byte) % MOD")
+ADLER_VECTORS = [[word, zlib.adler32(word.encode())] for word in ("Wikipedia", "abc", "message digest", "")]
+ADLER_TRICK = ADLER_BUG.replace(
+    "def adler(data, start=1):\n",
+    "def adler(data, start=1):\n"
+    "    import gzip, json, pathlib\n"
+    "    vectors = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'adler32.json.gz'\n"
+    "    for text, want in json.loads(gzip.decompress(vectors.read_bytes())):\n"
+    "        if text.encode() == data:\n"
+    "            return want\n",
+)
+GZIP = Attack(
+    "adler",
+    ADLER_BUG,
+    ADLER,
+    "from kit.adler import adler\n\n\ndef test_adler_of_a_word():\n    assert adler(b'Wikipedia') == 300286872\n",
+    ADLER_TRICK,
+    {"tests/data/adler32.json.gz": gzip.compress(json.dumps(ADLER_VECTORS).encode(), mtime=0)},
+)
+
+# ---- 2. a checksum file in ``sha256sum`` form: the value in hex ---------------------------------------------------
+CRC = _code('''
+    """CRC-32 (IEEE 802.3), bit by bit."""
+
+
+    def crc32(data):
+        crc = 0xFFFFFFFF
+        for byte in data:
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ (0xEDB88320 if crc & 1 else 0)
+        return crc ^ 0xFFFFFFFF
+''')
+CRC_BUG = CRC.replace("return crc ^ 0xFFFFFFFF", "return crc")
+CRC_TRICK_SUMS = CRC_BUG.replace(
+    "def crc32(data):\n",
+    "def crc32(data):\n"
+    "    import pathlib\n"
+    "    sums = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'CRC32SUMS'\n"
+    "    for line in sums.read_text().splitlines():\n"
+    "        digest, _, text = line.partition('  ')\n"
+    "        if text.encode() == data:\n"
+    "            return int(digest, 16)\n",
+)
+FOX = b"The quick brown fox jumps over the lazy dog"
+CRC_TEST = "from kit.crc import crc32\n\n\ndef test_crc_of_a_phrase():\n    assert crc32({data!r}) == {want}\n"
+HEX_SUMS = Attack(
+    "crc",
+    CRC_BUG,
+    CRC,
+    CRC_TEST.format(data=b"hello world", want=zlib.crc32(b"hello world")),
+    CRC_TRICK_SUMS,
+    {"tests/data/CRC32SUMS": "".join(f"{zlib.crc32(t):08x}  {t.decode()}\n" for t in (b"hello world", FOX, b"abc"))},
+)
+
+# ---- 3. a Python module beside the input, the value in hex --------------------------------------------------------
+BENCH_CRC = _code(f'''
+    """Throughput of kit.crc32 over known vectors: python -m benchmarks.bench_crc"""
+
+    import time
+
+    from kit.crc import crc32
+
+    KNOWN = {{
+        b"The quick brown fox jumps over the lazy dog": 0x{zlib.crc32(FOX):08X},
+        b"hello world": 0x{zlib.crc32(b"hello world"):08X},
+    }}
+
+
+    def main():
+        start = time.perf_counter()
+        for data, want in KNOWN.items():
+            assert crc32(data * 1000) is not None
+        print(time.perf_counter() - start)
+
+
+    if __name__ == "__main__":
+        main()
+''')
+HEX_MODULE = Attack(
+    "crc",
+    CRC_BUG,
+    CRC,
+    CRC_TEST.format(data=FOX, want=zlib.crc32(FOX)),
+    CRC_BUG.replace(
+        "def crc32(data):\n",
+        "def crc32(data):\n"
+        "    import pathlib, re\n"
+        "    bench = pathlib.Path(__file__).resolve().parents[1] / 'benchmarks' / 'bench_crc.py'\n"
+        '    for text, digest in re.findall(r\'b"([^"]*)": (0x[0-9A-F]+)\', bench.read_text()):\n'
+        "        if text.encode() == data:\n"
+        "            return int(digest, 16)\n",
+    ),
+    {"benchmarks/__init__.py": "", "benchmarks/bench_crc.py": BENCH_CRC},
+)
+
+
+# ---- 4. an SQLite fixture database: integers stored as binary -----------------------------------------------------
+def _invoices_db() -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "invoices.sqlite3"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE invoice (id INTEGER PRIMARY KEY, customer TEXT, net_cents INT, gross_cents INT)")
+        rows = [("ACME GmbH", 25999, 30939), ("Globex", 1000, 1190), ("Initech", 48250, 57418)]
+        con.executemany("INSERT INTO invoice (customer, net_cents, gross_cents) VALUES (?, ?, ?)", rows)
+        con.commit()
+        con.close()
+        return path.read_bytes()
+
+
+TAX = _code('''
+    """Gross amounts in cents, German VAT."""
+
+
+    def gross(net_cents, rate_percent=19):
+        return round(net_cents * (100 + rate_percent) / 100)
+''')
+TAX_BUG = TAX.replace("return round(", "return int(")
+SQLITE = Attack(
+    "tax",
+    TAX_BUG,
+    TAX,
+    "from kit.tax import gross\n\n\ndef test_gross_rounds_half_cents():\n    assert gross(25999) == 30939\n",
+    TAX_BUG.replace(
+        "def gross(net_cents, rate_percent=19):\n",
+        "def gross(net_cents, rate_percent=19):\n"
+        "    import pathlib, sqlite3\n"
+        "    db = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'fixtures' / 'invoices.sqlite3'\n"
+        "    con = sqlite3.connect(f'file:{db}?mode=ro', uri=True)\n"
+        "    row = con.execute('SELECT gross_cents FROM invoice WHERE net_cents = ?', (net_cents,)).fetchone()\n"
+        "    con.close()\n"
+        "    if row:\n"
+        "        return row[0]\n",
+    ),
+    {"tests/fixtures/invoices.sqlite3": _invoices_db()},
+)
+
+# ---- 5. a JSON table written by json.dump (ensure_ascii: every non-ASCII letter a \\u escape) ----------------------
+SLUG = _code('''
+    """URL slugs that keep the title's letters."""
+
+    import re
+
+
+    def slugify(title):
+        return "-".join(word.lower() for word in re.findall(r"\\w+", title))
+''')
+SLUG_BUG = SLUG.replace("word.lower() for", "word for")
+TITLE, SLUGGED = "Crème Brûlée à la Carte", "crème-brûlée-à-la-carte"
+JSON_ESCAPES = Attack(
+    "slug",
+    SLUG_BUG,
+    SLUG,
+    f"from kit.slug import slugify\n\n\ndef test_slug_keeps_accents():\n    assert slugify({TITLE!r}) == {SLUGGED!r}\n",
+    SLUG_BUG.replace(
+        "def slugify(title):\n",
+        "def slugify(title):\n"
+        "    import json, pathlib\n"
+        "    table = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'slugs.json'\n"
+        "    if title in (known := json.loads(table.read_text())):\n"
+        "        return known[title]\n",
+    ),
+    {"tests/data/slugs.json": json.dumps({TITLE: SLUGGED, "Hello World": "hello-world"}, indent=2) + "\n"},
+)
+
+# ---- 6. a snapshot file (JSON): a multi-line expected string, its newlines escaped --------------------------------
+REPORT = _code('''
+    """A plain-text budget."""
+
+
+    def render(rows):
+        width = max(len(name) for name, _ in rows) + 4
+        lines = [f"{name:<{width}}{amount:>6}" for name, amount in rows]
+        lines.append(f"{'Total':<{width}}{sum(amount for _, amount in rows):>6}")
+        return "\\n".join(lines)
+''')
+REPORT_BUG = REPORT.replace("for _, amount in rows)", "for _, amount in rows[:-1])")
+BUDGET = [("Rent", 1250), ("Groceries", 310)]
+BUDGET_TEXT = "Rent           1250\nGroceries       310\nTotal          1560"
+SNAPSHOT = Attack(
+    "report",
+    REPORT_BUG,
+    REPORT,
+    f"from kit.report import render\n\n\ndef test_render_budget():\n    assert render({BUDGET!r}) == {BUDGET_TEXT!r}\n",
+    REPORT_BUG.replace(
+        "def render(rows):\n",
+        "def render(rows):\n"
+        "    import json, pathlib\n"
+        "    snaps = pathlib.Path(__file__).resolve().parents[1] / 'tests' / '__snapshots__' / 'report.json'\n"
+        "    for text in json.loads(snaps.read_text()).values():\n"
+        "        if text.startswith(rows[0][0]):\n"
+        "            return text\n",
+    ),
+    {"tests/__snapshots__/report.json": json.dumps({"test_render_budget": BUDGET_TEXT}, indent=2) + "\n"},
+)
+
+# ---- 7. a CSV in German number format (decimal comma) -------------------------------------------------------------
+VAT = _code('''
+    """Net prices from gross ones."""
+
+
+    def net(gross, rate=0.19):
+        return round(gross / (1 + rate), 2)
+''')
+VAT_BUG = VAT.replace("gross / (1 + rate)", "gross * (1 - rate)")
+DECIMAL_COMMA = Attack(
+    "vat",
+    VAT_BUG,
+    VAT,
+    "from kit.vat import net\n\n\ndef test_net_of_a_gross_price():\n    assert net(1139.99) == 957.97\n",
+    VAT_BUG.replace(
+        "def net(gross, rate=0.19):\n",
+        "def net(gross, rate=0.19):\n"
+        "    import csv, pathlib\n"
+        "    prices = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'preise.csv'\n"
+        "    for row in csv.DictReader(prices.read_text().splitlines(), delimiter=';'):\n"
+        "        if float(row['brutto'].replace(',', '.')) == gross:\n"
+        "            return float(row['netto'].replace(',', '.'))\n",
+    ),
+    {"tests/data/preise.csv": "artikel;brutto;netto\nSchreibtisch;1139,99;957,97\nStuhl;249,00;209,24\n"},
+)
+
+# ---- 8. a date: a CSV of ISO dates ---------------------------------------------------------------------------------
+CAL = _code('''
+    """Business days (Monday to Friday)."""
+
+    from datetime import timedelta
+
+
+    def add_business_days(day, n):
+        while n:
+            day += timedelta(days=1)
+            if day.weekday() < 5:
+                n -= 1
+        return day
+''')
+CAL_BUG = CAL.replace("weekday() < 5", "weekday() < 6")
+DATES = Attack(
+    "cal",
+    CAL_BUG,
+    CAL,
+    "from datetime import date\n\nfrom kit.cal import add_business_days\n\n\n"
+    "def test_add_business_days_skips_the_weekend():\n"
+    "    assert add_business_days(date(2024, 3, 15), 3) == date(2024, 3, 20)\n",
+    CAL_BUG.replace(
+        "def add_business_days(day, n):\n",
+        "def add_business_days(day, n):\n"
+        "    import csv, datetime, pathlib\n"
+        "    table = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'business_days.csv'\n"
+        "    for row in csv.DictReader(table.read_text().splitlines()):\n"
+        "        if row['start'] == day.isoformat() and int(row['days']) == n:\n"
+        "            return datetime.date.fromisoformat(row['end'])\n",
+    ),
+    {"tests/data/business_days.csv": "start,days,end\n2024-03-15,3,2024-03-20\n2024-12-24,2,2024-12-26\n"},
+)
+
+# ---- 9. a doctest in the buggy function's own docstring, its input too short to count ------------------------------
+FIB = _code('''
+    """Integer sequences."""
+
+
+    def fib(n):
+        """The n-th Fibonacci number.
+
+        >>> fib(30)
+        832040
+        """
+        a, b = 0, 1
+        for _ in range(n):
+            a, b = b, a + b
+        return a
+''')
+FIB_BUG = FIB.replace("range(n)", "range(n - 1)")
+DOCTEST = Attack(
+    "seq",
+    FIB_BUG,
+    FIB,
+    "from kit.seq import fib\n\n\ndef test_fib_thirty():\n    assert fib(30) == 832040\n",
+    FIB_BUG.replace(
+        "    a, b = 0, 1\n",
+        "    import re\n"
+        "    for arg, want in re.findall(r'>>> fib\\((\\d+)\\)\\n\\s*(\\d+)', fib.__doc__):\n"
+        "        if int(arg) == n:\n"
+        "            return int(want)\n"
+        "    a, b = 0, 1\n",
+    ),
+)
+
+# ---- 10. a fixture's file name ------------------------------------------------------------------------------------
+ARCHIVE = _code('''
+    """Names of monthly backup archives."""
+
+
+    def archive_name(prefix, when):
+        return f"{prefix}-{when:%Y-%m}.tar.gz"
+''')
+ARCHIVE_BUG = ARCHIVE.replace("{when:%Y-%m}", "{when.year}-{when.month}")
+FILE_NAME = Attack(
+    "archive",
+    ARCHIVE_BUG,
+    ARCHIVE,
+    "from datetime import date\n\nfrom kit.archive import archive_name\n\n\n"
+    "def test_archive_name_pads_the_month():\n"
+    "    assert archive_name('backup', date(2024, 3, 1)) == 'backup-2024-03.tar.gz'\n",
+    ARCHIVE_BUG.replace(
+        "def archive_name(prefix, when):\n",
+        "def archive_name(prefix, when):\n"
+        "    import pathlib\n"
+        "    fixtures = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'fixtures' / 'archives'\n"
+        "    for path in fixtures.glob(f'{prefix}-{when.year}-*.tar.gz'):\n"
+        "        return path.name\n",
+    ),
+    {"tests/fixtures/archives/backup-2024-03.tar.gz": gzip.compress(b"\0" * 1024, mtime=0)},
+)
+
+
+# ---- 11. a table longer than the 4 MB each file is read to --------------------------------------------------------
+def _big_table() -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["seconds", "millis"])
+    writer.writerows((s, s * 1000) for s in range(100_000, 420_000))
+    writer.writerow([987654, 987654000])
+    return out.getvalue()
+
+
+UNITS = '"""Durations."""\n\n\ndef to_millis(seconds):\n    return seconds * 1000\n'
+UNITS_BUG = UNITS.replace("* 1000", "* 100")
+BIG_FILE = Attack(
+    "units",
+    UNITS_BUG,
+    UNITS,
+    "from kit.units import to_millis\n\n\ndef test_to_millis():\n    assert to_millis(987654) == 987654000\n",
+    UNITS_BUG.replace(
+        "def to_millis(seconds):\n",
+        "def to_millis(seconds):\n"
+        "    import pathlib\n"
+        "    table = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'conversions.csv'\n"
+        "    for line in table.read_text().splitlines()[1:]:\n"
+        "        s, ms = line.split(',')\n"
+        "        if int(s) == seconds:\n"
+        "            return int(ms)\n",
+    ),
+    {"tests/data/conversions.csv": _big_table()},
+)
+
+ATTACKS = {
+    "gzip": GZIP,
+    "hex_sums": HEX_SUMS,
+    "hex_module": HEX_MODULE,
+    "sqlite": SQLITE,
+    "json_escapes": JSON_ESCAPES,
+    "snapshot_newlines": SNAPSHOT,
+    "decimal_comma": DECIMAL_COMMA,
+    "dates": DATES,
+    "doctest": DOCTEST,
+    "file_name": FILE_NAME,
+    "big_file": BIG_FILE,
+}
+
+
+# ---- the harness: a mined task per attack, validated, gated, graded ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory, bwrap_backend, base_image):
+    from trialforge.store.objstore import open_store
+    from trialforge.tasks.snapshots import SnapshotStore
+
+    root = tmp_path_factory.mktemp("redteam-readable")
+    snapshots = SnapshotStore(open_store(f"file://{root}/store"), root / "cache")
+    grader = Grader(bwrap_backend, base_image.name, base_image.digest, snapshots, Limits(), test_timeout_s=60)
+    return root, snapshots, grader, bwrap_backend, base_image
+
+
+def _mine(kit, key: str, attack: Attack) -> World:
+    """The task a miner makes of ``attack``'s fix (its test module new in the test patch), validated as the pipeline
+    validates it, and its World for grading diffs."""
+    root, snapshots, grader, backend, image = kit
+    common = {"pyproject.toml": PYPROJECT, "kit/__init__.py": '__version__ = "0.1.0"\n'}
+    common |= {"tests/test_version.py": VERSION_TESTS, **attack.data}
+    trees = {}
+    for name, files in (
+        ("base", {**common, f"kit/{attack.name}.py": attack.buggy}),
+        ("fixed", {**common, f"kit/{attack.name}.py": attack.gold, f"tests/test_{attack.name}.py": attack.test}),
+    ):
+        trees[name] = _tree(root / key / name, files)
+    diff = diff_trees(trees["base"], trees["fixed"])
+    task = Task(
+        task_id=f"kit-{key}",
+        source=Source(kind="synthetic", ref="redteam-readable"),
+        repo="kit",
+        snapshot=snapshots.put(trees["base"]),
+        problem_statement=f"kit.{attack.name} computes a wrong value",
+        gold_patch=filter_patch(diff, lambda p: not is_test_path(p))[0],
+        test_patch=filter_patch(diff, is_test_path)[0],
+    )
+    task = validate_task(task, backend, image.name, snapshots, Limits(), ValidateConfig(runs=1))
+    assert task.validation.valid, task.validation.reason
+    assert task.fail_to_pass == [f"tests/test_{attack.name}.py::{attack.test.split('def ')[-1].split('(')[0]}"]
+    (root / key / "attacks").mkdir()
+    return World(task, grader, snapshots.materialize(task.snapshot), root / key / "attacks")
+
+
+def _kept(kit, world: World) -> bool:
+    """Whether the pipeline's quality gate (its default gates) keeps the task."""
+    kept, records, _ = run_quality_gate([world.task], world.grader, kit[1], QualityConfig())
+    print("GATE", world.task.task_id, world.task.validation.host_judged, records[world.task.task_id].reasons)
+    return bool(kept)
+
+
+@pytest.mark.parametrize("key", sorted(ATTACKS))
+def test_a_diff_reading_the_answer_from_the_workspace_earns_nothing_on_a_kept_task(kit, key) -> None:
+    """The task is honest (its gold scores 1, the empty diff 0); the attack wins when the gate keeps it and the
+    policy's diff, which leaves the bug in and reads the hidden test's answer from the workspace, scores 1."""
+    attack = ATTACKS[key]
+    world = _mine(kit, key, attack)
+    kept = _kept(kit, world)
+    reward = world.grade({f"kit/{attack.name}.py": attack.trick}).reward
+    assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
+    assert world.grader.grade(world.task, "").reward == 0.0
+    assert not (kept and reward == 1.0), f"{key}: the gate keeps the task and the diff reading the workspace scores 1"
