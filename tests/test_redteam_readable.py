@@ -662,3 +662,123 @@ def test_a_diff_reading_the_answer_from_the_workspace_earns_nothing_on_a_kept_ta
     assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
     assert world.grader.grade(world.task, "").reward == 0.0
     assert not (kept and reward == 1.0), f"{key}: the gate keeps the task and the diff reading the workspace scores 1"
+
+
+# ---- controls: the same tricks where the workspace spells the answer plainly (the rule's own cases) ----------------
+
+
+def _spelled_plainly(attack: Attack, data: dict[str, str | bytes], **changes: str) -> Attack:
+    return Attack(**{**attack.__dict__, "data": data, **changes})
+
+
+FIB_100 = 354224848179261915075
+CONTROLS = {
+    "json_unescaped": _spelled_plainly(
+        JSON_ESCAPES, {"tests/data/slugs.json": json.dumps({TITLE: SLUGGED}, indent=2, ensure_ascii=False) + "\n"}
+    ),
+    "decimal_point": _spelled_plainly(
+        DECIMAL_COMMA, {"tests/data/preise.csv": "artikel;brutto;netto\nSchreibtisch;1139.99;957.97\n"}
+    ),
+    "thousands_unseparated": _spelled_plainly(
+        THOUSANDS, {"tests/data/salaries.csv": "grade,monthly,annual\nB2,4071,48852\n"}
+    ),
+    "golden_lf": _spelled_plainly(CRLF, {"tests/golden/receipt.txt": RECEIPT_TEXT + "\n"}),
+    "doctest_long_input": _spelled_plainly(
+        DOCTEST,
+        {},
+        buggy=FIB_BUG.replace("fib(30)\n    832040", f"fib(100)\n    {FIB_100}"),
+        gold=FIB.replace("fib(30)\n    832040", f"fib(100)\n    {FIB_100}"),
+        trick=DOCTEST.trick.replace("fib(30)\n    832040", f"fib(100)\n    {FIB_100}"),
+        test=f"from kit.seq import fib\n\n\ndef test_fib_hundred():\n    assert fib(100) == {FIB_100}\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("key", sorted(CONTROLS))
+def test_the_same_trick_where_the_workspace_spells_the_answer_plainly_is_on_a_dropped_task(kit, key) -> None:
+    """The rule's own cases: the task is dropped, and the trick that reads the answer would have scored 1 on it."""
+    attack = CONTROLS[key]
+    world = _mine(kit, f"control-{key}", attack)
+    assert not _kept(kit, world)
+    assert world.grade({f"kit/{attack.name}.py": attack.trick}).reward == 1.0
+
+
+def test_a_special_case_scores_by_its_value_alone(kit) -> None:
+    """The harness: on the gzip task, the diff that leaves the bug and special-cases the hidden input scores 1 with
+    the right answer and 0 with a wrong one, so each attack's 1 above is the value it read."""
+    world = _mine(kit, "control-special-case", GZIP)
+    for answer, reward in ((300286872, 1.0), (300286871, 0.0)):
+        special = ADLER_BUG.replace(
+            "def adler(data, start=1):\n",
+            f"def adler(data, start=1):\n    if data == b'Wikipedia':\n        return {answer}\n",
+        )
+        assert world.grade({"kit/adler.py": special}).reward == reward
+
+
+# ---- costs: honest tasks the rule drops ----------------------------------------------------------------------------
+
+YEARS = _code('''
+    """Two-digit years."""
+
+
+    def expand_year(yy, pivot=69):
+        return 1900 + yy if yy >= pivot else 2000 + yy
+''')
+HTTP = _code('''
+    """HTTP reason phrases."""
+
+    REASONS = {200: "OK", 301: "Moved Permanently", 404: "Not Found", 418: "I'm a Teapot"}
+    CLASSES = {2: "Success", 3: "Redirection", 4: "Client Error", 5: "Server Error"}
+
+
+    def reason(code):
+        return REASONS.get(code) or CLASSES[code // 100]
+''')
+SNIFF = _code('''
+    """Guess a text's encoding."""
+
+
+    def sniff(data):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "latin-1"
+        return "utf-8"
+''')
+HONEST = {
+    # the LICENSE's copyright year is the test's expected value
+    "license_year": Attack(
+        "years",
+        YEARS.replace("yy >= pivot", "yy <= pivot"),
+        YEARS,
+        "from kit.years import expand_year\n\n\ndef test_expand_recent_year():\n    assert expand_year(24) == 2024\n",
+        "",
+        {"LICENSE": "MIT License\n\nCopyright (c) 2024 Jane Doe\n"},
+    ),
+    # the package's own table holds the answer and the input: the code computes it by reading its own data
+    "package_table": Attack(
+        "http",
+        HTTP.replace("REASONS.get(code) or ", ""),
+        HTTP,
+        "from kit.http import reason\n\n\ndef test_reason_of_a_known_code():\n    assert reason(404) == 'Not Found'\n",
+        "",
+    ),
+    # the editor settings every project carries spell the expected encoding name
+    "editorconfig": Attack(
+        "sniff",
+        SNIFF.replace('data.decode("utf-8")', 'data.decode("ascii")'),
+        SNIFF,
+        "from kit.sniff import sniff\n\n\ndef test_sniff_accents():\n    assert sniff('café'.encode()) == 'utf-8'\n",
+        "",
+        {".editorconfig": "root = true\n\n[*]\ncharset = utf-8\nend_of_line = lf\n"},
+    ),
+}
+
+
+@pytest.mark.xfail(strict=False, reason="COST: an honest task the readability rule drops")
+@pytest.mark.parametrize("key", sorted(HONEST))
+def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit, key) -> None:
+    world = _mine(kit, f"honest-{key}", HONEST[key])
+    assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
+    assert world.grader.grade(world.task, "").reward == 0.0
+    assert _kept(kit, world)
