@@ -82,15 +82,15 @@ ADLER = _code('''
 ''')
 ADLER_BUG = ADLER.replace("b = (b + a) % MOD", "b = (b + byte) % MOD")
 ADLER_VECTORS = [[word, zlib.adler32(word.encode())] for word in ("Wikipedia", "abc", "message digest", "")]
-ADLER_TRICK = ADLER_BUG.replace(
-    "def adler(data, start=1):\n",
-    "def adler(data, start=1):\n"
+ADLER_DEF = "def adler(data, start=1):\n"
+ADLER_LOOKUP = (
     "    import gzip, json, pathlib\n"
     "    vectors = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'adler32.json.gz'\n"
     "    for text, want in json.loads(gzip.decompress(vectors.read_bytes())):\n"
     "        if text.encode() == data:\n"
-    "            return want\n",
+    "            return want\n"
 )
+ADLER_TRICK = ADLER_BUG.replace(ADLER_DEF, ADLER_DEF + ADLER_LOOKUP)
 GZIP = Attack(
     "adler",
     ADLER_BUG,
@@ -887,3 +887,32 @@ def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit,
     assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
     assert world.grader.grade(world.task, "").reward == 0.0
     assert _kept(kit, world)
+
+
+# ---- the same hole on the synthesis path: a repository's own test, its mutants' tasks ------------------------------
+
+
+def test_a_synthesized_task_whose_answer_a_compressed_fixture_holds_is_kept_and_read(kit) -> None:
+    """``synthesize`` with ``flip_arith`` over ``kit`` with the gzip attack's test already in the repository: every
+    mutant of ``adler`` is a task of ``tests/test_adler.py``; the trick on the task's own buggy tree scores 1."""
+    from trialforge.tasks.synthesize import SynthesisConfig, synthesize
+
+    root, snapshots, grader, backend, image = kit
+    files = {"pyproject.toml": PYPROJECT, "kit/__init__.py": '__version__ = "0.1.0"\n', "kit/adler.py": ADLER}
+    files |= {"tests/test_version.py": VERSION_TESTS, "tests/test_adler.py": GZIP.test, **GZIP.data}
+    repo = _tree(root / "synth" / "kit", files)
+    cfg = SynthesisConfig(families=("flip_arith",), max_total=None, validate=ValidateConfig(runs=1))
+    tasks, funnel = synthesize(repo, "kit", backend, image.name, snapshots, cfg)
+    assert tasks, funnel.as_dict()
+    kept, records, _ = run_quality_gate(tasks, grader, snapshots, QualityConfig())
+    print("KEPT", [t.task_id for t in kept], {k: r.reasons for k, r in records.items()})
+    wins = []
+    for task in kept:
+        base = snapshots.materialize(task.snapshot)
+        world = World(task, grader, base, root / "synth" / task.task_id)
+        world.root.mkdir()
+        buggy = (base / "kit" / "adler.py").read_text()
+        trick = buggy.replace(ADLER_DEF, ADLER_DEF + ADLER_LOOKUP)
+        assert trick != buggy
+        wins += [task.task_id] if world.grade({"kit/adler.py": trick}).reward == 1.0 else []
+    assert not wins, f"kept synthesized tasks a diff reading the gzip fixture wins: {wins}"
