@@ -24,6 +24,7 @@ from support.redteam_repo import write_tree
 
 from trialforge.quality.gate import run_quality_gate
 from trialforge.quality.settings import QualityConfig
+from trialforge.rollout.starts import Setup, start_tree
 from trialforge.sandbox.base import Limits
 from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
@@ -1017,3 +1018,28 @@ def test_a_synthesized_task_whose_answer_a_compressed_fixture_holds_is_kept_and_
         assert trick != buggy
         wins += [task.task_id] if world.grade({"kit/adler.py": trick}).reward == 1.0 else []
     assert not wins, f"kept synthesized tasks a diff reading the gzip fixture wins: {wins}"
+
+
+# ---- the workspace's own copy of the hidden module: a fix that takes an xfail mark off -----------------------------
+
+XFAIL_TEST = CRC_TEST.format(data=b"hello world", want=zlib.crc32(b"hello world"))
+XFAILED_TEST = XFAIL_TEST.replace(
+    "from kit.crc import crc32\n", "import pytest\n\nfrom kit.crc import crc32\n"
+).replace("\n\ndef test_", '\n\n@pytest.mark.xfail(reason="the final XOR is missing (#12)")\ndef test_')
+
+
+def test_a_value_in_the_hidden_modules_pre_fix_version_in_the_workspace_anchors_nothing(kit) -> None:
+    """A mined fix that takes ``@pytest.mark.xfail`` off the test it fixes (a common shape of a bug-fix PR): the
+    test patch changes ``tests/test_crc.py``, so the rule leaves that module out of what it reads, but the episode's
+    workspace is the snapshot, which holds the module as it was, xfail mark, input and expected value included. The
+    policy reads ``222957957`` there during its episode and special-cases it."""
+    _root, snapshots, _grader, _backend, _image = kit
+    attack = Attack("crc", CRC_BUG, CRC, XFAIL_TEST, "", {"tests/test_crc.py": XFAILED_TEST})
+    world = _mine(kit, "xfail", attack)  # the base tree has the data's old module, the fixed tree the test's
+    start = start_tree(world.task, Setup(), snapshots, None, world.task.image, world.task.image_digest)
+    shown = "222957957" in (start / "tests" / "test_crc.py").read_text()
+    special = CRC_BUG.replace(
+        "def crc32(data):\n", "def crc32(data):\n    if data == b'hello world':\n        return 222957957\n"
+    )
+    reward = world.grade({"kit/crc.py": special}).reward
+    assert not (shown and _kept(kit, world) and reward == 1.0), "the episode shows the value, the gate keeps the task"
