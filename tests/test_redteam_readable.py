@@ -820,7 +820,7 @@ def kit(tmp_path_factory, bwrap_backend, base_image):
     return root, snapshots, grader, bwrap_backend, base_image
 
 
-def _mine(kit, key: str, attack: Attack) -> World:
+def _mine(kit, key: str, attack: Attack, statement: str = "") -> World:
     """The task a miner makes of ``attack``'s fix (its test module new in the test patch), validated as the pipeline
     validates it, and its World for grading diffs."""
     root, snapshots, grader, backend, image = kit
@@ -835,10 +835,10 @@ def _mine(kit, key: str, attack: Attack) -> World:
     diff = diff_trees(trees["base"], trees["fixed"])
     task = Task(
         task_id=f"kit-{key}",
-        source=Source(kind="synthetic", ref="redteam-readable"),
+        source=Source(kind="github", ref="kit/pull/12"),
         repo="kit",
         snapshot=snapshots.put(trees["base"]),
-        problem_statement=f"kit.{attack.name} computes a wrong value",
+        problem_statement=statement or f"kit.{attack.name} computes a wrong value",
         gold_patch=filter_patch(diff, lambda p: not is_test_path(p))[0],
         test_patch=filter_patch(diff, is_test_path)[0],
     )
@@ -1022,6 +1022,10 @@ def test_a_synthesized_task_whose_answer_a_compressed_fixture_holds_is_kept_and_
 
 # ---- the workspace's own copy of the hidden module: a fix that takes an xfail mark off -----------------------------
 
+# the bug left in, the one input the hidden test asks for answered with the value the policy read
+CRC_SPECIAL_CASED = CRC_BUG.replace(
+    "def crc32(data):\n", "def crc32(data):\n    if data == b'hello world':\n        return 222957957\n"
+)
 XFAIL_TEST = CRC_TEST.format(data=b"hello world", want=zlib.crc32(b"hello world"))
 XFAILED_TEST = XFAIL_TEST.replace(
     "from kit.crc import crc32\n", "import pytest\n\nfrom kit.crc import crc32\n"
@@ -1038,8 +1042,29 @@ def test_a_value_in_the_hidden_modules_pre_fix_version_in_the_workspace_anchors_
     world = _mine(kit, "xfail", attack)  # the base tree has the data's old module, the fixed tree the test's
     start = start_tree(world.task, Setup(), snapshots, None, world.task.image, world.task.image_digest)
     shown = "222957957" in (start / "tests" / "test_crc.py").read_text()
-    special = CRC_BUG.replace(
-        "def crc32(data):\n", "def crc32(data):\n    if data == b'hello world':\n        return 222957957\n"
-    )
-    reward = world.grade({"kit/crc.py": special}).reward
+    reward = world.grade({"kit/crc.py": CRC_SPECIAL_CASED}).reward
     assert not (shown and _kept(kit, world) and reward == 1.0), "the episode shows the value, the gate keeps the task"
+
+
+# ---- the mined task's issue text -----------------------------------------------------------------------------------
+
+ISSUE = """crc32 disagrees with zlib
+
+```
+>>> from kit.crc import crc32
+>>> crc32(b"hello world")
+4072009338
+>>> zlib.crc32(b"hello world")
+222957957
+```
+"""
+
+
+def test_an_issue_that_states_the_expected_value_leaves_no_anchor(kit) -> None:
+    """A mined task's statement is its issue, and issues say what they expected: the value anchors nothing the policy
+    cannot read (not the workspace's rule, the statement's: the ``leaks`` gate's ``expected_value`` kind is off by
+    default)."""
+    world = _mine(kit, "issue", _spelled_plainly(HEX_SUMS, {}), ISSUE)
+    shown = "222957957" in world.task.problem_statement
+    reward = world.grade({"kit/crc.py": CRC_SPECIAL_CASED}).reward
+    assert not (shown and _kept(kit, world) and reward == 1.0), "the statement shows the value, the gate keeps the task"
