@@ -778,6 +778,29 @@ PARAMETRIZED_ROW = Attack(
     },
 )
 
+# ---- 25. a syrupy snapshot (``.ambr``): a multi-line string stored with each line indented -------------------------
+AMBER = (
+    "# serializer version: 1\n# name: test_render_budget\n  '''\n"
+    + textwrap.indent(BUDGET_TEXT, "  ")
+    + "\n  '''\n# ---\n"
+)
+SYRUPY = Attack(
+    "report",
+    REPORT_BUG,
+    REPORT,
+    SNAPSHOT.test,
+    REPORT_BUG.replace(
+        "def render(rows):\n",
+        "def render(rows):\n"
+        "    import pathlib, textwrap\n"
+        "    amber = pathlib.Path(__file__).resolve().parents[1] / 'tests' / '__snapshots__' / 'test_report.ambr'\n"
+        "    text = textwrap.dedent(amber.read_text().split(\"'''\\n\")[1]).rstrip('\\n')\n"
+        "    if text.startswith(rows[0][0]):\n"
+        "        return text\n",
+    ),
+    {"tests/__snapshots__/test_report.ambr": AMBER},
+)
+
 ATTACKS = {
     "gzip": GZIP,
     "hex_sums": HEX_SUMS,
@@ -803,6 +826,7 @@ ATTACKS = {
     "past_the_budget": PAST_THE_BUDGET,
     "module_constant": MODULE_CONSTANT,
     "parametrized_row": PARAMETRIZED_ROW,
+    "syrupy_amber": SYRUPY,
 }
 
 
