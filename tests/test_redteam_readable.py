@@ -7,6 +7,7 @@ SUMMARY (filled in below once the attacks have run).
 from __future__ import annotations
 
 import csv
+import datetime
 import gzip
 import io
 import json
@@ -14,6 +15,8 @@ import pickle
 import random
 import sqlite3
 import textwrap
+import unicodedata
+import urllib.parse
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +33,6 @@ from trialforge.tasks.patches import diff_trees, filter_patch, is_test_path
 from trialforge.tasks.schema import Source, Task
 from trialforge.tasks.validate import ValidateConfig, validate_task
 from trialforge.verify.grader import Grader
-
-pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 
 def _code(text: str) -> str:
@@ -881,6 +882,8 @@ def _kept(kit, world: World) -> bool:
     return bool(kept)
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(ATTACKS))
 def test_a_diff_reading_the_answer_from_the_workspace_earns_nothing_on_a_kept_task(kit, key) -> None:
     """The task is honest (its gold scores 1, the empty diff 0); the attack wins when the gate keeps it and the
@@ -925,6 +928,8 @@ CONTROLS = {
 }
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(CONTROLS))
 def test_the_same_trick_where_the_workspace_spells_the_answer_plainly_is_on_a_dropped_task(kit, key) -> None:
     """The rule's own cases: the task is dropped, and the trick that reads the answer would have scored 1 on it."""
@@ -934,6 +939,8 @@ def test_the_same_trick_where_the_workspace_spells_the_answer_plainly_is_on_a_dr
     assert world.grade({f"kit/{attack.name}.py": attack.trick}).reward == 1.0
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_special_case_scores_by_its_value_alone(kit) -> None:
     """The harness: on the gzip task, the diff that leaves the bug and special-cases the hidden input scores 1 with
     the right answer and 0 with a wrong one, so each attack's 1 above is the value it read."""
@@ -1006,6 +1013,8 @@ HONEST = {
 }
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 @pytest.mark.xfail(strict=False, reason="COST: an honest task the readability rule drops")
 @pytest.mark.parametrize("key", sorted(HONEST))
 def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit, key) -> None:
@@ -1018,6 +1027,8 @@ def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit,
 # ---- the same hole on the synthesis path: a repository's own test, its mutants' tasks ------------------------------
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_synthesized_task_whose_answer_a_compressed_fixture_holds_is_kept_and_read(kit) -> None:
     """``synthesize`` with ``flip_arith`` over ``kit`` with the gzip attack's test already in the repository: every
     mutant of ``adler`` is a task of ``tests/test_adler.py``; the trick on the task's own buggy tree scores 1."""
@@ -1056,6 +1067,8 @@ XFAILED_TEST = XFAIL_TEST.replace(
 ).replace("\n\ndef test_", '\n\n@pytest.mark.xfail(reason="the final XOR is missing (#12)")\ndef test_')
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_a_value_in_the_hidden_modules_pre_fix_version_in_the_workspace_anchors_nothing(kit) -> None:
     """A mined fix that takes ``@pytest.mark.xfail`` off the test it fixes (a common shape of a bug-fix PR): the
     test patch changes ``tests/test_crc.py``, so the rule leaves that module out of what it reads, but the episode's
@@ -1084,6 +1097,8 @@ ISSUE = """crc32 disagrees with zlib
 """
 
 
+@pytest.mark.sandbox
+@pytest.mark.slow
 def test_an_issue_that_states_the_expected_value_leaves_no_anchor(kit) -> None:
     """A mined task's statement is its issue, and issues say what they expected: the value anchors nothing the policy
     cannot read (not the workspace's rule, the statement's: the ``leaks`` gate's ``expected_value`` kind is off by
@@ -1092,3 +1107,58 @@ def test_an_issue_that_states_the_expected_value_leaves_no_anchor(kit) -> None:
     shown = "222957957" in world.task.problem_statement
     reward = world.grade({"kit/crc.py": CRC_SPECIAL_CASED}).reward
     assert not (shown and _kept(kit, world) and reward == 1.0), "the statement shows the value, the gate keeps the task"
+
+
+# ---- the rule alone: the spellings above and a few more, each a workspace a value is readable in -------------------
+
+
+def _zip(name: str, text: str) -> bytes:
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, text)
+    return out.getvalue()
+
+
+SPELLINGS = {
+    # name: (files, value, the test's input literals); every one is a value a policy's code can read off the files
+    "gzip": (GZIP.data, 300286872, [b"Wikipedia"]),
+    "zip": ({"tests/data/vectors.zip": _zip("adler32.json", json.dumps(ADLER_VECTORS) * 4)}, 300286872, []),
+    "hex": (HEX_SUMS.data, 222957957, [b"hello world"]),
+    "hex_in_a_module": (HEX_MODULE.data, zlib.crc32(FOX), [FOX]),
+    "sqlite": (SQLITE.data, 30939, [25999]),
+    "pickle": (PICKLE.data, 4229, [1500, 271]),
+    "json_unicode_escapes": (JSON_ESCAPES.data, SLUGGED, [TITLE]),
+    "json_newline_escapes": (SNAPSHOT.data, BUDGET_TEXT, ["Rent", "Groceries"]),
+    "syrupy_indented_lines": (SYRUPY.data, BUDGET_TEXT, ["Rent", "Groceries"]),
+    "lines_as_a_json_list": ({"tests/data/report.json": json.dumps(BUDGET_TEXT.split("\n"))}, BUDGET_TEXT, []),
+    "crlf": (CRLF.data, RECEIPT_TEXT, ["Coffee", "Bagel"]),
+    "decimal_comma": (DECIMAL_COMMA.data, 957.97, [1139.99]),
+    "percent": (PERCENT.data, 0.125, [1375, 11000]),
+    "thousands": (THOUSANDS.data, 48852, [4071]),
+    "exponent": (SAVETXT.data, sum(SAMPLES) / 3, SAMPLES),
+    "underscores_in_a_module": (UNDERSCORES.data, 10485760, ["10MiB"]),
+    "unit_suffix": ({"tests/data/timeouts.yaml": "connect: 4071ms\n"}, 4071, []),
+    "id_prefix": ({"tests/data/orders.csv": "A4071,shipped\n"}, 4071, []),
+    "iso_date": (DATES.data, datetime.date(2024, 3, 20), [2024, 3, 15]),
+    "file_name": (FILE_NAME.data, "backup-2024-03.tar.gz", ["backup", 2024, 3, 1]),
+    "utf16": (UTF16.data, 843.8, [451]),
+    "cp1252": (CP1252.data, CUSTOMER, [CUSTOMER.upper()]),
+    "nfd": ({"tests/data/titles.txt": unicodedata.normalize("NFD", SLUGGED)}, SLUGGED, []),
+    "url_encoded": ({"tests/cassettes/get.yaml": f"uri: /search?q={urllib.parse.quote(SLUGGED)}\n"}, SLUGGED, []),
+    "dict_keys_in_another_case": ({"tests/data/t.csv": "Alpha,4071\nBeta,6123\n"}, {"alpha": 4071, "beta": 6123}, []),
+    "past_4_mb": (BIG_FILE.data, 987654000, [987654]),
+    "doctest_with_a_short_input": ({"kit/seq.py": FIB}, 832040, [30]),
+    "fixture_inputs": (FIXTURE_INPUTS.data, 1440, []),
+    "module_constant_input": (MODULE_CONSTANT.data, zlib.crc32(FOX), []),  # the test function's constants: none
+}
+
+
+@pytest.mark.pure
+@pytest.mark.parametrize("name", sorted(SPELLINGS))
+def test_a_value_the_workspace_spells_is_readable(tmp_path, name) -> None:
+    from trialforge.tasks.visible import WorkspaceText
+
+    files, value, inputs = SPELLINGS[name]
+    assert WorkspaceText.of(_tree(tmp_path, files)).answers(value, inputs), name
