@@ -802,6 +802,38 @@ SYRUPY = Attack(
     {"tests/__snapshots__/test_report.ambr": AMBER},
 )
 
+# ---- 27. an answer assembled from two columns (a date and a time) --------------------------------------------------
+SLOTS = _code('''
+    """Meeting slots."""
+
+    from datetime import datetime, timedelta
+
+
+    def next_slot(start, minutes=90):
+        return (datetime.fromisoformat(start) + timedelta(minutes=minutes)).isoformat()
+''')
+SLOTS_BUG = SLOTS.replace("timedelta(minutes=minutes)", "timedelta(hours=minutes // 60)")
+SPLIT_COLUMNS = Attack(
+    "slots",
+    SLOTS_BUG,
+    SLOTS,
+    "from kit.slots import next_slot\n\n\ndef test_next_slot():\n"
+    "    assert next_slot('2024-03-20T08:00:00') == '2024-03-20T09:30:00'\n",
+    SLOTS_BUG.replace(
+        "def next_slot(start, minutes=90):\n",
+        "def next_slot(start, minutes=90):\n"
+        "    import csv, pathlib\n"
+        "    table = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'slots.csv'\n"
+        "    for row in csv.DictReader(table.read_text().splitlines()):\n"
+        "        if f\"{row['date']}T{row['start']}\" == start:\n"
+        "            return f\"{row['date']}T{row['end']}\"\n",
+    ),
+    {
+        "tests/data/slots.csv": "room,date,start,end\n"
+        "Ada,2024-03-20,08:00:00,09:30:00\nTuring,2024-03-21,13:00:00,14:30:00\n"
+    },
+)
+
 ATTACKS = {
     "gzip": GZIP,
     "hex_sums": HEX_SUMS,
@@ -828,6 +860,7 @@ ATTACKS = {
     "module_constant": MODULE_CONSTANT,
     "parametrized_row": PARAMETRIZED_ROW,
     "syrupy_amber": SYRUPY,
+    "split_columns": SPLIT_COLUMNS,
 }
 
 
@@ -1152,6 +1185,7 @@ SPELLINGS = {
     "doctest_with_a_short_input": ({"kit/seq.py": FIB}, 832040, [30]),
     "fixture_inputs": (FIXTURE_INPUTS.data, 1440, []),
     "module_constant_input": (MODULE_CONSTANT.data, zlib.crc32(FOX), []),  # the test function's constants: none
+    "split_columns": (SPLIT_COLUMNS.data, "2024-03-20T09:30:00", ["2024-03-20T08:00:00"]),
 }
 
 
