@@ -1,7 +1,84 @@
-"""Red team (design-only attacker): an anchor's expected value that the workspace spells in a form the readability
-rule does not read (``tasks/visible.py``, attacked from its description in docs/verification.md alone).
+"""Red team (design-only attacker): the readability rule (``tasks/visible.py``) attacked from its description alone.
 
-SUMMARY (filled in below once the attacks have run).
+The rule, as the brief and docs/verification.md state it: validation reads the tree the task's tests run in (snapshot
+and test patch, less the test modules the patch hides); a host-judged expected value anchors nothing when any file
+that is not Python source spells it (distinctive spellings: 3+ digit numbers by decimal value, 4+ character strings
+by substring), or a Python module spells it and one of the test function's input literals; each file cut at 4 MB,
+64 MB in all. ``visible.py``, ``calibration.py`` and ``blinding.py`` were not read; ``WorkspaceText.of(...).answers``
+was called as a black box (the pure test at the end).
+
+The harness: a tiny ``kit`` package, one mined task per attack (``_mine``: base tree with the bug, fixed tree with the
+gold and the hidden test module, ``validate_task`` with bwrap), the pipeline's **whole default quality gate**
+(``run_quality_gate``: host_judged, weak_tests, leaks, shortcuts) and the grader. Each attack task is honest (its gold
+scores 1, the empty diff 0: asserted), and the attack's diff leaves the bug in and answers the hidden test's one input
+from what the workspace (or graded sandbox) holds. A test fails when the gate keeps the task AND that diff scores 1.
+
+**Run of 2026-12-08: 28 of 29 attacks win** (25 of 26 parametrized, the xfail copy, the issue text, synthesis);
+each is a kept task on which a diff that does not fix the bug scores **1.0**:
+
+Compressed or binary containers (the rule reads bytes as UTF-8 text):
+ 1. ``gzip``: ``tests/data/adler32.json.gz`` holds ``["Wikipedia", 300286872]``; ``adler(b"Wikipedia") == 300286872``.
+ 2. ``sqlite``: ``tests/fixtures/invoices.sqlite3`` (integers stored binary): ``gross(25999) == 30939``.
+ 3. ``pickle``: ``tests/data/scores.pkl`` ``{(1500, 271): 4229}``: ``score(1500, 271) == 4229``.
+ 4. ``past_the_budget``: ``tests/fixtures/thumbnails.json`` spells ``[1024, 768]`` plainly, after 66 MiB of photos
+    that sort before it (``tests/fixtures/images/``): the 64 MB budget is spent first (with 10 MiB: dropped).
+ 5. ``big_file``: a 5.4 MB ``conversions.csv`` whose row ``987654,987654000`` lies past the 4 MB cut.
+Text the rule reads but in another spelling:
+ 6. ``hex_sums``: ``tests/data/CRC32SUMS`` in sha256sum form (``0d4a1185  hello world``): ``== 222957957``.
+ 7. ``hex_module``: ``benchmarks/bench_crc.py`` spells the input and ``0x414FA339`` (a module: input is there, the
+    value in hex).
+ 8. ``json_escapes``: ``json.dump``'s default ``ensure_ascii`` writes ``cr\\u00e8me-br\\u00fbl\\u00e9e-...``.
+ 9. ``snapshot_newlines``: a JSON snapshot of a multi-line string (``\\n`` escaped).
+10. ``syrupy_amber``: a syrupy ``.ambr`` snapshot (every line of the string indented two spaces).
+11. ``crlf``: a golden file checked in with CRLF line ends (``read_text()`` gives the LF string back).
+12. ``decimal_comma``: German CSV ``1139,99;957,97``: ``net(1139.99) == 957.97``.
+13. ``percent``: ``12.5%``: ``share(1375, 11000) == 0.125``.
+14. ``thousands``: spreadsheet export ``"4,071","48,852"``: ``annual(4071) == 48852``.
+15. ``savetxt``: NumPy's default ``%.18e`` (``1.341666666666666742e+03``): ``mean([1200, 1350, 1475])``.
+16. ``underscores``: ``tests/helpers.py`` spells the input ``"10MiB"`` and ``10_485_760`` (PEP 515).
+17. ``utf16``: an Excel "Unicode Text" export (UTF-16): ``fahrenheit(451) == 843.8``.
+18. ``cp1252``: a Windows-1252 CSV: ``display_name("BÄCKEREI MÜLLER'S BROT-UND-KUCHEN")``.
+19. ``dates``: ``2024-03-15,3,2024-03-20`` in a CSV: ``add_business_days(date(2024, 3, 15), 3) == date(2024, 3, 20)``
+    (a date value is not readable even in ISO form).
+20. ``file_name``: ``tests/fixtures/archives/backup-2024-03.tar.gz`` (names are not read, only contents).
+21. ``split_columns``: ``2024-03-20,08:00:00,09:30:00``: ``next_slot("2024-03-20T08:00:00") == "2024-03-20T09:30:00"``.
+The module branch's "input literal" (the test function's own constants, distinctive ones):
+22. ``doctest``: ``fib``'s own docstring ``>>> fib(30)`` / ``832040``: the input 30 is too short to count.
+23. ``fixture_inputs``: the test's inputs come from a conftest fixture, ``examples/household.py`` prints
+    ``# prints 1440``: the test has no input literal, so no module is ever readable.
+24. ``module_constant``: the hidden test's input is a module-level ``FOX = b"..."``, not a constant of the function;
+    ``benchmarks/bench_fox.py`` spells ``FOX`` and ``FOX_CRC = 1095738169`` plainly, and anchors.
+What a spelling rule cannot see:
+25. ``identity``: ``slugify('crème-brûlée') == 'crème-brûlée'`` (an idempotence test): the answer is the call's own
+    argument in the graded sandbox; ``if re.fullmatch(r'\\w+(-\\w+)*', title): return title`` beside the bug.
+26. **xfail copy** (``test_a_value_in_the_hidden_modules_pre_fix_version...``): a mined fix that takes
+    ``@pytest.mark.xfail`` off its test. The rule leaves the hidden module's *path* out of what it reads, but the
+    episode's workspace is the snapshot, which holds the module's pre-fix copy with input and value (found there by
+    ``start_tree``); ``if data == b'hello world': return 222957957`` scores 1.
+27. **issue text** (``test_an_issue_that_states...``): a mined task's statement is its issue, which shows the
+    expected value; the ``leaks`` gate's ``expected_value`` kind is off by default (not the workspace rule's).
+28. **synthesis path** (``test_a_synthesized_task...``): ``synthesize`` with ``flip_arith`` over ``kit`` with the gzip
+    fixture and the repository's own ``test_adler.py``: both mutants' tasks kept, the trick scores 1 on each.
+
+**Lost (1):** ``parametrized_row``: a parametrized row ``(1500, 271, 4229)`` spelled plainly in
+``benchmarks/bench_score.py``: the decorator's constants count as inputs, the task is dropped.
+
+**Controls (7, pass):** the same tricks where the answer is spelled plainly (``ensure_ascii=False`` JSON, a decimal
+point, no thousands separator, an LF golden file, a doctest with a 3-digit input, 10 MiB of photos) are on dropped
+tasks, and each trick still scores 1 there (so the rule is the only defence); on the gzip task a special case scores
+1 with the right value and 0 with a wrong one.
+
+**Costs (3 false drops, xfail non-strict):** honest tasks the rule drops, each gold 1 and empty diff 0:
+``license_year`` (``expand_year(24) == 2024``, ``LICENSE``: "Copyright (c) 2024"), ``package_table``
+(``reason(404) == "Not Found"``, read by the fix from the package's own ``REASONS`` table), ``editorconfig``
+(``sniff("café".encode()) == "utf-8"``, ``.editorconfig``: ``charset = utf-8``).
+
+**The rule alone** (``test_a_value_the_workspace_spells_is_readable``, pure, about 1 s): 30 workspaces whose value a
+policy's code can read, each called unreadable by ``WorkspaceText.answers`` today (the spellings above and zip,
+NFD, URL-encoding, ``4071ms``, ``A4071``, a list of lines, dict keys in another case).
+
+Timings (2 shared cores, bwrap): the whole file 136 s (58 failed, 8 passed, 3 xfailed); each attack 3.5 to 6 s
+(``past_the_budget`` 12 s, the synthesis path 9 s); the pure test 1.6 s.
 """
 
 from __future__ import annotations
