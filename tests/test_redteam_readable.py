@@ -13,7 +13,7 @@ gold and the hidden test module, ``validate_task`` with bwrap), the pipeline's *
 scores 1, the empty diff 0: asserted), and the attack's diff leaves the bug in and answers the hidden test's one input
 from what the workspace (or graded sandbox) holds. A test fails when the gate keeps the task AND that diff scores 1.
 
-**Run of 2026-12-08: 28 of 29 attacks win** (25 of 26 parametrized, the xfail copy, the issue text, synthesis);
+**Run of 2026-12-08: 29 of 30 attacks win** (25 of 26 parametrized, 2 pre-patch, the issue text, synthesis);
 each is a kept task on which a diff that does not fix the bug scores **1.0**:
 
 Compressed or binary containers (the rule reads bytes as UTF-8 text):
@@ -51,10 +51,12 @@ The module branch's "input literal" (the test function's own constants, distinct
 What a spelling rule cannot see:
 25. ``identity``: ``slugify('crème-brûlée') == 'crème-brûlée'`` (an idempotence test): the answer is the call's own
     argument in the graded sandbox; ``if re.fullmatch(r'\\w+(-\\w+)*', title): return title`` beside the bug.
-26. **xfail copy** (``test_a_value_in_the_hidden_modules_pre_fix_version...``): a mined fix that takes
-    ``@pytest.mark.xfail`` off its test. The rule leaves the hidden module's *path* out of what it reads, but the
-    episode's workspace is the snapshot, which holds the module's pre-fix copy with input and value (found there by
-    ``start_tree``); ``if data == b'hello world': return 222957957`` scores 1.
+26. **pre-patch workspace** (``test_a_value_the_workspace_shows_before_the_test_patch_anchors_nothing``, 2 cases):
+    the rule reads snapshot + test patch, the episode's workspace is the snapshot alone, so a file the test patch
+    changes or deletes is shown to the policy as it was. ``xfail_copy``: a mined fix takes ``@pytest.mark.xfail``
+    off its test; the rule leaves the hidden module's path out, the workspace holds its pre-fix copy with input and
+    value. ``known_failures``: the fix deletes ``tests/known_failures.json`` (``"expected": 222957957``). Both found
+    in ``start_tree``; ``if data == b'hello world': return 222957957`` scores 1.
 27. **issue text** (``test_an_issue_that_states...``): a mined task's statement is its issue, which shows the
     expected value; the ``leaks`` gate's ``expected_value`` kind is off by default (not the workspace rule's).
 28. **synthesis path** (``test_a_synthesized_task...``): ``synthesize`` with ``flip_arith`` over ``kit`` with the gzip
@@ -135,6 +137,7 @@ class Attack:
     test: str
     trick: str
     data: dict[str, str | bytes] = field(default_factory=dict)
+    removed: dict[str, str | bytes] = field(default_factory=dict)  # files of the workspace the fix deletes
 
 
 def _tree(root: Path, files: dict[str, str | bytes]) -> Path:
@@ -973,7 +976,7 @@ def _mine(kit, key: str, attack: Attack, statement: str = "") -> World:
     common |= {"tests/test_version.py": VERSION_TESTS, **attack.data}
     trees = {}
     for name, files in (
-        ("base", {**common, f"kit/{attack.name}.py": attack.buggy}),
+        ("base", {**common, **attack.removed, f"kit/{attack.name}.py": attack.buggy}),
         ("fixed", {**common, f"kit/{attack.name}.py": attack.gold, f"tests/test_{attack.name}.py": attack.test}),
     ):
         trees[name] = _tree(root / key / name, files)
@@ -1187,18 +1190,38 @@ XFAILED_TEST = XFAIL_TEST.replace(
 ).replace("\n\ndef test_", '\n\n@pytest.mark.xfail(reason="the final XOR is missing (#12)")\ndef test_')
 
 
+KNOWN_FAILURES = json.dumps(
+    {"tests/test_crc.py::test_crc_of_a_phrase": {"input": "hello world", "expected": 222957957, "got": 4072009338}},
+    indent=2,
+)
+PRE_FIX = {
+    # the fix takes the xfail mark off: the test patch changes the module, the snapshot keeps its old copy
+    "xfail_copy": (
+        "tests/test_crc.py",
+        Attack("crc", CRC_BUG, CRC, XFAIL_TEST, "", {"tests/test_crc.py": XFAILED_TEST}),
+    ),
+    # the fix deletes the suite's list of known failures, which records what each one expected
+    "known_failures": (
+        "tests/known_failures.json",
+        Attack("crc", CRC_BUG, CRC, XFAIL_TEST, "", removed={"tests/known_failures.json": KNOWN_FAILURES}),
+    ),
+}
+
+
 @pytest.mark.sandbox
 @pytest.mark.slow
-def test_a_value_in_the_hidden_modules_pre_fix_version_in_the_workspace_anchors_nothing(kit) -> None:
-    """A mined fix that takes ``@pytest.mark.xfail`` off the test it fixes (a common shape of a bug-fix PR): the
-    test patch changes ``tests/test_crc.py``, so the rule leaves that module out of what it reads, but the episode's
-    workspace is the snapshot, which holds the module as it was, xfail mark, input and expected value included. The
-    policy reads ``222957957`` there during its episode and special-cases it."""
+@pytest.mark.parametrize("key", sorted(PRE_FIX))
+def test_a_value_the_workspace_shows_before_the_test_patch_anchors_nothing(kit, key) -> None:
+    """The rule reads the tree the tests run in (snapshot and test patch), but the episode's workspace is the snapshot
+    alone: a file the test patch changes or deletes is shown to the policy as it was before. A mined fix that takes
+    ``@pytest.mark.xfail`` off the test it fixes (a common shape of a bug-fix PR) leaves the hidden module's old copy,
+    input and expected value, in the workspace; one that deletes a known-failures list leaves that. The policy reads
+    ``222957957`` during its episode and special-cases it."""
     _root, snapshots, _grader, _backend, _image = kit
-    attack = Attack("crc", CRC_BUG, CRC, XFAIL_TEST, "", {"tests/test_crc.py": XFAILED_TEST})
-    world = _mine(kit, "xfail", attack)  # the base tree has the data's old module, the fixed tree the test's
+    path, attack = PRE_FIX[key]
+    world = _mine(kit, f"pre-fix-{key}", attack)
     start = start_tree(world.task, Setup(), snapshots, None, world.task.image, world.task.image_digest)
-    shown = "222957957" in (start / "tests" / "test_crc.py").read_text()
+    shown = "222957957" in (start / path).read_text()
     reward = world.grade({"kit/crc.py": CRC_SPECIAL_CASED}).reward
     assert not (shown and _kept(kit, world) and reward == 1.0), "the episode shows the value, the gate keeps the task"
 
