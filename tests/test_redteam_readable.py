@@ -70,10 +70,13 @@ point, no thousands separator, an LF golden file, a doctest with a 3-digit input
 tasks, and each trick still scores 1 there (so the rule is the only defence); on the gzip task a special case scores
 1 with the right value and 0 with a wrong one.
 
-**Costs (3 false drops, xfail non-strict):** honest tasks the rule drops, each gold 1 and empty diff 0:
+**Costs (4 false drops, xfail non-strict):** honest tasks the rule drops, each gold 1 and empty diff 0:
 ``license_year`` (``expand_year(24) == 2024``, ``LICENSE``: "Copyright (c) 2024"), ``package_table``
 (``reason(404) == "Not Found"``, read by the fix from the package's own ``REASONS`` table), ``editorconfig``
-(``sniff("café".encode()) == "utf-8"``, ``.editorconfig``: ``charset = utf-8``).
+(``sniff("café".encode()) == "utf-8"``, ``.editorconfig``: ``charset = utf-8``), ``compose_port``
+(``default_port("HTTPS") == 443``, ``docker-compose.yml``: ``'443:443'``). Without the LICENSE, .editorconfig or
+compose file the same three tasks are kept by the whole gate (``test_the_honest_tasks_without_the_file...``: 3
+pass), so that file alone drops each; ``package_table`` has no such control (its table is the code).
 
 **The rule alone** (``test_a_value_the_workspace_spells_is_readable``, pure, about 1 s): 30 workspaces whose value a
 policy's code can read, each called unreadable by ``WorkspaceText.answers`` today (the spellings above and zip,
@@ -992,8 +995,8 @@ def _mine(kit, key: str, attack: Attack, statement: str = "") -> World:
     )
     task = validate_task(task, backend, image.name, snapshots, Limits(), ValidateConfig(runs=1))
     assert task.validation.valid, task.validation.reason
-    test = f"tests/test_{attack.name}.py::{attack.test.split('def ')[-1].split('(')[0]}"
-    assert [t.split("[")[0] for t in task.fail_to_pass] == [test], task.fail_to_pass
+    assert task.fail_to_pass, task.validation
+    assert all(t.startswith(f"tests/test_{attack.name}.py::test_") for t in task.fail_to_pass), task.fail_to_pass
     (root / key / "attacks").mkdir()
     return World(task, grader, snapshots.materialize(task.snapshot), root / key / "attacks")
 
@@ -1106,13 +1109,33 @@ SNIFF = _code('''
             return "latin-1"
         return "utf-8"
 ''')
+PORTS = _code('''
+    """Default ports of URL schemes."""
+
+    PORTS = {"http": 80, "https": 443, "ftp": 21}
+
+
+    def default_port(scheme):
+        return PORTS[scheme.lower()]
+''')
 HONEST = {
+    # a deployment file maps the same well-known port
+    "compose_port": Attack(
+        "ports",
+        PORTS.replace("scheme.lower()", "scheme"),
+        PORTS,
+        "from kit.ports import default_port\n\n\ndef test_scheme_case():\n    assert default_port('HTTPS') == 443\n",
+        "",
+        {"docker-compose.yml": "services:\n  web:\n    image: nginx\n    ports:\n      - '443:443'\n"},
+    ),
     # the LICENSE's copyright year is the test's expected value
     "license_year": Attack(
         "years",
         YEARS.replace("yy >= pivot", "yy <= pivot"),
         YEARS,
-        "from kit.years import expand_year\n\n\ndef test_expand_recent_year():\n    assert expand_year(24) == 2024\n",
+        "from kit.years import expand_year\n\n\n"
+        "def test_expand_recent_year():\n    assert expand_year(24) == 2024\n\n\n"
+        "def test_expand_the_pivot():\n    assert expand_year(69) == 1969\n",
         "",
         {"LICENSE": "MIT License\n\nCopyright (c) 2024 Jane Doe\n"},
     ),
@@ -1121,7 +1144,9 @@ HONEST = {
         "http",
         HTTP.replace("REASONS.get(code) or ", ""),
         HTTP,
-        "from kit.http import reason\n\n\ndef test_reason_of_a_known_code():\n    assert reason(404) == 'Not Found'\n",
+        "from kit.http import reason\n\n\n"
+        "def test_reason_of_a_known_code():\n    assert reason(404) == 'Not Found'\n\n\n"
+        "def test_reason_of_an_unknown_code():\n    assert reason(499) == 'Client Error'\n",
         "",
     ),
     # the editor settings every project carries spell the expected encoding name
@@ -1129,7 +1154,8 @@ HONEST = {
         "sniff",
         SNIFF.replace('data.decode("utf-8")', 'data.decode("ascii")'),
         SNIFF,
-        "from kit.sniff import sniff\n\n\ndef test_sniff_accents():\n    assert sniff('café'.encode()) == 'utf-8'\n",
+        "from kit.sniff import sniff\n\n\ndef test_sniff_accents():\n    assert sniff('café'.encode()) == 'utf-8'\n\n\n"
+        "def test_sniff_latin_1():\n    assert sniff(b'caf\\xe9') == 'latin-1'\n",
         "",
         {".editorconfig": "root = true\n\n[*]\ncharset = utf-8\nend_of_line = lf\n"},
     ),
@@ -1306,3 +1332,13 @@ def test_a_value_the_workspace_spells_is_readable(tmp_path, name) -> None:
 
     files, value, inputs = SPELLINGS[name]
     assert WorkspaceText.of(_tree(tmp_path, files)).answers(value, inputs), name
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+@pytest.mark.parametrize("key", sorted(key for key, attack in HONEST.items() if attack.data))
+def test_the_honest_tasks_without_the_file_that_spells_their_answer_are_kept(kit, key) -> None:
+    """The costs' control: the same task without the LICENSE, .editorconfig or compose file is kept, so that file
+    alone drops it."""
+    world = _mine(kit, f"honest-bare-{key}", _spelled_plainly(HONEST[key], {}))
+    assert _kept(kit, world)
