@@ -1119,6 +1119,8 @@ PORTS = _code('''
     def default_port(scheme):
         return PORTS[scheme.lower()]
 ''')
+# the rule's own cost, as package_table's: the package's PORTS table spells the input (case aside) and the value
+PACKAGE_TABLE = "a module of the package spells 'https' and 443: read as a lookup table (tasks/visible.py)"
 HONEST = {
     # a deployment file maps the same well-known port
     "compose_port": Attack(
@@ -1321,7 +1323,8 @@ SPELLINGS = {
     "past_4_mb": (BIG_FILE.data, 987654000, [987654]),
     "doctest_with_a_short_input": ({"kit/seq.py": FIB}, 832040, [30]),
     "fixture_inputs": (FIXTURE_INPUTS.data, 1440, []),
-    "module_constant_input": (MODULE_CONSTANT.data, zlib.crc32(FOX), []),  # the test function's constants: none
+    # the module constant the hidden test reads is one of its inputs (calibration._inputs), none of the function's own
+    "module_constant_input": (MODULE_CONSTANT.data, zlib.crc32(FOX), [FOX]),
     "split_columns": (SPLIT_COLUMNS.data, "2024-03-20T09:30:00", ["2024-03-20T08:00:00"]),
 }
 
@@ -1337,7 +1340,13 @@ def test_a_value_the_workspace_spells_is_readable(tmp_path, name) -> None:
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.parametrize("key", sorted(key for key, attack in HONEST.items() if attack.data))
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param(key, marks=[pytest.mark.xfail(strict=True, reason=PACKAGE_TABLE)] if key == "compose_port" else [])
+        for key in sorted(key for key, attack in HONEST.items() if attack.data)
+    ],
+)
 def test_the_honest_tasks_without_the_file_that_spells_their_answer_are_kept(kit, key) -> None:
     """The costs' control: the same task without the LICENSE, .editorconfig or compose file is kept, so that file
     alone drops it."""

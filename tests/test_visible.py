@@ -46,7 +46,8 @@ def test_an_answer_is_a_distinctive_value_in_a_data_file_or_in_a_module_beside_o
     # a module spelling the value with none of the test's inputs holds what the code computes from them
     assert not shown.answers(3000, ["Income"]) and not shown.answers("hello-there", ["Goodbye"])
     assert not shown.answers(407, []) and not shown.answers(40710, [])  # digits inside another number
-    assert not shown.answers(12, []) and not shown.answers("json", [])  # too common to tell ("json": a suffix)
+    assert not shown.answers(12, []) and not shown.answers("yes", [])  # too common to tell
+    assert shown.answers("json", [])  # a file's path is readable too ("scale.json")
     assert not shown.answers([4071, 5555], [])  # a container is readable only as a whole
     assert not shown.answers(31337, [4242])  # .git is not the workspace
 

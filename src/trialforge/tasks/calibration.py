@@ -194,20 +194,29 @@ def _readable(
     recorded: Mapping[str, object],
     workspace: WorkspaceText | None,
 ) -> bool:
-    """Whether the policy's code can read what ``slot`` expects in its workspace (every value it expects:
-    ``tasks.visible``). The test's input literals: the constants of its function and decorators but the slot's own
-    expected side and values (another slot's expected value counts: a module spelling both is a copy of the test)."""
+    """Whether the policy's code can read what ``slot`` expects (every value it expects: ``tasks.visible``)."""
     if workspace is None or slot.actual is None:
         return False
     check = host_check(analysis, test, row, slot, recorded)
     values = [v for v in check_values(check) if v is not None] if check else []
-    own = {id(node) for side in (*slot.expected, slot.match) if side is not None for node in ast.walk(side)}
-    inputs = [
-        node.value
-        for node in ast.walk(test.node)
-        if isinstance(node, ast.Constant) and id(node) not in own and node.value not in values  # a row's expected
-    ]
-    return bool(values) and all(workspace.answers(v, inputs) for v in values)
+    return bool(values) and all(workspace.answers(v, _inputs(analysis, test, slot)) for v in values)
+
+
+def _inputs(analysis: FileAnalysis, test: TestFunction, slot: Slot) -> list[object]:
+    """The test's input literals: the constants of its function, its decorators and the module constants it reads,
+    less those of what ``slot`` expects (its expected side, the local or module constants and the parameter column
+    that side reads). Another slot's expected value counts: a module spelling both is a copy of the test."""
+    sides = [side for side in (*slot.expected, slot.match) if side is not None]
+    reads = {n.id for side in sides for n in ast.walk(side) if isinstance(n, ast.Name)}
+    sources = [*sides, *(test.constants[name] for name in reads & set(test.constants))]
+    sources += [analysis.constants[name] for name in reads & set(analysis.constants)]
+    param = test.parametrize
+    if param is not None:
+        sources += [row[param.names.index(name)] for row in param.rows for name in reads & set(param.names)]
+    own = {id(node) for source in sources for node in ast.walk(source)}
+    loads = {n.id for n in ast.walk(test.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    given = [test.node, *(analysis.constants[name] for name in (loads - reads) & set(analysis.constants))]
+    return [n.value for g in given for n in ast.walk(g) if isinstance(n, ast.Constant) and id(n) not in own]
 
 
 def check_values(check: Check) -> tuple[object, ...]:

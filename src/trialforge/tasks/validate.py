@@ -94,7 +94,9 @@ def validate_task(
             return _verdict(task, False, f"patch_does_not_apply: {exc}", 0, start)
         collected = python_files_of(after)
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p, collected)]
-        workspace = WorkspaceText.of(before, leave_out=touched)  # what the policy's code can read, episode or graded
+        episode = snapshots.materialize(task.snapshot)  # the workspace as the policy first sees it
+        changed = touched_paths(task.test_patch)
+        workspace = WorkspaceText.of(before, touched, episode, changed, task.problem_statement)  # what it can read
         env = task.env or EnvSpec()
         unbuilt = Path(tmp) / "unbuilt"
         if env.build is not None:  # the repository's own extensions, compiled in each tree as its tests will see it

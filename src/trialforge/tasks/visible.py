@@ -1,38 +1,59 @@
-"""Values a policy can read in its workspace: an expected value found there anchors no verdict.
+"""Values a policy can read: an expected value found where its code looks anchors no verdict.
 
 A host-judged assertion anchors a task (``HostJudged.fail_to_pass_anchored``) because its expected value never enters
 a sandbox: a forged report, or code special-casing the test's input, needs a value it cannot see. That holds only if
-the value is nowhere else the policy's code looks. So validation reads the tree the task's tests run in (its snapshot
-and its test patch) less the test modules the test patch hides (graded blinded), and calibration counts a slot as no
-anchor when its expected value is readable there, by rules that need no guess at how code would look it up:
+the value is nowhere else the policy looks. So validation reads what the policy can: the tree the task's tests run in
+(snapshot and test patch) less the test modules the test patch hides, the episode's own copies of every file the test
+patch changes or deletes (a test the fix takes ``xfail`` off is in the workspace as it was), and the statement; and
+calibration counts a slot as no anchor when its expected value is readable there:
 
-- **any file that is not Python source** spelling the value: a data file a test reads (``tests/data/scale.json``, a
-  snapshot ``case7.out`` beside ``case7.in``), a README's example, a conftest's fixture text. Such a file links its
-  answers to their inputs by layout, by record or by file name, in ways no window of lines bounds: the first rule
-  (the value within two lines of an input) was beaten by a record spread over more lines and by an input that is no
-  literal of the test;
-- **a Python module** spelling the value and one of the test's input literals (the constants of the test function and
-  its decorators, other than the values it expects): a skipped copy of the assertion however far apart its lines, a
-  table of cases, a docstring's example. A module spelling the value alone (a fixture's amount that a balance sums to,
-  a name every test uses) holds what the code computes from what it is given, not an answer stored for this test.
+- **anywhere in a file that is not Python source**, or in a module's docstrings and comments: a data file links its
+  answers to their inputs by layout, record or file name (``case7.out`` beside ``case7.in``) in ways no window of
+  lines bounds, and an example in prose is an answer sheet (``>>> fib(30)`` then ``832040``);
+- **in a Python module's code that also spells one of the test's inputs** (``inputs``: the constants of the test and
+  of the module constants it reads, less the slot's own expected side): a skipped copy of the assertion, a table of
+  cases. A module spelling the value with none of them (a fixture's amount that a balance sums to) holds what the
+  code computes from what it is given;
+- **as one of the test's own inputs**: an echo (``slugify("crème-brûlée") == "crème-brûlée"``) is guessed by
+  returning the argument.
 
-Only distinctive spellings count: a number of three digits or more, a string of four characters or more. ``21`` or
-``"ok"`` appear in any tree and are no more readable there than guessable anyway.
+Files are read as code reads them one import away: decoded by their byte-order mark, as UTF-8 or else as Windows-1252,
+line ends and Unicode normalised; compressed files and archives decompressed; a pickle's constants by disassembly (none
+of it runs); NumPy arrays, Parquet tables and SQLite databases by value; every file's path is text too. Images,
+documents, fonts and executables are skipped. A tree past the caps is not read further and every value counts as
+readable. A value is looked for in each spelling a program writes it in (``spellings``): a number by its decimal
+value and in hex, with thousands separators, a decimal comma, an exponent or as a percentage, letters beside it
+allowed (``4071ms``); a string as is, JSON- or URL-escaped, or line by line (an indented or CRLF snapshot); a date or
+time in ISO form, a datetime's date and time apart. Only distinctive values count: a number of three digits or more,
+a string of four characters or more; ``21`` or ``"ok"`` are in any tree and as guessable as they are readable.
+
+The rule is a spelling search, so it is complete only for the spellings above: an answer stored in a form none of
+them reads (encrypted, base64, computed by a script of the repository) still anchors. docs/verification.md says so.
 """
 
 from __future__ import annotations
 
+import ast
 import bz2
+import codecs
+import contextlib
+import datetime
 import decimal
 import fractions
 import gzip
 import io
+import json
 import lzma
 import pickle
 import pickletools
 import re
+import sqlite3
+import tempfile
+import tokenize
+import unicodedata
+import urllib.parse
 import zipfile
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import numpy
@@ -41,49 +62,67 @@ import pyarrow.parquet
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # past either cap the tree is not read further, and every value counts as readable
 MAX_TOTAL_BYTES = 128 * 1024 * 1024
-# images, documents, fonts, sound and executables: no value a test compares with is read off one
-_MEDIA = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF", b"wOF", b"\x00\x01\x00\x00", b"OTTO", b"RIFF", b"\x7fELF")
 MIN_DIGITS = 3
 MIN_CHARS = 4
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 _SKIPPED = frozenset({".git", "__pycache__", ".pytest_cache", ".trialforge"})
 _SOURCE = (".py", ".pyi")
+# images, documents, fonts, sound and executables: no value a test compares with is read off one
+_MEDIA = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF", b"wOF", b"\x00\x01\x00\x00", b"OTTO", b"RIFF", b"\x7fELF")
+_NUMBERS = (int, float, decimal.Decimal, fractions.Fraction)
 
 
 class WorkspaceText:
-    """The text of a workspace's files for ``answers``, Python modules apart from every other file; ``cut``: the tree
-    holds more than the caps, and every distinctive value counts as readable (a dataset past them is one the code
-    can read and the host did not)."""
+    """What a policy can read, for ``answers``: Python modules' code apart from every other text (other files, the
+    modules' docstrings and comments, file paths, the statement); ``cut``: the tree holds more than the caps, and
+    every distinctive value counts as readable (a dataset past them is one the code can read and the host did not)."""
 
     def __init__(self, modules: list[str], data: list[str], cut: bool = False) -> None:
         self.modules, self.data, self.cut = modules, data, cut
 
     @classmethod
-    def of(cls, tree: Path, leave_out: Collection[str] = ()) -> WorkspaceText:
-        """``tree``'s text; ``leave_out``: relative paths no policy reads as they are here (the hidden test modules,
-        blinded when graded)."""
+    def of(
+        cls,
+        tree: Path,
+        leave_out: Collection[str] = (),
+        episode: Path | None = None,
+        changed: Collection[str] = (),
+        statement: str = "",
+    ) -> WorkspaceText:
+        """``tree``'s text less ``leave_out`` (the hidden test modules, blinded when graded); from ``episode`` (the
+        workspace as the policy first sees it), the files at ``changed`` (the test patch's paths) as they are there;
+        ``statement``."""
         modules: list[str] = []
-        data: list[str] = []
-        total = 0
-        for path in sorted(tree.rglob("*")):
-            rel = path.relative_to(tree)
-            if _SKIPPED & set(rel.parts) or rel.as_posix() in leave_out or not path.is_file() or path.is_symlink():
+        data: list[str] = [_normal(statement)] if statement else []
+        total, paths = 0, []
+        files = [(p, p.relative_to(tree).as_posix()) for p in sorted(tree.rglob("*"))]
+        if episode is not None:
+            files += [(episode / rel, rel) for rel in changed if (episode / rel).is_file()]
+        for path, rel in files:
+            if _SKIPPED & set(rel.split("/")) or path.is_symlink() or not path.is_file():
                 continue
+            if path.is_relative_to(tree) and rel in leave_out:
+                continue
+            paths.append(rel)
             with path.open("rb") as handle:
                 raw = handle.read(MAX_FILE_BYTES + 1)
             if raw.startswith(_MEDIA):
                 continue
-            text = text_of(raw[:MAX_FILE_BYTES])[:MAX_FILE_BYTES]  # an array or a pickle spelled out, as much
+            text = text_of(raw[:MAX_FILE_BYTES])[:MAX_FILE_BYTES]
             total += len(text)
             if len(raw) > MAX_FILE_BYTES or len(text) >= MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
                 return cls([], [], cut=True)
-            (modules if path.suffix in _SOURCE else data).append(text)
-        return cls(modules, data)
+            if path.suffix in _SOURCE:
+                modules.append(text)
+                data.append(_prose(text))
+            else:
+                data += _views(text)
+        data.append("\n".join(paths))
+        return cls(modules, [d for d in data if d])
 
     def answers(self, value: object, inputs: Collection[object]) -> bool:
-        """Whether the workspace spells ``value`` where code can look it up (module docstring): in a file that is not
-        Python source, or in a module that also spells one of ``inputs`` (the test's own input literals). A container
-        is readable when each of its distinctive elements is."""
+        """Whether ``value`` is readable (module docstring): in a text that is not module code, in a module's code that
+        also spells one of ``inputs`` (the test's own), or as one of ``inputs``. A container is readable when each of
+        its distinctive elements is."""
         if not distinctive(value):
             return False
         if self.cut:
@@ -92,6 +131,8 @@ class WorkspaceText:
             items = list(value.items()) if isinstance(value, dict) else list(value)
             parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,)) if distinctive(p)]
             return bool(parts) and all(self.answers(p, inputs) for p in parts)
+        if any(_same(value, i) for i in inputs):
+            return True  # an echo of the test's own input
         if any(_spells(text, value) for text in self.data):
             return True
         telling = [i for i in inputs if distinctive(i)]
@@ -100,9 +141,9 @@ class WorkspaceText:
 
 def text_of(raw: bytes, depth: int = 0) -> str:
     """What code reading ``raw`` with a common library sees, as text: a compressed file's or an archive's contents
-    (each cut at ``MAX_FILE_BYTES``), a pickle's constants (read by disassembly: nothing of it runs), a NumPy array's
-    or a Parquet table's values; any other file decoded as UTF-8. A value stored so is as readable as one in a text
-    file, one import away."""
+    (each cut at ``MAX_FILE_BYTES``), a pickle's constants (read by disassembly: nothing of it runs), a NumPy array's,
+    a Parquet table's or a SQLite database's values; any other file decoded (``_decoded``). A value stored so is as
+    readable as one in a text file, one import away."""
     try:
         if depth < 2 and raw.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")):
             opener = gzip.open if raw[:2] == b"\x1f\x8b" else bz2.open if raw[:3] == b"BZh" else lzma.open
@@ -114,7 +155,7 @@ def text_of(raw: bytes, depth: int = 0) -> str:
                 for member in (m for m in archive.infolist() if not m.is_dir()):
                     if left <= 0:
                         break
-                    texts.append(text_of(archive.open(member).read(left), depth + 1)[:left])
+                    texts += [member.filename, text_of(archive.open(member).read(left), depth + 1)[:left]]
                     left -= len(texts[-1])
             return "\n".join(texts)
         if raw.startswith(b"\x80") and raw[1:2] and raw[1] <= pickle.HIGHEST_PROTOCOL:
@@ -123,42 +164,178 @@ def text_of(raw: bytes, depth: int = 0) -> str:
             return "\n".join(map(str, numpy.load(io.BytesIO(raw), allow_pickle=False).ravel()[:1_000_000].tolist()))
         if raw.startswith(b"PAR1"):
             return str(pyarrow.parquet.read_table(pyarrow.BufferReader(raw)).to_pylist()[:100_000])
+        if raw.startswith(b"SQLite format 3\x00"):
+            return _sqlite_text(raw)
     except Exception:  # a file cut at the size cap, or not what its first bytes say: read as text
         pass
-    return raw.decode("utf-8", "replace")
+    return _decoded(raw)
 
 
-def _needle(value: object) -> str:
-    if isinstance(value, (int, float, decimal.Decimal, fractions.Fraction)):
-        return _canonical(str(value)).lstrip("-").split(".")[0]
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+def _sqlite_text(raw: bytes) -> str:
+    """A SQLite database's rows, read from a private copy opened read-only (its own code never runs: no extension)."""
+    with tempfile.NamedTemporaryFile(suffix=".sqlite3") as copy:
+        copy.write(raw)
+        copy.flush()
+        connection = sqlite3.connect(f"file:{copy.name}?mode=ro", uri=True)
+        try:
+            return "\n".join(line for _, line in zip(range(1_000_000), connection.iterdump(), strict=False))
+        finally:
+            connection.close()
+
+
+def _decoded(raw: bytes) -> str:
+    """Text as an editor opens it: by its byte-order mark (UTF-16 and UTF-32 exports), as UTF-8, else as Windows-1252;
+    line ends and Unicode normalised (NFC)."""
+    for mark, codec in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):  # fmt: skip
+        if raw.startswith(mark):
+            return _normal(raw.decode(codec, "replace"))
+    try:
+        return _normal(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return _normal(raw.decode("cp1252", "replace"))
+
+
+def _normal(text: str) -> str:
+    """Line ends, Unicode form and case as code that compares text would make them alike."""
+    return unicodedata.normalize("NFC", text.replace("\r\n", "\n")).casefold()
+
+
+def _views(text: str) -> list[str]:
+    """A text and what it says once unescaped as JSON (``\\u00e8``, ``\\n``) and as a URL (``%C3%A8``)."""
+    found = [text]
+    if "\\" in text:
+        found.append(_normal(re.sub(r"\\u[0-9a-fA-F]{4}|\\[nrt\"\\/]", _unescape, text)))
+    if "%" in text:
+        found.append(_normal(urllib.parse.unquote(text)))
+    return found
+
+
+def _unescape(match: re.Match[str]) -> str:
+    try:
+        return json.loads(f'"{match.group()}"')
+    except ValueError:
+        return match.group()
+
+
+def _prose(source: str) -> str:
+    """A module's docstrings and comments: an example there is an answer sheet whatever the test's inputs."""
+    found = []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            docstring = ast.get_docstring(node, clean=False)
+            if docstring:
+                found.append(docstring)
+    with contextlib.suppress(tokenize.TokenError, SyntaxError):
+        found += [
+            t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT
+        ]
+    return _normal("\n".join(found))
+
+
+def _same(value: object, given: object) -> bool:
+    if (
+        isinstance(value, bool)
+        or isinstance(given, bool)
+        or (type(value) is not type(given) and not (isinstance(value, _NUMBERS) and isinstance(given, _NUMBERS)))
+    ):
+        return False
+    try:
+        return bool(value == given)
+    except Exception:  # a value whose comparison raises is no echo
+        return False
 
 
 def _spells(text: str, value: object) -> bool:
-    """Whether ``text`` spells ``value``: a number by its decimal value (``957.90``, ``957.9``), a string as is."""
-    needle = _needle(value)
-    if needle not in text:
-        return False
-    if isinstance(value, (int, float, decimal.Decimal, fractions.Fraction)) and not isinstance(value, bool):
-        wanted, at = _canonical(str(value)), text.find(needle)
-        while at >= 0:  # the lines holding the needle, each read whole for the numbers on it
-            start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
-            end = len(text) if end < 0 else end
-            if any(_canonical(m.group()) == wanted for m in _NUMBER.finditer(text, start, end)):
-                return True
-            at = text.find(needle, end)
-        return False
-    return isinstance(value, (str, bytes))
+    """Whether ``text`` (``_normal``) spells ``value`` in one of the spellings a program writes it in."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str) and "\n" in value.strip():
+        lines = [_normal(line.strip()) for line in value.strip().splitlines() if line.strip()]
+        return _normal(value) in text or all(line in text for line in lines)  # a snapshot, indented or listed
+    if isinstance(value, datetime.datetime):
+        day, time = value.date().isoformat(), value.time().isoformat()
+        return _normal(value.isoformat()) in text or (day in text and time in text)
+    if isinstance(value, str) and _ISO_DATETIME.fullmatch(value):
+        day, _, time = _normal(value).partition("t")
+        return _normal(value) in text or (day in text and time in text)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat() in text
+    if isinstance(value, _NUMBERS) and not isinstance(value, bool):
+        return any(_number_at(text, spelling.casefold()) for spelling in _number_spellings(value))
+    return isinstance(value, str) and _normal(value) in text
+
+
+_ISO_DATETIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?")
+
+
+def _number_spellings(value: int | float | decimal.Decimal | fractions.Fraction) -> Iterator[str]:
+    """The ways a program writes ``value``: decimal (trailing zeros dropped: matched by value), hex, thousands
+    separators, a decimal comma, NumPy's ``%.18e``, a percentage."""
+    try:
+        exact = decimal.Decimal(value) if not isinstance(value, fractions.Fraction) else None
+    except (ValueError, TypeError, decimal.InvalidOperation):
+        exact = None
+    plain = _canonical(str(value)) if exact is None else _canonical(str(exact if isinstance(value, int) else value))
+    yield plain
+    if "." in plain:
+        yield plain.replace(".", ",")
+    if isinstance(value, int) and abs(value) >= 256:
+        for spelled in dict.fromkeys((f"{abs(value):x}", f"{abs(value):08x}", f"{abs(value):X}", f"{abs(value):08X}")):
+            yield "0x" + spelled
+            if not spelled.isdigit():  # bare hex all of digits would read as another decimal number
+                yield spelled
+    if abs(float(value)) >= 1000:
+        whole, dot, fraction = plain.partition(".")
+        grouped = f"{int(whole):,}"
+        for mark in (",", "_", ".", " ", "\u202f"):
+            yield grouped.replace(",", mark) + (("," if mark == "." else ".") + fraction if dot else "")
+    if isinstance(value, float):
+        yield f"{value:.18e}"
+        yield f"{value:e}"
+        if 0 < abs(value) < 10:
+            yield _canonical(str(decimal.Decimal(str(value)) * 100)) + "%"
+
+
+def _number_at(text: str, spelling: str) -> bool:
+    """Whether ``text`` holds ``spelling`` as a whole number: no digit right before it, nor a fraction of its own after
+    it other than zeros (``4071.00`` spells 4071); letters may touch a decimal spelling (``4071ms``, ``A4071``), a hex
+    one is a word of its own."""
+    point = "," if "," in spelling and "." not in spelling else "."
+    body = spelling.lstrip("-")
+    for match in re.finditer(re.escape(body), text):
+        start, end = match.start(), match.end()
+        before, after = text[max(0, start - 2) : start], text[end:]
+        if before[-1:].isdigit() or (before[-1:] == point and before[:1].isdigit()):
+            continue  # the tail of a longer number, or its fraction
+        if spelling.startswith("-") != (before[-1:] == "-"):
+            continue
+        digits = re.match(r"\d*", after[1:] if after[:1] == point else after)
+        more = digits.group() if digits else ""
+        if after[:1].isdigit() and not (point in body and set(more) <= {"0"}):
+            continue
+        if after[:1] == point and more and set(more) != {"0"}:
+            continue
+        if not body.isdigit() and point not in body and (before[-1:].isalnum() or after[:1].isalnum()):
+            continue  # a hex spelling is a word of its own
+        return True
+    return False
 
 
 def distinctive(value: object) -> bool:
     """A value spelled rarely enough to be told apart from the numbers and words any text holds."""
     if isinstance(value, bool) or value is None:
         return False
-    if isinstance(value, (int, float, decimal.Decimal, fractions.Fraction)):
+    if isinstance(value, _NUMBERS):
         return sum(c.isdigit() for c in _canonical(str(value))) >= MIN_DIGITS
     if isinstance(value, (str, bytes)):
         return len(value.strip()) >= MIN_CHARS
+    if isinstance(value, (datetime.date, datetime.time)):
+        return True
     return isinstance(value, (list, tuple, set, frozenset, dict))
 
 

@@ -65,7 +65,8 @@ _READING_BUILTINS = frozenset({"open", "eval", "exec", "compile", "__import__", 
 _VALUE_MODULES = frozenset({"datetime", "decimal", "fractions", "collections", "enum", "math", "cmath", "operator",
                             "functools", "itertools", "string", "re", "ipaddress", "uuid", "zoneinfo", "types",
                             "typing", "dataclasses", "numbers", "statistics", "textwrap", "unicodedata", "copy",
-                            "heapq", "bisect", "struct", "base64", "binascii", "hashlib", "json", "array"})  # fmt: skip
+                            "heapq", "bisect", "struct", "base64", "binascii", "hashlib", "json", "array",
+                            "ast"})  # fmt: skip
 _PATHLIKE = re.compile(r"[/\\]|\.(?:json|ya?ml|toml|txt|csv|tsv|xml|html?|ini|cfg|dat|bin|pkl|pickle|npy|py|md)$")
 _PREDICATES = frozenset({"isinstance", "issubclass"})  # checks of classes: their own kind of slot, or in process
 # decorators that call the test once, as written: any other (hypothesis's @given, a retry) may run it many times
@@ -742,6 +743,8 @@ def _reads_elsewhere(name: str | None, test_modules: frozenset[str]) -> bool:
     if name is None:
         return False
     top = name.split(".", 1)[0]
+    if top == "builtins":  # ``repr``, ``sorted``: a builtin reads what ``_READING_BUILTINS`` says, no module
+        return name.split(".")[1] in _READING_BUILTINS
     if top in sys.stdlib_module_names and top not in _VALUE_MODULES:
         return True
     return any(name == m or name.startswith(m + ".") or m.startswith(name + ".") for m in test_modules)
