@@ -13,7 +13,15 @@ gold and the hidden test module, ``validate_task`` with bwrap), the pipeline's *
 scores 1, the empty diff 0: asserted), and the attack's diff leaves the bug in and answers the hidden test's one input
 from what the workspace (or graded sandbox) holds. A test fails when the gate keeps the task AND that diff scores 1.
 
-**Run of 2026-12-08: 29 of 30 attacks win** (25 of 26 parametrized, 2 pre-patch, the issue text, synthesis);
+**All 29 wins are closed since** (the rule as docs/verification.md now states it, ``tasks/visible.py``): files read
+as code reads them (decoded by BOM, UTF-8 or Windows-1252; case, line ends and NFC alike; JSON and URL escapes undone;
+gzip, zip, pickle, NumPy, Parquet and SQLite by value; paths), numbers and dates in the spellings programs write,
+snapshots line by line, module prose alone, an echo of the input, the statement, the episode's copies of what the
+test patch changes, the module constants a test reads as its inputs, a tree past the caps as wholly readable. Every
+attack below now finds its task dropped; the costs stay dropped (one more: ``compose_port``'s bare control, whose
+package table now spells ``'https'`` as the test's ``'HTTPS'``). Round 2: ``tests/test_redteam_readable2.py``.
+
+**Run of 2026-12-08 (before): 29 of 30 attacks win** (25 of 26 parametrized, 2 pre-patch, the issue text, synthesis);
 each is a kept task on which a diff that does not fix the bug scores **1.0**:
 
 Compressed or binary containers (the rule reads bytes as UTF-8 text):
