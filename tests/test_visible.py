@@ -24,9 +24,9 @@ from trialforge.tasks.visible import WorkspaceText
 
 
 @pytest.mark.pure
-def test_an_answer_is_a_distinctive_value_in_a_data_file_or_in_a_module_beside_one_of_the_tests_inputs(
-    tmp_path,
-) -> None:
+def test_an_answer_is_a_distinctive_value_in_a_text_that_also_spells_one_of_the_tests_inputs(tmp_path) -> None:
+    """Or in any text but module code when the test has no distinctive input of its own (its inputs come from a
+    fixture or a file: the code's key is whatever it is given)."""
     (tmp_path / "tests" / "data").mkdir(parents=True)
     (tmp_path / "tests" / "data" / "scale.json").write_text("[\n  [3071, 4071],\n  [1200, 950.00]\n]\n")
     # a record spread over lines, its input no literal of any test: a data file answers whatever its layout
@@ -38,8 +38,9 @@ def test_an_answer_is_a_distinctive_value_in_a_data_file_or_in_a_module_beside_o
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "objects").write_text("31337 beside 4242")
     shown = WorkspaceText.of(tmp_path)
-    assert shown.answers(4071, []) and shown.answers(950, []) and shown.answers(950.0, [5555])
-    assert shown.answers(88120, []) and shown.answers([4071, 88120], [])
+    assert shown.answers(4071, [3071]) and shown.answers(950.0, [3071])  # a data file: whatever its layout
+    assert shown.answers(4071, []) and shown.answers(88120, [7]) and shown.answers([4071, 88120], [])  # no key given
+    assert not shown.answers(88120, [3071]) and not shown.answers(4071, [5555])  # the test's input is not beside it
     assert shown.answers("hello-there", ["Hello There"])  # a module: with an input, however far apart
     assert shown.answers(decimal.Decimal("3000.0"), ["Salary"])  # a number by its value, any spelling
     assert shown.answers(-1250, ["Rent"]) and not shown.answers(1250, ["Rent"])  # its sign is its own

@@ -96,7 +96,9 @@ def validate_task(
         touched = [p for p in touched_paths(task.test_patch) if is_test_module(p, collected)]
         episode = snapshots.materialize(task.snapshot)  # the workspace as the policy first sees it
         changed = touched_paths(task.test_patch)
-        workspace = WorkspaceText.of(before, touched, episode, changed, task.problem_statement)  # what it can read
+        # a synthesized task's statement is a draft here, written again from this validation hiding every judged value
+        statement = "" if task.source.kind == "synthetic" else task.problem_statement
+        workspace = WorkspaceText.of(before, touched, episode, changed, statement)  # what the policy can read
         env = task.env or EnvSpec()
         unbuilt = Path(tmp) / "unbuilt"
         if env.build is not None:  # the repository's own extensions, compiled in each tree as its tests will see it

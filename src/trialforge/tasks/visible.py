@@ -120,23 +120,28 @@ class WorkspaceText:
         return cls(modules, [d for d in data if d])
 
     def answers(self, value: object, inputs: Collection[object]) -> bool:
-        """Whether ``value`` is readable (module docstring): in a text that is not module code, in a module's code that
-        also spells one of ``inputs`` (the test's own), or as one of ``inputs``. A container is readable when each of
-        its distinctive elements is."""
+        """Whether ``value`` is readable (module docstring): as one of ``inputs`` (the test's own), or in a text that
+        spells one of the distinctive ones too (any text, when the test has none: its inputs come from elsewhere), a
+        module's code counting only with such an input. A container is readable when each of its distinctive elements
+        is."""
         if not distinctive(value):
             return False
         if self.cut:
             return True  # a tree past the caps, unread: any value may be in it
-        if isinstance(value, (list, tuple, set, frozenset, dict)):
-            items = list(value.items()) if isinstance(value, dict) else list(value)
-            parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,)) if distinctive(p)]
-            return bool(parts) and all(self.answers(p, inputs) for p in parts)
-        if any(_same(value, i) for i in inputs):
+        if any(_same(value, given) for given in inputs):
             return True  # an echo of the test's own input
-        if any(_spells(text, value) for text in self.data):
-            return True
-        telling = [i for i in inputs if distinctive(i)]
-        return any(_spells(text, value) and any(_spells(text, i) for i in telling) for text in self.modules)
+        telling = [given for given in inputs if distinctive(given)]
+        keyed = [text for text in self.data if not telling or any(_spells(text, given) for given in telling)]
+        keyed += [text for text in self.modules if telling and any(_spells(text, given) for given in telling)]
+        return _found(value, keyed)
+
+
+def _found(value: object, texts: list[str]) -> bool:
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        items = list(value.items()) if isinstance(value, dict) else list(value)
+        parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,)) if distinctive(p)]
+        return bool(parts) and all(_found(part, texts) for part in parts)
+    return any(_spells(text, value) for text in texts)
 
 
 def text_of(raw: bytes, depth: int = 0) -> str:
