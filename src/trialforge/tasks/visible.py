@@ -133,15 +133,34 @@ class WorkspaceText:
         telling = [given for given in inputs if distinctive(given)]
         keyed = [text for text in self.data if not telling or any(_spells(text, given) for given in telling)]
         keyed += [text for text in self.modules if telling and any(_spells(text, given) for given in telling)]
-        return _found(value, keyed)
+        words = [
+            _normal(g.decode("utf-8", "replace") if isinstance(g, bytes) else g)
+            for g in inputs
+            if isinstance(g, (str, bytes))
+        ]
+        return _found(value, keyed, [w for w in words if w.strip()])
 
 
-def _found(value: object, texts: list[str]) -> bool:
+def _found(value: object, texts: list[str], words: list[str]) -> bool:
+    """Whether each distinctive part of ``value`` is spelled in ``texts``, on its own: a string inside one of the
+    test's string inputs (``"Assets:Bank"`` in ``"Assets:Bank:Checking"``) is what the code picks out of what it is
+    given, not an answer the text stores."""
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         items = list(value.items()) if isinstance(value, dict) else list(value)
         parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,)) if distinctive(p)]
-        return bool(parts) and all(_found(part, texts) for part in parts)
+        return bool(parts) and all(_found(part, texts, words) for part in parts)
+    if isinstance(value, (str, bytes)):
+        needle = _normal(value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+        inside = sorted((w for w in words if needle in w), key=len, reverse=True)
+        if inside:
+            texts = [_without(text, inside) for text in texts if needle in text]
     return any(_spells(text, value) for text in texts)
+
+
+def _without(text: str, words: list[str]) -> str:
+    for word in words:
+        text = text.replace(word, "\x00")
+    return text
 
 
 def text_of(raw: bytes, depth: int = 0) -> str:
