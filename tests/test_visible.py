@@ -54,6 +54,20 @@ def test_an_answer_is_a_distinctive_value_in_a_text_that_also_spells_one_of_the_
 
 
 @pytest.mark.pure
+def test_what_the_code_picks_out_of_its_own_inputs_is_no_stored_answer() -> None:
+    """A bundled ticket's ``descendants("Assets:Bank") == ["Assets:Bank", "Assets:Bank:Checking"]``: every text that
+    spells the input ``"Assets:Bank:Checking"`` spells ``"Assets:Bank"`` inside it; only a spelling of its own counts.
+    An echo of the whole value is readable (returning the argument guesses it)."""
+    inputs = ["Assets:Bank:Checking", "Assets:Banking:Fees", "Assets:Bank"]
+    chart = WorkspaceText([], ['chart.add("assets:bank:checking"); chart.add("assets:banking:fees")'])  # as read
+    assert not chart.answers(["Assets:Bank", "Assets:Bank:Checking"], inputs)
+    assert WorkspaceText([], ["assets:bank:checking; the parent: assets:bank"]).answers("Assets:Bank", inputs[:2])
+    assert chart.answers("Assets:Bank", inputs) and chart.answers("crème brûlée", ["crème brûlée"])  # echoes
+    # the value in another case than its input is no echo, and a text spelling it answers
+    assert WorkspaceText([], ["kundennr;name\n4711;bäckerei müller"]).answers("Bäckerei Müller", ["BÄCKEREI MÜLLER"])
+
+
+@pytest.mark.pure
 def test_values_stored_compressed_pickled_or_in_arrays_are_as_readable_as_text(tmp_path) -> None:
     """Code reads such a file one import away, so the host reads it too (a pickle by disassembly: none of it runs)."""
     data = tmp_path / "tests" / "data"

@@ -133,12 +133,8 @@ class WorkspaceText:
         telling = [given for given in inputs if distinctive(given)]
         keyed = [text for text in self.data if not telling or any(_spells(text, given) for given in telling)]
         keyed += [text for text in self.modules if telling and any(_spells(text, given) for given in telling)]
-        words = [
-            _normal(g.decode("utf-8", "replace") if isinstance(g, bytes) else g)
-            for g in inputs
-            if isinstance(g, (str, bytes))
-        ]
-        return _found(value, keyed, [w for w in words if w.strip()])
+        words = [_text(given) for given in inputs if isinstance(given, (str, bytes)) and _text(given).strip()]
+        return _found(value, keyed, words)
 
 
 def _found(value: object, texts: list[str], words: list[str]) -> bool:
@@ -150,11 +146,14 @@ def _found(value: object, texts: list[str], words: list[str]) -> bool:
         parts = [p for item in items for p in (item if isinstance(item, tuple) else (item,)) if distinctive(p)]
         return bool(parts) and all(_found(part, texts, words) for part in parts)
     if isinstance(value, (str, bytes)):
-        needle = _normal(value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
-        inside = sorted((w for w in words if needle in w), key=len, reverse=True)
+        inside = sorted((_normal(w) for w in words if _text(value) in w), key=len, reverse=True)  # as written
         if inside:
-            texts = [_without(text, inside) for text in texts if needle in text]
+            texts = [_without(text, inside) for text in texts if _normal(_text(value)) in text]
     return any(_spells(text, value) for text in texts)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _without(text: str, words: list[str]) -> str:

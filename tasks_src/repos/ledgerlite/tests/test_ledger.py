@@ -77,6 +77,7 @@ def test_transfer_posts_a_balanced_pair(ledger: Ledger) -> None:
 
 
 def test_balance_as_of_includes_transactions_on_that_day(ledger: Ledger) -> None:
-    assert ledger.balance("Assets:Checking", as_of=dt.date(2024, 1, 25)) == Decimal("3500.00")
-    assert ledger.normal_balance("Income:Salary", as_of=dt.date(2024, 1, 25)) == Decimal("3000.00")
-    assert ledger.balance("Assets:Checking", as_of=dt.date(2024, 2, 1)) == ledger.balance("Assets:Checking")
+    ledger.post(Transaction.simple(dt.date(2024, 2, 29), "Bonus", "Assets:Checking", "Income:Salary", "417.25"))
+    assert ledger.balance("Assets:Checking", as_of=dt.date(2024, 2, 29)) == Decimal("2717.25")
+    assert ledger.normal_balance("Income:Salary", as_of=dt.date(2024, 2, 29)) == Decimal("3417.25")
+    assert ledger.balance("Assets:Checking", as_of=dt.date(2024, 2, 1)) == ledger.balance("Assets:Checking") - Decimal("417.25")
