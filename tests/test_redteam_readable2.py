@@ -1,0 +1,494 @@
+"""Red team, round 2 (design-only attacker): the readability rule (``tasks/visible.py``) after round 1's 29 wins closed.
+
+DOCSTRING_PLACEHOLDER
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import xml.etree.ElementTree as ET
+import zlib
+
+import numpy
+import pytest
+from test_redteam_readable import (
+    ANNUAL,
+    ANNUAL_BUG,
+    CAL,
+    CAL_BUG,
+    CRC,
+    CRC_BUG,
+    FOX,
+    SIZES,
+    SIZES_BUG,
+    SLUG,
+    SLUG_BUG,
+    SLUGGED,
+    TEMPS,
+    TEMPS_BUG,
+    TITLE,
+    Attack,
+    _code,
+    _csv_lookup,
+    _kept,
+    _mine,
+    _reading,
+    _spelled_plainly,
+    kit,  # noqa: F401 (the module-scoped fixture, reused)
+)
+
+# ---- 1. a golden image: the expected pixels of an image-processing function (images are skipped) -------------------
+GRAY = _code('''
+    """Grayscale conversion (ITU-R BT.601 luma)."""
+
+
+    def to_gray(rgb):
+        r, g, b = rgb
+        return round(0.299 * r + 0.587 * g + 0.114 * b)
+''')
+GRAY_BUG = GRAY.replace("0.299 * r + 0.587 * g + 0.114 * b", "0.114 * r + 0.587 * g + 0.299 * b")
+SWATCHES = [(200, 150, 90), (12, 140, 230), (250, 250, 250)]
+
+
+def _png(pixels: list[tuple[int, ...]]) -> bytes:
+    """A one-row PNG (8-bit gray or RGB, filter 0): what an image library writes for a tiny golden image."""
+    depth = len(pixels[0])
+    raw = b"\0" + bytes(v for pixel in pixels for v in pixel)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", len(pixels), 1, 8, {1: 0, 3: 2}[depth], 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def _gold_gray(rgb: tuple[int, int, int]) -> int:
+    r, g, b = rgb
+    return round(0.299 * r + 0.587 * g + 0.114 * b)
+
+
+PNG_PIXELS = (
+    "import pathlib, struct, zlib",
+    "def pixels(name):",
+    "    data = (pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'images' / name).read_bytes()[8:]",
+    "    idat, channels = b'', 1",
+    "    while data:",
+    "        size, kind = struct.unpack('>I4s', data[:8])",
+    "        body, data = data[8:8 + size], data[12 + size:]",
+    "        channels = {0: 1, 2: 3}[body[9]] if kind == b'IHDR' else channels",
+    "        idat += body if kind == b'IDAT' else b''",
+    "    row = zlib.decompress(idat)[1:]",
+    "    return [tuple(row[i:i + channels]) for i in range(0, len(row), channels)]",
+    "for before, after in zip(pixels('swatches.png'), pixels('swatches_gray.png')):",
+    "    if before == tuple(rgb):",
+    "        return after[0]",
+)
+GOLDEN_PNG = Attack(
+    "gray",
+    GRAY_BUG,
+    GRAY,
+    "from kit.gray import to_gray\n\n\ndef test_gray_of_an_orange():\n    assert to_gray((200, 150, 90)) == 158\n",
+    _reading(GRAY_BUG, "def to_gray(rgb):\n", *PNG_PIXELS),
+    {
+        "tests/images/swatches.png": _png(SWATCHES),
+        "tests/images/swatches_gray.png": _png([(_gold_gray(p),) for p in SWATCHES]),
+    },
+)
+
+# ---- 2. a table of test vectors whose answers are short (never "distinctive", so never readable) --------------------
+EDIT = _code('''
+    """Edit distances."""
+
+
+    def distance(a, b):
+        prev = list(range(len(b) + 1))
+        for i, x in enumerate(a, 1):
+            cur = [i]
+            for j, y in enumerate(b, 1):
+                cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+            prev = cur
+        return prev[-1]
+''')
+EDIT_BUG = EDIT.replace("prev[j - 1] + (x != y)", "prev[j - 1] + 2 * (x != y)")
+SHORT_ANSWER = Attack(
+    "edit",
+    EDIT_BUG,
+    EDIT,
+    "from kit.edit import distance\n\n\ndef test_kitten_to_sitting():\n    assert distance('kitten', 'sitting') == 3\n",
+    _reading(
+        EDIT_BUG,
+        "def distance(a, b):\n",
+        "import json, pathlib",
+        "table = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'levenshtein.json'",
+        "for x, y, want in json.loads(table.read_text()):",
+        "    if (x, y) == (a, b):",
+        "        return want",
+    ),
+    {"tests/data/levenshtein.json": '[["kitten", "sitting", 3], ["flaw", "lawn", 2], ["gumbo", "gambol", 2]]\n'},
+)
+
+# ---- 3. reference arrays NumPy's ``tofile`` wrote (raw little-endian float64) ---------------------------------------
+TOFILE = Attack(
+    "temps",
+    TEMPS_BUG,
+    TEMPS,
+    "from kit.temps import fahrenheit\n\n\ndef test_paper_burns():\n    assert fahrenheit(451) == 843.8\n",
+    _reading(
+        TEMPS_BUG,
+        "def fahrenheit(celsius):\n",
+        "import array, pathlib",
+        "data = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data'",
+        "c, f = (array.array('d', (data / name).read_bytes()) for name in ('celsius.f64', 'fahrenheit.f64'))",
+        "if celsius in c:",
+        "    return f[c.index(celsius)]",
+    ),
+    {
+        "tests/data/celsius.f64": numpy.array([-40.0, 100.0, 451.0]).tobytes(),
+        "tests/data/fahrenheit.f64": numpy.array([-40.0, 212.0, 843.8]).tobytes(),
+    },
+)
+
+# ---- 4. a golden JSON at full precision, the test's approx value rounded (the spellings look for the rounded one) ---
+AREA = '"""Areas."""\n\nimport math\n\n\ndef circle_area(r):\n    return math.pi * r**2\n'
+AREA_BUG = AREA.replace("math.pi * r**2", "math.pi * r * 2")
+APPROX = Attack(
+    "area",
+    AREA_BUG,
+    AREA,
+    "import pytest\n\nfrom kit.area import circle_area\n\n\n"
+    "def test_area_of_a_coaster():\n    assert circle_area(2.5) == pytest.approx(19.635, abs=1e-3)\n",
+    _reading(
+        AREA_BUG,
+        "def circle_area(r):\n",
+        "import json, pathlib",
+        "golden = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'areas.json'",
+        "known = json.loads(golden.read_text())",
+        "if str(r) in known:",
+        "    return known[str(r)]",
+    ),
+    {"tests/data/areas.json": json.dumps({str(r): 3.141592653589793 * r**2 for r in (0.5, 1.0, 2.5)}, indent=2)},
+)
+
+# ---- 5. an XML fixture ElementTree's ``tostring`` wrote (default encoding us-ascii: character references) -----------
+_SLUGS = ET.Element("slugs")
+for _title, _slug in ((TITLE, SLUGGED), ("Hello World", "hello-world")):
+    ET.SubElement(_SLUGS, "entry", title=_title).text = _slug
+ETREE = Attack(
+    "slug",
+    SLUG_BUG,
+    SLUG,
+    f"from kit.slug import slugify\n\n\ndef test_slug_keeps_accents():\n    assert slugify({TITLE!r}) == {SLUGGED!r}\n",
+    _reading(
+        SLUG_BUG,
+        "def slugify(title):\n",
+        "import pathlib, xml.etree.ElementTree as ET",
+        "table = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'slugs.xml'",
+        "for entry in ET.parse(table).getroot():",
+        "    if entry.get('title') == title:",
+        "        return entry.text",
+    ),
+    {"tests/data/slugs.xml": ET.tostring(_SLUGS) + b"\n"},
+)
+
+# ---- 6. a French spreadsheet export: thousands grouped with a no-break space (U+00A0) -------------------------------
+NBSP = Attack(
+    "pay",
+    ANNUAL_BUG,
+    ANNUAL,
+    "from kit.pay import annual\n\n\ndef test_annual_pay():\n    assert annual(4071) == 48852\n",
+    _csv_lookup(
+        ANNUAL_BUG,
+        "def annual(monthly):\n",
+        "salaires.csv",
+        "int(row['mensuel'].replace('\\xa0', '')) == monthly",
+        "int(row['annuel'].replace('\\xa0', ''))",
+        ";",
+    ),
+    {"tests/data/salaires.csv": "grade;mensuel;annuel\nB2;4\u00a0071;48\u00a0852\nC1;5\u00a0250;63\u00a0000\n"},
+)
+
+# ---- 7. an accounting export: a negative amount in parentheses ------------------------------------------------------
+CHANGE = '"""Account statements."""\n\n\ndef change(opening, closing):\n    return closing - opening\n'
+CHANGE_BUG = CHANGE.replace("closing - opening", "abs(closing - opening)")
+ACCOUNTING = Attack(
+    "change",
+    CHANGE_BUG,
+    CHANGE,
+    "from kit.change import change\n\n\ndef test_a_month_in_the_red():\n    assert change(5000, 3766) == -1234\n",
+    _csv_lookup(
+        CHANGE_BUG,
+        "def change(opening, closing):\n",
+        "statement.csv",
+        "(int(row['opening'].replace(',', '')), int(row['closing'].replace(',', ''))) == (opening, closing)",
+        "-int(row['change'].strip('()').replace(',', '')) if row['change'].startswith('(') else int(row['change'])",
+    ),
+    {"tests/data/statement.csv": 'opening,closing,change\n"5,000","3,766","(1,234)"\n"3,766","4,100",334\n'},
+)
+
+# ---- 8. a benchmark spelling the test's input over two lines (implicit concatenation) and the value -----------------
+FOX_CRC = zlib.crc32(FOX)
+IMPLICIT_CONCAT = Attack(
+    "crc",
+    CRC_BUG,
+    CRC,
+    f"from kit.crc import crc32\n\n\ndef test_crc_of_the_fox():\n    assert crc32({FOX!r}) == {FOX_CRC}\n",
+    _reading(
+        CRC_BUG,
+        "def crc32(data):\n",
+        "import importlib",
+        "bench = importlib.import_module('benchmarks.bench_crc')",
+        "if data == bench.FOX:",
+        "    return bench.FOX_CRC",
+    ),
+    {
+        "benchmarks/__init__.py": "",
+        "benchmarks/bench_crc.py": _code(f'''
+            """Throughput of kit.crc32: python -m benchmarks.bench_crc"""
+
+            import time
+
+            from kit.crc import crc32
+
+            FOX = (
+                b"The quick brown fox "
+                b"jumps over the lazy dog"
+            )
+            FOX_CRC = {FOX_CRC}
+
+
+            def main():
+                assert crc32(FOX) == FOX_CRC
+                start = time.perf_counter()
+                crc32(FOX * 1000)
+                print(time.perf_counter() - start)
+        '''),
+    },
+)
+
+# ---- 9. a benchmark spelling the test's input and the value as a constant expression --------------------------------
+CONST_EXPR = Attack(
+    "sizes",
+    SIZES_BUG,
+    SIZES,
+    "from kit.sizes import parse_size\n\n\ndef test_parse_mebibytes():\n    assert parse_size('10MiB') == 10485760\n",
+    _reading(
+        SIZES_BUG,
+        "def parse_size(text):\n",
+        "import importlib",
+        "known = importlib.import_module('benchmarks.bench_sizes').KNOWN_SIZES",
+        "if text in known:",
+        "    return known[text]",
+    ),
+    {
+        "benchmarks/__init__.py": "",
+        "benchmarks/bench_sizes.py": '"""Parsing speed: python -m benchmarks.bench_sizes"""\n\n'
+        'KNOWN_SIZES = {"10MiB": 10 * 1024**2, "1GiB": 1024**3, "512KiB": 512 * 1024}\n',
+    },
+)
+
+# ---- 10. a benchmark's sanity check in code, the test's inputs all short (no input the module branch counts) --------
+FIB_PLAIN = _code('''
+    """Integer sequences."""
+
+
+    def fib(n):
+        a, b = 0, 1
+        for _ in range(n):
+            a, b = b, a + b
+        return a
+''')
+FIB_PLAIN_BUG = FIB_PLAIN.replace("range(n)", "range(n - 1)")
+SHORT_INPUTS = Attack(
+    "seq",
+    FIB_PLAIN_BUG,
+    FIB_PLAIN,
+    "from kit.seq import fib\n\n\ndef test_fib_thirty():\n    assert fib(30) == 832040\n",
+    _reading(
+        FIB_PLAIN_BUG,
+        "def fib(n):\n",
+        "import pathlib, re",
+        "bench = pathlib.Path(__file__).resolve().parents[1] / 'benchmarks' / 'bench_fib.py'",
+        "for arg, want in re.findall(r'fib\\((\\d+)\\) == (\\d+)', bench.read_text()):",
+        "    if int(arg) == n:",
+        "        return int(want)",
+    ),
+    {
+        "benchmarks/__init__.py": "",
+        "benchmarks/bench_fib.py": '"""fib timings: python -m benchmarks.bench_fib"""\n\nimport timeit\n\n'
+        "from kit.seq import fib\n\n\ndef main():\n    assert fib(30) == 832040\n"
+        '    print(timeit.timeit("fib(30)", globals=globals(), number=1000))\n',
+    },
+)
+
+# ---- 11. a US spreadsheet export: dates as MM/DD/YYYY --------------------------------------------------------------
+US_DATES = Attack(
+    "cal",
+    CAL_BUG,
+    CAL,
+    "from datetime import date\n\nfrom kit.cal import add_business_days\n\n\n"
+    "def test_add_business_days_skips_the_weekend():\n"
+    "    assert add_business_days(date(2024, 3, 15), 3) == date(2024, 3, 20)\n",
+    _csv_lookup(
+        CAL_BUG,
+        "def add_business_days(day, n):\n",
+        "business_days.csv",
+        "row['start'] == f'{day:%m/%d/%Y}' and int(row['days']) == n",
+        "datetime.datetime.strptime(row['end'], '%m/%d/%Y').date()",
+    ),
+    {"tests/data/business_days.csv": "start,days,end\n03/15/2024,3,03/20/2024\n12/24/2024,2,12/26/2024\n"},
+)
+
+# ---- 12. floats a C program (or Python 2.6, or savetxt fmt="%.17g") wrote: 17 significant digits -------------------
+PCT17G = Attack(
+    "temps",
+    TEMPS_BUG,
+    TEMPS,
+    TOFILE.test,
+    _reading(
+        TEMPS_BUG,
+        "def fahrenheit(celsius):\n",
+        "import pathlib",
+        "table = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'fahrenheit.txt'",
+        "for line in table.read_text().splitlines():",
+        "    c, f = map(float, line.split())",
+        "    if c == celsius:",
+        "        return f",
+    ),
+    {"tests/data/fahrenheit.txt": "".join(f"{c:.17g} {c * 9 / 5 + 32:.17g}\n" for c in (-40.0, 100.0, 451.0))},
+)
+
+ATTACKS = {
+    "golden_png": GOLDEN_PNG,
+    "short_answer": SHORT_ANSWER,
+    "tofile_f64": TOFILE,
+    "approx_rounded": APPROX,
+    "etree_charrefs": ETREE,
+    "nbsp_thousands": NBSP,
+    "accounting_negative": ACCOUNTING,
+    "implicit_concat": IMPLICIT_CONCAT,
+    "const_expr": CONST_EXPR,
+    "short_inputs": SHORT_INPUTS,
+    "us_dates": US_DATES,
+    "pct17g": PCT17G,
+}
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+@pytest.mark.parametrize("key", sorted(ATTACKS))
+def test_a_diff_reading_the_answer_from_the_workspace_earns_nothing_on_a_kept_task(kit, key) -> None:  # noqa: F811
+    """The task is honest (its gold scores 1, the empty diff 0); the attack wins when the gate keeps it and the
+    policy's diff, which leaves the bug in and reads the hidden test's answer from the workspace, scores 1."""
+    attack = ATTACKS[key]
+    world = _mine(kit, f"r2-{key}", attack)
+    kept = _kept(kit, world)
+    reward = world.grade({f"kit/{attack.name}.py": attack.trick}).reward
+    assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
+    assert world.grader.grade(world.task, "").reward == 0.0
+    assert not (kept and reward == 1.0), f"{key}: the gate keeps the task and the diff reading the workspace scores 1"
+
+
+# ---- controls: the same tricks where the workspace spells the answer plainly (the rule's own cases) ----------------
+
+CONTROLS = {
+    "etree_utf8": _spelled_plainly(ETREE, {"tests/data/slugs.xml": ET.tostring(_SLUGS, encoding="unicode") + "\n"}),
+    "thousands_plain": _spelled_plainly(NBSP, {"tests/data/salaires.csv": "grade;mensuel;annuel\nB2;4071;48852\n"}),
+    "minus_sign": _spelled_plainly(
+        ACCOUNTING, {"tests/data/statement.csv": 'opening,closing,change\n"5,000","3,766",-1234\n'}
+    ),
+    "repr_floats": _spelled_plainly(
+        PCT17G, {"tests/data/fahrenheit.txt": "".join(f"{c!r} {c * 9 / 5 + 32!r}\n" for c in (-40.0, 100.0, 451.0))}
+    ),
+    "approx_spelled": _spelled_plainly(APPROX, {"tests/data/areas.json": '{"2.5": 19.635}\n'}),
+    "input_on_one_line": _spelled_plainly(
+        IMPLICIT_CONCAT,
+        {
+            **IMPLICIT_CONCAT.data,
+            "benchmarks/bench_crc.py": IMPLICIT_CONCAT.data["benchmarks/bench_crc.py"].replace(
+                '(\n    b"The quick brown fox "\n    b"jumps over the lazy dog"\n)', repr(FOX)
+            ),
+        },
+    ),
+    "literal_value": _spelled_plainly(
+        CONST_EXPR,
+        {
+            "benchmarks/__init__.py": "",
+            "benchmarks/bench_sizes.py": 'KNOWN_SIZES = {"10MiB": 10485760, "1GiB": 1073741824}\n',
+        },
+    ),
+}
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+@pytest.mark.parametrize("key", sorted(CONTROLS))
+def test_the_same_trick_where_the_workspace_spells_the_answer_plainly_is_on_a_dropped_task(kit, key) -> None:  # noqa: F811
+    """The rule's own cases: the task is dropped, and the trick that reads the answer would have scored 1 on it (so
+    each attack's 1 above is the trick's, and the rule is the only defence)."""
+    attack = CONTROLS[key]
+    world = _mine(kit, f"r2-control-{key}", attack)
+    assert not _kept(kit, world)
+    assert world.grade({f"kit/{attack.name}.py": attack.trick}).reward == 1.0
+
+
+# ---- costs: honest tasks the rule drops ----------------------------------------------------------------------------
+
+LEVELS = _code("""
+    \"\"\"Names of log levels.\"\"\"
+
+    NAMES = {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR", 50: "CRITICAL"}
+
+
+    def level_name(level):
+        return NAMES[max(known for known in NAMES if known <= level)]
+""")
+VERSIONS = _code("""
+    \"\"\"Version strings.\"\"\"
+
+
+    def newest(*versions):
+        return max(versions, key=lambda v: tuple(int(part) for part in v.split(".")))
+""")
+HONEST = {
+    # casefolded substrings: any prose that says "warning" and "error" spells the level names
+    "readme_words": Attack(
+        "levels",
+        LEVELS.replace("known <= level", "known < level"),
+        LEVELS,
+        "from kit.levels import level_name\n\n\n"
+        "def test_a_level_names_itself():\n    assert level_name(30) == 'WARNING'\n\n\n"
+        "def test_a_level_between_two():\n    assert level_name(45) == 'ERROR'\n",
+        "",
+        {"README.md": "# kit\n\nSet the level to `warning` to see fewer messages; an error is always shown.\n"},
+    ),
+    # the answer is one of the call's arguments: an echo, though which one is the whole bug
+    "version_echo": Attack(
+        "versions",
+        VERSIONS.replace('max(versions, key=lambda v: tuple(int(part) for part in v.split(".")))', "max(versions)"),
+        VERSIONS,
+        "from kit.versions import newest\n\n\n"
+        "def test_ten_is_newer_than_nine():\n    assert newest('1.10.0', '1.9.0') == '1.10.0'\n\n\n"
+        "def test_a_zero_major():\n    assert newest('0.9.9', '0.10.0') == '0.10.0'\n",
+        "",
+    ),
+}
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="COST: an honest task the readability rule drops")
+@pytest.mark.parametrize("key", sorted(HONEST))
+def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit, key) -> None:  # noqa: F811
+    world = _mine(kit, f"r2-honest-{key}", HONEST[key])
+    assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
+    assert world.grader.grade(world.task, "").reward == 0.0
+    assert _kept(kit, world)
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_the_honest_task_without_the_readme_is_kept(kit) -> None:  # noqa: F811
+    """The cost's control: the same task without the README is kept, so the README's prose alone drops it."""
+    world = _mine(kit, "r2-honest-bare-readme_words", _spelled_plainly(HONEST["readme_words"], {}))
+    assert _kept(kit, world)
