@@ -681,6 +681,10 @@ HONEST = {
         "",
         {"README.md": "# kit\n\nSet the level to `warning` to see fewer messages; an error is always shown.\n"},
     ),
+    # a test written on release day uses that day's date, and the changelog's newest entry is dated with it
+    "changelog_date": _spelled_plainly(
+        US_DATES, {"CHANGELOG.md": "# Changelog\n\n## 0.2.0 (2024-03-20)\n\n- add_business_days skips holidays\n"}
+    ),
     # the answer is one of the call's arguments: an echo, though which one is the whole bug
     "version_echo": Attack(
         "versions",
@@ -707,9 +711,10 @@ def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit,
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-def test_the_honest_task_without_the_readme_is_kept(kit) -> None:  # noqa: F811
-    """The cost's control: the same task without the README is kept, so the README's prose alone drops it."""
-    world = _mine(kit, "r2-honest-bare-readme_words", _spelled_plainly(HONEST["readme_words"], {}))
+@pytest.mark.parametrize("key", ["changelog_date", "readme_words"])
+def test_the_honest_tasks_without_the_prose_that_spells_their_answer_are_kept(kit, key) -> None:  # noqa: F811
+    """The costs' control: the same task without the README or CHANGELOG is kept, so that prose alone drops it."""
+    world = _mine(kit, f"r2-honest-bare-{key}", _spelled_plainly(HONEST[key], {}))
     assert _kept(kit, world)
 
 
