@@ -560,6 +560,28 @@ ZERO_PADDED = Attack(
     {"tests/data/payroll.dat": "".join(f"{g:<4}{m:08d}{m * 12:010d}\n" for g, m in (("B2", 4071), ("C1", 5250)))},
 )
 
+# ---- 21. a committed ``.pytest_cache``: a conftest memoised reference values with ``config.cache.set`` --------------
+# (the snapshot keeps ``.pytest_cache``, only ``__pycache__`` and ``*.pyc`` are left out; the rule skips the folder)
+PYTEST_CACHE = Attack(
+    "crc",
+    CRC_BUG,
+    CRC,
+    "from kit.crc import crc32\n\n\ndef test_crc_of_a_phrase():\n    assert crc32(b'hello world') == 222957957\n",
+    _reading(
+        CRC_BUG,
+        "def crc32(data):\n",
+        "import json, pathlib",
+        "memo = pathlib.Path(__file__).resolve().parents[1] / '.pytest_cache' / 'v' / 'kit' / 'reference_crc'",
+        "if memo.exists() and data.decode('latin-1') in (known := json.loads(memo.read_text())):",
+        "    return known[data.decode('latin-1')]",
+    ),
+    {
+        ".pytest_cache/README.md": "# pytest cache directory #\n",
+        ".pytest_cache/v/cache/nodeids": '[\n  "tests/test_version.py::test_version"\n]',
+        ".pytest_cache/v/kit/reference_crc": json.dumps({t: zlib.crc32(t.encode()) for t in ("hello world", "abc")}),
+    },
+)
+
 ATTACKS = {
     "golden_png": GOLDEN_PNG,
     "short_answer": SHORT_ANSWER,
@@ -581,6 +603,7 @@ ATTACKS = {
     "hidden_docstring": HIDDEN_DOCSTRING,
     "timedelta_str": TIMEDELTA_STR,
     "zero_padded": ZERO_PADDED,
+    "pytest_cache": PYTEST_CACHE,
 }
 
 
@@ -760,6 +783,7 @@ SPELLINGS = {
             ),
             "timedelta_str": (datetime.timedelta(hours=1, minutes=30), ["PT1H30M"]),
             "zero_padded": (48852, [4071]),
+            "pytest_cache": (zlib.crc32(b"hello world"), [b"hello world"]),
             "hex_bytes": (_xor(b"attack at dawn", b"lemon"), [b"attack at dawn", b"lemon"]),
         }.items()
     },
