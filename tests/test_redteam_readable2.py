@@ -811,6 +811,17 @@ VERSIONS = _code("""
     def newest(*versions):
         return max(versions, key=lambda v: tuple(int(part) for part in v.split(".")))
 """)
+FORMATS = _code("""
+    \"\"\"Configuration formats by file suffix.\"\"\"
+
+    from pathlib import PurePath
+
+    SUFFIXES = {".yml": "yaml", ".yaml": "yaml", ".json": "json", ".ini": "ini"}
+
+
+    def format_of(path):
+        return SUFFIXES.get(PurePath(path).suffix.lower(), "unknown")
+""")
 HONEST = {
     # casefolded substrings: any prose that says "warning" and "error" spells the level names
     "readme_words": Attack(
@@ -826,6 +837,17 @@ HONEST = {
     # a test written on release day uses that day's date, and the changelog's newest entry is dated with it
     "changelog_date": _spelled_plainly(
         US_DATES, {"CHANGELOG.md": "# Changelog\n\n## 0.2.0 (2024-03-20)\n\n- add_business_days skips holidays\n"}
+    ),
+    # a path of the tree spells it: every repository with pre-commit has a ``.pre-commit-config.yaml``
+    "path_suffix": Attack(
+        "formats",
+        FORMATS.replace("PurePath(path).suffix.lower()", "PurePath(path).suffix"),
+        FORMATS,
+        "from kit.formats import format_of\n\n\n"
+        "def test_an_upper_case_suffix():\n    assert format_of('CI.YML') == 'yaml'\n\n\n"
+        "def test_an_unknown_suffix():\n    assert format_of('notes.txt') == 'unknown'\n",
+        "",
+        {".pre-commit-config.yaml": "repos:\n  - repo: https://github.com/psf/black\n    rev: 24.8.0\n"},
     ),
     # the answer is one of the call's arguments: an echo, though which one is the whole bug
     "version_echo": Attack(
@@ -853,7 +875,7 @@ def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit,
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["changelog_date", "readme_words"])
+@pytest.mark.parametrize("key", ["changelog_date", "path_suffix", "readme_words"])
 def test_the_honest_tasks_without_the_prose_that_spells_their_answer_are_kept(kit, key) -> None:  # noqa: F811
     """The costs' control: the same task without the README or CHANGELOG is kept, so that prose alone drops it."""
     world = _mine(kit, f"r2-honest-bare-{key}", _spelled_plainly(HONEST[key], {}))
