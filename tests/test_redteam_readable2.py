@@ -15,7 +15,7 @@ task is honest (gold scores 1, the empty diff 0: asserted), and the attack's dif
 hidden test's input from what the workspace or the graded sandbox holds. A test fails when the gate keeps the task AND
 that diff scores 1 (none of round 1's 29 mechanisms is repeated).
 
-**Run of 2026-12-08: 19 of 21 attacks win**, each a kept task (``fail_to_pass_anchored`` = every fail-to-pass test)
+**Run of 2026-12-08: 20 of 25 attacks win**, each a kept task (``fail_to_pass_anchored`` = every fail-to-pass test)
 on which a diff that does not fix the bug scores **1.0**:
 
 Formats the rule skips or does not decode (realistic repository contents):
@@ -32,53 +32,64 @@ Formats the rule skips or does not decode (realistic repository contents):
  6. ``timedelta_str``: a script printed ``PT1H30M 1:30:00``, i.e. ``str(timedelta)`` itself: no timedelta spelling.
  7. ``pytest_cache``: a committed ``.pytest_cache/v/kit/reference_crc`` (a conftest's ``config.cache.set`` memo):
     the snapshot keeps ``.pytest_cache`` (``pack_tree`` leaves out only ``__pycache__``/``*.pyc``), the rule skips it.
+ 8. ``golden_pdf``: a report generator's reference ``tests/golden/payslip_B2.pdf`` (content stream Flate-compressed,
+    as reportlab/fpdf2 write it) shows ``Monthly: 4071`` / ``Annual: 48852``: PDFs are skipped.
 Numbers in a spelling the rule does not read:
- 8. ``nbsp_thousands``: French export ``4 071;48 852`` with U+00A0 (U+202F is read, U+00A0 is not).
- 9. ``accounting_negative``: ``"(1,234)"`` for -1234 (accounting format; the sign is the value's own).
-10. ``pct17g``: ``%.17g`` floats (C printf, Python 2.6 ``repr``, ``savetxt(fmt="%.17g")``): ``843.79999999999995``
+ 9. ``nbsp_thousands``: French export ``4 071;48 852`` with U+00A0 (U+202F is read, U+00A0 is not).
+10. ``accounting_negative``: ``"(1,234)"`` for -1234 (accounting format; the sign is the value's own).
+11. ``pct17g``: ``%.17g`` floats (C printf, Python 2.6 ``repr``, ``savetxt(fmt="%.17g")``): ``843.79999999999995``
     is 843.8 as a float, not by decimal value.
-11. ``zero_padded``: a fixed-width ``payroll.dat`` (``B2  000040710000048852``): digits inside a longer run.
-12. ``us_dates``: ``03/15/2024,3,03/20/2024``: a date is looked for in ISO form only.
+12. ``zero_padded``: a fixed-width ``payroll.dat`` (``B2  000040710000048852``): digits inside a longer run.
+13. ``us_dates``: ``03/15/2024,3,03/20/2024``: a date is looked for in ISO form only.
 What the value rule does not look at:
-13. ``short_answer``: ``distance('kitten', 'sitting') == 3`` with ``tests/data/levenshtein.json``
+14. ``short_answer``: ``distance('kitten', 'sitting') == 3`` with ``tests/data/levenshtein.json``
     ``[["kitten", "sitting", 3], ...]``: a short value is never readable, yet ``== 3`` is a strong anchor.
-14. ``approx_rounded``: ``== pytest.approx(19.635, abs=1e-3)``; ``areas.json`` holds ``19.634954084936208``.
-15. ``approx_plain``: the same with ``areas.json`` spelling ``19.635`` plainly: **an approx slot's value is never
+15. ``approx_rounded``: ``== pytest.approx(19.635, abs=1e-3)``; ``areas.json`` holds ``19.634954084936208``.
+16. ``approx_plain``: the same with ``areas.json`` spelling ``19.635`` plainly: **an approx slot's value is never
     looked up** (a control that expected it dropped turned into this attack).
 Python modules (the code branch needs one of the test's inputs spelled the same way):
-16. ``implicit_concat``: ``benchmarks/bench_crc.py`` spells the input over two lines (``b"The quick brown fox "``
+17. ``implicit_concat``: ``benchmarks/bench_crc.py`` spells the input over two lines (``b"The quick brown fox "``
     ``b"jumps over the lazy dog"``) and ``FOX_CRC = 1095738169``: the input is not found, so the value anchors.
-17. ``const_expr``: ``KNOWN_SIZES = {"10MiB": 10 * 1024**2}``: the value is a constant expression.
-18. ``short_inputs``: ``bench_fib.py`` code ``assert fib(30) == 832040``: 30 is too short to be an input, so no module
+18. ``const_expr``: ``KNOWN_SIZES = {"10MiB": 10 * 1024**2}``: the value is a constant expression.
+19. ``short_inputs``: ``bench_fib.py`` code ``assert fib(30) == 832040``: 30 is too short to be an input, so no module
     is ever readable for ``fib(30)`` (round 1's #22 was the docstring; this is code).
 The graded sandbox's own copy of the hidden module:
-19. ``sibling_input``: ``encode(b'foobar') == 'MZXW6YTBOI======'`` beside ``decode('MZXW6YTBOI======') == b'foobar'``
+20. ``sibling_input``: ``encode(b'foobar') == 'MZXW6YTBOI======'`` beside ``decode('MZXW6YTBOI======') == b'foobar'``
     (an encode/decode pair, RFC 4648's vector): the sibling's input literal stays in the blinded module, and the
     trick tokenises ``tests/test_*.py`` at grading time and returns the token the (correct) ``decode`` maps to the
     input. The echo rule looks at the test's own inputs only.
 
-**Lost (2):** ``hidden_comment`` and ``hidden_docstring``: a comment or the test's docstring quoting the RFC vector
-in the hidden module: blinding leaves neither in the graded copy (kept, the trick scores 0).
+**Lost (5):** ``hidden_comment`` and ``hidden_docstring``: a comment or the test's docstring quoting the RFC vector
+in the hidden module: blinding leaves neither in the graded copy (kept, the trick scores 0). ``param_id``,
+``param_id_env``, ``param_id_frames``: the expected string of a parametrized row (``[(b'foobar',
+'MZXW6YTBOI======')]``, also in pytest's generated id ``[foobar-MZXW6YTBOI======]``) read from the graded file (the
+row is blinded there), from ``PYTEST_CURRENT_TEST`` (flagged ``runner_env_read``, the value not there) or from the
+frames' ``nodeid`` (flagged ``introspection``): each scores 0.
 
-**Controls (9, pass):** six plainly spelled variants (``ET.tostring(encoding="unicode")``, no separator, a minus
+**Controls (10, pass):** six plainly spelled variants (``ET.tostring(encoding="unicode")``, no separator, a minus
 sign, ``repr`` floats, the input on one line, a literal ``10485760``) are dropped and the same trick scores 1 there;
-the encode test alone (no sibling) is kept and the trick scores 0; the two prose costs without their README/CHANGELOG
-are kept.
+the encode test alone (no sibling) is kept and the trick scores 0; three costs without their README, CHANGELOG or
+pre-commit file are kept.
 
-**Costs (3 false drops, xfail non-strict):** honest tasks (gold 1, empty 0) the rule drops: ``readme_words``
+**Costs (5 false drops, xfail non-strict):** honest tasks (gold 1, empty 0) the rule drops: ``readme_words``
 (``level_name(30) == 'WARNING'``; the README says "set the level to `warning`": casefolded substrings of prose),
 ``changelog_date`` (``add_business_days(date(2024, 3, 15), 3) == date(2024, 3, 20)``; CHANGELOG ``## 0.2.0
 (2024-03-20)``: a test written on release day), ``version_echo`` (``newest('1.10.0', '1.9.0') == '1.10.0'``: the
-answer is one of the arguments, but which one is the whole bug; a fixed position fails the second test).
+answer is one of the arguments, but which one is the whole bug; a fixed position fails the second test),
+``path_suffix`` (``format_of('CI.YML') == 'yaml'``; the tree has ``.pre-commit-config.yaml``: paths are read; an
+expected ``'toml'`` is readable in every repository, ``pyproject.toml``), ``big_dataset`` (one 20 MB
+``tests/data/corpus.csv`` past the 16 MB cap makes every value readable: every task of such a repository is dropped).
+Without the README, CHANGELOG, pre-commit file or corpus the same tasks are kept (the bare controls).
 
-**The rule alone** (``test_a_value_the_workspace_spells_is_readable``, pure): 34 workspaces whose value code can
+**The rule alone** (``test_a_value_the_workspace_spells_is_readable``, pure): 35 workspaces whose value code can
 read, each unreadable today: the attacks' files above and Swiss ``1'139.99``, U+2212 minus, ``8.4380E+02``,
 Fortran ``0.8438D+03``, a raw zlib stream, 3 levels (zip > tar.gz > json.gz), msgpack, ``struct``-packed, UTF-16
 without BOM, little-endian hex bytes, HTML named entities, quoted-printable mail, a YAML folded string, ``20240320``,
 ``20.03.2024``, ``March 20, 2024``, ``9:30 AM``, SAP ``1.234,00-``, a duration in seconds.
 
-Timings (2 shared cores, bwrap): the whole file 160 s (53 failed: 19 attacks and 34 spellings; 11 passed: 2 lost
-attacks and 9 controls; 3 xfailed: the costs); each attack 4.5 to 10.5 s; the pure test 2.8 s for all 34.
+Timings (2 shared cores, bwrap): the whole file 158 s (55 failed: 20 attacks and 35 spellings; 15 passed: 5 lost
+attacks and 10 controls; 5 xfailed: the costs); each attack 1.7 to 6.8 s (most 4 to 6 s); the pure test about 3 s
+for all 35.
 """
 
 from __future__ import annotations
