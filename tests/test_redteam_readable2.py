@@ -972,7 +972,7 @@ SPELLINGS = {
             "const_expr": (10485760, ["10MiB"]),
             "us_dates": (datetime.date(2024, 3, 20), [2024, 3, 15]),
             "pct17g": (843.8, [451]),
-            "approx_plain": (pytest.approx(19.635, abs=1e-3), [2.5]),
+            "approx_plain": (19.635, [2.5]),  # calibration hands the rule approx's value (check_values)
             "epoch_seconds": (
                 datetime.datetime(2024, 3, 20, 20, tzinfo=datetime.UTC),
                 ["Wed, 20 Mar 2024 20:00:00 GMT"],

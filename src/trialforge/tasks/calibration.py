@@ -199,14 +199,26 @@ def _readable(
         return False
     check = host_check(analysis, test, row, slot, recorded)
     values = [v for v in check_values(check) if v is not None] if check else []
-    return bool(values) and all(workspace.answers(v, _inputs(analysis, test, slot)) for v in values)
+    inputs, left = _inputs(analysis, test, slot), _left(analysis)
+    return bool(values) and all(workspace.answers(v, inputs, left) for v in values)
+
+
+def _left(analysis: FileAnalysis) -> list[object]:
+    """The constants the graded file keeps: every one but those of its slots' expected sides (what blinding takes out;
+    a constant only an expected side reads goes too, so this holds more than the graded file: the safe side)."""
+    taken = {id(n) for t in analysis.tests.values() for s in t.slots for e in _sides(s) for n in ast.walk(e)}
+    return [n.value for n in ast.walk(analysis.module) if isinstance(n, ast.Constant) and id(n) not in taken]
+
+
+def _sides(slot: Slot) -> list[ast.expr]:
+    return [side for side in (*slot.expected, slot.match, *(v for _, v in slot.options)) if side is not None]
 
 
 def _inputs(analysis: FileAnalysis, test: TestFunction, slot: Slot) -> list[object]:
     """The test's input literals: the constants of its function, its decorators and the module constants it reads,
     less those of what ``slot`` expects (its expected side, the local or module constants and the parameter column
     that side reads). Another slot's expected value counts: a module spelling both is a copy of the test."""
-    sides = [side for side in (*slot.expected, slot.match) if side is not None]
+    sides = _sides(slot)
     reads = {n.id for side in sides for n in ast.walk(side) if isinstance(n, ast.Name)}
     sources = [*sides, *(test.constants[name] for name in reads & set(test.constants))]
     sources += [analysis.constants[name] for name in reads & set(analysis.constants)]
@@ -220,8 +232,11 @@ def _inputs(analysis: FileAnalysis, test: TestFunction, slot: Slot) -> list[obje
 
 
 def check_values(check: Check) -> tuple[object, ...]:
-    """What a check expects: its expected side (a unittest method's expected arguments each) and ``match=``."""
-    return tuple(check.expected) if check.kind == "unittest" else (check.expected, check.match)
+    """What a check expects: its expected side (a unittest method's expected arguments each; ``pytest.approx``'s
+    value) and ``match=``."""
+    expected = tuple(check.expected) if check.kind == "unittest" else (check.expected,)
+    return (*(getattr(e, "expected", e) if type(e).__module__.startswith("_pytest") else e for e in expected),
+            *(() if check.kind == "unittest" else (check.match,)))  # fmt: skip
 
 
 def _weak(slot: Slot, recorded: Mapping[str, object]) -> bool:

@@ -41,18 +41,23 @@ import datetime
 import decimal
 import fractions
 import gzip
+import html
 import io
 import json
 import lzma
+import math
 import pickle
 import pickletools
+import quopri
 import re
 import sqlite3
+import tarfile
 import tempfile
 import tokenize
 import unicodedata
 import urllib.parse
 import zipfile
+import zlib
 from collections.abc import Collection, Iterator
 from pathlib import Path
 
@@ -64,8 +69,9 @@ MAX_FILE_BYTES = 16 * 1024 * 1024  # past either cap the tree is not read furthe
 MAX_TOTAL_BYTES = 128 * 1024 * 1024
 MIN_DIGITS = 3
 MIN_CHARS = 4
-_SKIPPED = frozenset({".git", "__pycache__", ".pytest_cache", ".trialforge"})
+_SKIPPED = frozenset({".git", "__pycache__", ".trialforge"})  # what snapshots leave out
 _SOURCE = (".py", ".pyi")
+_DEPTH = 4  # containers within containers read (a zip of tar.gz of json.gz: 4)
 # images, documents, fonts, sound and executables: no value a test compares with is read off one
 _MEDIA = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"%PDF", b"wOF", b"\x00\x01\x00\x00", b"OTTO", b"RIFF", b"\x7fELF")
 _NUMBERS = (int, float, decimal.Decimal, fractions.Fraction)
@@ -112,29 +118,48 @@ class WorkspaceText:
             if len(raw) > MAX_FILE_BYTES or len(text) >= MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
                 return cls([], [], cut=True)
             if path.suffix in _SOURCE:
-                modules.append(text)
+                modules.append(text + "\n" + _constants(text))
                 data.append(_prose(text))
             else:
                 data += _views(text)
         data.append("\n".join(paths))
         return cls(modules, [d for d in data if d])
 
-    def answers(self, value: object, inputs: Collection[object]) -> bool:
-        """Whether ``value`` is readable (module docstring): as one of ``inputs`` (the test's own), or in a text that
-        spells one of the distinctive ones too (any text, when the test has none: its inputs come from elsewhere), a
-        module's code counting only with such an input. A container is readable when each of its distinctive elements
-        is."""
+    def answers(self, value: object, inputs: Collection[object], left: Collection[object] = ()) -> bool:
+        """Whether ``value`` is readable (module docstring): as one of ``inputs`` (the test's own) or of ``left`` (the
+        constants the graded test files keep: ``decode("MZXW6YTBOI======") == b"foobar"`` beside ``encode(b"foobar")``
+        answers it at grading), or in a text that spells one of the distinctive inputs too (any text, when the test has
+        none: its inputs come from elsewhere), a module's code counting only with such an input. A container is
+        readable when each of its distinctive elements is; a short value (``== 3``) when a line spells it beside one of
+        the distinctive inputs, and a value when a line spells it beside a short numeric input (``fib(30)``)."""
+        telling = [given for given in inputs if distinctive(given)]
         if not distinctive(value):
-            return False
+            return self._beside(value, telling)
         if self.cut:
             return True  # a tree past the caps, unread: any value may be in it
-        if any(_same(value, given) for given in inputs):
-            return True  # an echo of the test's own input
-        telling = [given for given in inputs if distinctive(given)]
+        if any(_same(value, given) for given in (*inputs, *left)):
+            return True  # an echo of an input
         keyed = [text for text in self.data if not telling or any(_spells(text, given) for given in telling)]
         keyed += [text for text in self.modules if telling and any(_spells(text, given) for given in telling)]
         words = [_text(given) for given in inputs if isinstance(given, (str, bytes)) and _text(given).strip()]
-        return _found(value, keyed, words)
+        short = [g for g in inputs if isinstance(g, int) and not isinstance(g, bool) and not distinctive(g) and g >= 10]
+        return _found(value, keyed, words) or any(self._beside(given, [value]) for given in short)
+
+    def _beside(self, value: object, telling: Collection[object]) -> bool:
+        """Whether a line of any text spells ``value`` (a number, as a whole) beside one of ``telling``."""
+        if not isinstance(value, _NUMBERS) or isinstance(value, bool) or self.cut:
+            return False
+        for given in telling:
+            needle = _normal(_text(given)) if isinstance(given, (str, bytes)) else _canonical(str(given))
+            for text in (*self.data, *self.modules):
+                at = text.find(needle)
+                while at >= 0:
+                    start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
+                    line = text[start : len(text) if end < 0 else end]
+                    if _spells(line.replace(needle, " "), value):
+                        return True
+                    at = -1 if end < 0 else text.find(needle, end)
+        return False
 
 
 def _found(value: object, texts: list[str], words: list[str]) -> bool:
@@ -168,11 +193,15 @@ def text_of(raw: bytes, depth: int = 0) -> str:
     a Parquet table's or a SQLite database's values; any other file decoded (``_decoded``). A value stored so is as
     readable as one in a text file, one import away."""
     try:
-        if depth < 2 and raw.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")):
+        if depth < _DEPTH and raw.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")):
             opener = gzip.open if raw[:2] == b"\x1f\x8b" else bz2.open if raw[:3] == b"BZh" else lzma.open
             with opener(io.BytesIO(raw)) as stream:
                 return text_of(stream.read(MAX_FILE_BYTES), depth + 1)
-        if depth < 2 and raw.startswith(b"PK\x03\x04"):
+        if depth < _DEPTH and raw[:1] == b"\x78" and raw[1:2] in (b"\x01", b"\x5e", b"\x9c", b"\xda"):
+            return text_of(zlib.decompressobj().decompress(raw, MAX_FILE_BYTES), depth + 1)
+        if depth < _DEPTH and raw[257:262] == b"ustar":
+            return _tar_text(raw, depth)
+        if depth < _DEPTH and raw.startswith(b"PK\x03\x04"):
             texts, left = [], MAX_FILE_BYTES  # the members together, as much as one file
             with zipfile.ZipFile(io.BytesIO(raw)) as archive:
                 for member in (m for m in archive.infolist() if not m.is_dir()):
@@ -194,6 +223,19 @@ def text_of(raw: bytes, depth: int = 0) -> str:
     return _decoded(raw)
 
 
+def _tar_text(raw: bytes, depth: int) -> str:
+    """A tar archive's members, each as ``text_of`` reads it, together as much as one file."""
+    texts, left = [], MAX_FILE_BYTES
+    with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+        for member in archive:
+            handle = archive.extractfile(member) if member.isfile() else None
+            if handle is None or left <= 0:
+                continue
+            texts += [member.name, text_of(handle.read(left), depth + 1)[:left]]
+            left -= len(texts[-1])
+    return "\n".join(texts)
+
+
 def _sqlite_text(raw: bytes) -> str:
     """A SQLite database's rows, read from a private copy opened read-only (its own code never runs: no extension)."""
     with tempfile.NamedTemporaryFile(suffix=".sqlite3") as copy:
@@ -213,6 +255,10 @@ def _decoded(raw: bytes) -> str:
                         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):  # fmt: skip
         if raw.startswith(mark):
             return _normal(raw.decode(codec, "replace"))
+    if len(raw) >= 8 and raw[1::2].count(0) > len(raw) // 4:
+        return _normal(raw.decode("utf-16-le", "replace"))  # UTF-16 with no mark: every other byte zero
+    if len(raw) >= 8 and raw[0::2].count(0) > len(raw) // 4:
+        return _normal(raw.decode("utf-16-be", "replace"))
     try:
         return _normal(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -220,8 +266,8 @@ def _decoded(raw: bytes) -> str:
 
 
 def _normal(text: str) -> str:
-    """Line ends, Unicode form and case as code that compares text would make them alike."""
-    return unicodedata.normalize("NFC", text.replace("\r\n", "\n")).casefold()
+    """Line ends, Unicode form, minus signs and case as code that compares text would make them alike."""
+    return unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\u2212", "-")).casefold()
 
 
 def _views(text: str) -> list[str]:
@@ -231,6 +277,11 @@ def _views(text: str) -> list[str]:
         found.append(_normal(re.sub(r"\\u[0-9a-fA-F]{4}|\\[nrt\"\\/]", _unescape, text)))
     if "%" in text:
         found.append(_normal(urllib.parse.unquote(text)))
+    if "&" in text:
+        found.append(_normal(html.unescape(text)))  # XML's and HTML's character references
+    if re.search(r"=\n|=[0-9a-f]{2}", text):  # quoted-printable (mail, MIME fixtures)
+        found.append(_normal(quopri.decodestring(text.encode("utf-8", "replace")).decode("utf-8", "replace")))
+    found.append(" ".join(text.split()))  # a string folded over lines (YAML's ``>``), whitespace alike
     return found
 
 
@@ -260,6 +311,47 @@ def _prose(source: str) -> str:
     return _normal("\n".join(found))
 
 
+def _constants(source: str) -> str:
+    """A module's constants as Python holds them: implicit concatenations joined, arithmetic on constants folded
+    (``10 * 1024**2``), each on a line of its own."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and _foldable(node):
+            with contextlib.suppress(Exception):  # 1 / 0, a type error: nothing to read
+                found.append(str(eval(compile(ast.Expression(node), "<constant>", "eval"), {"__builtins__": {}})))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+            found.append(_text(node.value))
+    return _normal("\n".join(found))
+
+
+def _foldable(node: ast.BinOp) -> bool:
+    """Arithmetic on numeric constants alone whose result stays small: a power or a shift of two constants, the right
+    one under 64 (so no power of a power)."""
+    for part in ast.walk(node):
+        if isinstance(part, ast.Constant) and not (isinstance(part.value, (int, float)) and abs(part.value) < 2**64):
+            return False
+        if (
+            isinstance(part, ast.BinOp)
+            and isinstance(part.op, (ast.Pow, ast.LShift))
+            and isinstance(part.right, ast.Constant)
+            and abs(part.right.value) >= 64
+        ):
+            return False
+        if not isinstance(part, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.operator, ast.unaryop)):
+            return False
+        if (
+            isinstance(part, ast.BinOp)
+            and isinstance(part.op, (ast.Pow, ast.LShift))
+            and not (isinstance(part.left, ast.Constant) and isinstance(part.right, ast.Constant))
+        ):
+            return False
+    return True
+
+
 def _same(value: object, given: object) -> bool:
     if (
         isinstance(value, bool)
@@ -276,24 +368,51 @@ def _same(value: object, given: object) -> bool:
 def _spells(text: str, value: object) -> bool:
     """Whether ``text`` (``_normal``) spells ``value`` in one of the spellings a program writes it in."""
     if isinstance(value, bytes):
+        if len(value) >= MIN_CHARS and (value.hex() in text or value[::-1].hex() in text):
+            return True  # a known-answer file's hex, either byte order
         value = value.decode("utf-8", "replace")
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+        return _normal(str(value)) in text or any(_number_at(text, s) for s in _number_spellings(seconds))
     if isinstance(value, str) and "\n" in value.strip():
         lines = [_normal(line.strip()) for line in value.strip().splitlines() if line.strip()]
         return _normal(value) in text or all(line in text for line in lines)  # a snapshot, indented or listed
     if isinstance(value, datetime.datetime):
         day, time = value.date().isoformat(), value.time().isoformat()
-        return _normal(value.isoformat()) in text or (day in text and time in text)
+        stamp = value.replace(tzinfo=value.tzinfo or datetime.UTC).timestamp()
+        spelled = _normal(value.isoformat()) in text or (day in text and time in text)
+        return spelled or (_spells(text, value.date()) and time in text) or _number_at(text, _canonical(str(stamp)))
     if isinstance(value, str) and _ISO_DATETIME.fullmatch(value):
         day, _, time = _normal(value).partition("t")
         return _normal(value) in text or (day in text and time in text)
-    if isinstance(value, (datetime.date, datetime.time)):
-        return value.isoformat() in text
+    if isinstance(value, datetime.date):
+        return any(_normal(value.strftime(form)) in text for form in _DATE_FORMS)
+    if isinstance(value, datetime.time):
+        return value.isoformat() in text or _normal(value.strftime("%I:%M %p")).lstrip("0") in text
     if isinstance(value, _NUMBERS) and not isinstance(value, bool):
-        return any(_number_at(text, spelling.casefold()) for spelling in _number_spellings(value))
+        found = any(_number_at(text, spelling.casefold()) for spelling in _number_spellings(value))
+        return found or (isinstance(value, float) and _float_at(text, value))
     return isinstance(value, str) and _normal(value) in text
 
 
+def _float_at(text: str, value: float) -> bool:
+    """Whether a number in ``text`` equals ``value`` as a float to 1e-9, in any notation (``843.79999999999995``,
+    ``8.4380E+02``, Fortran's ``0.8438D+03``)."""
+    lead = re.sub(r"^[0.]+", "", f"{abs(value):.17e}".replace(".", ""))[:3]
+    for match in _FLOAT.finditer(text):
+        token = match.group()
+        if lead not in token.replace(".", "")[:8]:
+            continue
+        with contextlib.suppress(ValueError):
+            if math.isclose(float(token.replace("d", "e")), value, rel_tol=1e-9):
+                return True
+    return False
+
+
+_FLOAT = re.compile(r"(?<![\d.])-?(?:\d+\.\d*|\.\d+|\d+)(?:[ed][-+]?\d+)?(?![\d.])")
 _ISO_DATETIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?")
+# ISO, US, European, compact and written-out dates
+_DATE_FORMS = ("%Y-%m-%d", "%m/%d/%Y", "%d/%m/%Y", "%d.%m.%Y", "%Y%m%d", "%B %d, %Y", "%b %d, %Y", "%d %B %Y")
 
 
 def _number_spellings(value: int | float | decimal.Decimal | fractions.Fraction) -> Iterator[str]:
@@ -315,8 +434,12 @@ def _number_spellings(value: int | float | decimal.Decimal | fractions.Fraction)
     if abs(float(value)) >= 1000:
         whole, dot, fraction = plain.partition(".")
         grouped = f"{int(whole):,}"
-        for mark in (",", "_", ".", " ", "\u202f"):
+        for mark in (",", "_", ".", " ", "\u202f", "\xa0", "'"):
             yield grouped.replace(",", mark) + (("," if mark == "." else ".") + fraction if dot else "")
+    if plain.startswith("-"):  # accounting's (1,234) and a trailing minus (1.234,00-)
+        for spelled in [plain[1:], *(f"{int(abs(float(value))):,}".replace(",", m) for m in (",", "."))]:
+            yield f"({spelled})"
+            yield f"{spelled}-"
     if isinstance(value, float):
         yield f"{value:.18e}"
         yield f"{value:e}"
@@ -357,7 +480,7 @@ def distinctive(value: object) -> bool:
         return sum(c.isdigit() for c in _canonical(str(value))) >= MIN_DIGITS
     if isinstance(value, (str, bytes)):
         return len(value.strip()) >= MIN_CHARS
-    if isinstance(value, (datetime.date, datetime.time)):
+    if isinstance(value, (datetime.date, datetime.time, datetime.timedelta)):
         return True
     return isinstance(value, (list, tuple, set, frozenset, dict))
 
