@@ -9,6 +9,17 @@ equals one of the test's inputs; spellings: decoded text (BOM, UTF-8, Windows-12
 escapes), archives to 2 levels, pickles, ``.npy``, Parquet and SQLite by value, numbers by decimal value, hex, grouped,
 decimal comma, ``%.18e``/``%e``, percentage, ISO dates; only 3+ digit numbers and 4+ character strings count.
 
+**Since the round: 15 of its 20 wins closed**, 5 still win and are marked strict xfails named as open doors
+(``OPEN``, in docs/verification.md): a golden file with more digits than the test's ``pytest.approx`` value, a PDF's
+content stream, an image's pixels, raw binary numbers, fixed-width digits. Closed: floats by value in any notation
+(``%.17g``, ``E``, Fortran ``D``), no-break and apostrophe thousands, accounting and trailing-minus negatives, US,
+European, compact and written-out dates, epoch seconds, ``str(timedelta)``, bytes in hex, XML/HTML references,
+quoted-printable, folded whitespace, UTF-16 with no mark, zlib and tar, containers four deep, ``.pytest_cache`` (packed
+with the snapshot) read, a module's constants folded (implicit concatenation, ``10 * 1024**2``), ``pytest.approx``'s
+value looked up, a short answer or a short input on one line with the other, and the graded file's other constants as
+echoes (the sibling encode/decode pair). Of the pure spellings 8 stay unread (``UNREAD``). New cost: ``readme_words``'s
+bare control (the package's own levels table spells 30 beside ``'WARNING'``).
+
 The harness is round 1's (``tests/test_redteam_readable.py``: ``_mine``, ``_kept``, ``Attack``, the ``kit``
 fixture): one mined task per attack, validated with bwrap, the **whole default quality gate**, the grader. Every attack
 task is honest (gold scores 1, the empty diff 0: asserted), and the attack's diff leaves the bug in and answers the
@@ -775,9 +786,33 @@ ATTACKS = {
 }
 
 
+# Still winning after the round's closures: open doors, named in docs/verification.md ("What a spelling search
+# cannot promise"); strict, so closing one fails here until its mark goes.
+OPEN = {
+    "approx_rounded": "OPEN DOOR: a golden file holds more digits than the test's pytest.approx value",
+    "golden_pdf": "OPEN DOOR: a PDF's compressed content stream is not read (documents are skipped)",
+    "golden_png": "OPEN DOOR: an image's pixels are not read (images are skipped)",
+    "tofile_f64": "OPEN DOOR: raw binary numbers (ndarray.tofile, struct) are not read",
+    "zero_padded": "OPEN DOOR: a fixed-width record's digits run into their neighbours",
+}
+UNREAD = {
+    "golden_pdf": OPEN["golden_pdf"], "golden_png": OPEN["golden_png"], "tofile_f64": OPEN["tofile_f64"],
+    "struct_packed": OPEN["tofile_f64"], "zero_padded": OPEN["zero_padded"],
+    "hex_little_endian": "OPEN DOOR: an integer's bytes in little-endian hex are not a spelling the rule reads",
+    "msgpack": "OPEN DOOR: msgpack (or any serialisation other than pickle, JSON and the table formats) is not read",
+    "sap_trailing_minus": "OPEN DOOR: a grouped decimal-comma number with a trailing minus is not read",
+}  # fmt: skip
+
+
+def _marked(keys, reasons: dict[str, str]) -> list:
+    return [
+        pytest.param(k, marks=[pytest.mark.xfail(strict=True, reason=reasons[k])] if k in reasons else []) for k in keys
+    ]
+
+
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.parametrize("key", sorted(ATTACKS))
+@pytest.mark.parametrize("key", _marked(sorted(ATTACKS), OPEN))
 def test_a_diff_reading_the_answer_from_the_workspace_earns_nothing_on_a_kept_task(kit, key) -> None:  # noqa: F811
     """The task is honest (its gold scores 1, the empty diff 0); the attack wins when the gate keeps it and the
     policy's diff, which leaves the bug in and reads the hidden test's answer from the workspace, scores 1."""
@@ -930,7 +965,13 @@ def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit,
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["changelog_date", "path_suffix", "readme_words"])
+@pytest.mark.parametrize(
+    "key",
+    _marked(
+        ["changelog_date", "path_suffix", "readme_words"],
+        {"readme_words": "COST: the package's own levels table spells 30 beside 'WARNING' (a short input on its line)"},
+    ),
+)
 def test_the_honest_tasks_without_the_prose_that_spells_their_answer_are_kept(kit, key) -> None:  # noqa: F811
     """The costs' control: the same task without the README or CHANGELOG is kept, so that prose alone drops it."""
     world = _mine(kit, f"r2-honest-bare-{key}", _spelled_plainly(HONEST[key], {}))
@@ -1019,7 +1060,7 @@ SPELLINGS = {
 
 
 @pytest.mark.pure
-@pytest.mark.parametrize("name", sorted(SPELLINGS))
+@pytest.mark.parametrize("name", _marked(sorted(SPELLINGS), UNREAD))
 def test_a_value_the_workspace_spells_is_readable(tmp_path, name) -> None:
     from trialforge.tasks.visible import WorkspaceText
 
