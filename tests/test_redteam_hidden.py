@@ -297,9 +297,14 @@ def _hunt(values: list[str]) -> str:
 
 
 def test_every_task_is_anchored_and_its_gold_scores_and_its_empty_diff_does_not(synthesized) -> None:
-    for module in ("test_mask", "test_twist"):
-        task = _task(synthesized, module)
-        assert host_judged_problem(task, QualityConfig()) == "", (module, task.validation.host_judged)
+    task = _task(synthesized, "test_twist")
+    assert host_judged_problem(task, QualityConfig()) == "", task.validation.host_judged
+    # mask's helper test, judged in process, keeps ``_check(mask(8800), 8864)`` in the graded file: 8864 is readable
+    # there at grading, so test_mask_plain's ``mask(8800) == 8864`` anchors nothing and the gate drops the task
+    # (the rule of 2026-12-08's second red team round: the graded file's own constants); its statement is still a
+    # statement a policy reads, so the attacks on it below stand
+    unanchored = _task(synthesized, "test_mask").validation.host_judged.unanchored
+    assert list(unanchored) == ["tests/test_mask.py::test_mask_plain"], unanchored
     for module in ("test_fold", "test_mask"):
         world = _world(synthesized, module)
         assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0

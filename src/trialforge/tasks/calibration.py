@@ -181,7 +181,8 @@ def _unanchored(
     strong = [s for s in slots if not _weak(s, recorded)]
     if not strong:
         return "only guessable checks (truthiness, None, a bool, a class, a raises without its message)"
-    if all(_readable(*found, row, s, recorded, workspace) for s in strong):
+    left = _left(found[0]) if workspace is not None else []
+    if all(_readable(*found, row, s, recorded, workspace, left) for s in strong):
         return "every expected value it has is readable in the workspace (tasks/visible.py)"
     return ""
 
@@ -193,13 +194,15 @@ def _readable(
     slot: Slot,
     recorded: Mapping[str, object],
     workspace: WorkspaceText | None,
+    left: Sequence[object],
 ) -> bool:
-    """Whether the policy's code can read what ``slot`` expects (every value it expects: ``tasks.visible``)."""
+    """Whether the policy's code can read what ``slot`` expects (every value it expects: ``tasks.visible``); ``left``:
+    the constants the graded file keeps (``_left``)."""
     if workspace is None or slot.actual is None:
         return False
     check = host_check(analysis, test, row, slot, recorded)
     values = [v for v in check_values(check) if v is not None] if check else []
-    inputs, left = _inputs(analysis, test, slot), _left(analysis)
+    inputs = _inputs(analysis, test, slot)
     return bool(values) and all(workspace.answers(v, inputs, left) for v in values)
 
 
@@ -207,6 +210,41 @@ def _left(analysis: FileAnalysis) -> list[object]:
     """The constants the graded file keeps: every one but those of its slots' expected sides (what blinding takes out;
     a constant only an expected side reads goes too, so this holds more than the graded file: the safe side)."""
     taken = {id(n) for t in analysis.tests.values() for s in t.slots for e in _sides(s) for n in ast.walk(e)}
+    return [n.value for n in ast.walk(analysis.module) if isinstance(n, ast.Constant) and id(n) not in taken]
+
+
+def _sides(slot: Slot) -> list[ast.expr]:
+    return [side for side in (*slot.expected, slot.match, *(v for _, v in slot.options)) if side is not None]
+
+
+def _inputs(analysis: FileAnalysis, test: TestFunction, slot: Slot) -> list[object]:
+    """The test's input literals: the constants of its function, its decorators and the module constants it reads,
+    less those of what ``slot`` expects (``_expected_nodes``). Another slot's expected value counts: a module spelling
+    both is a copy of the test."""
+    own = _expected_nodes(analysis, test, slot)
+    reads = {n.id for side in _sides(slot) for n in ast.walk(side) if isinstance(n, ast.Name)}
+    loads = {n.id for n in ast.walk(test.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    given = [test.node, *(analysis.constants[name] for name in (loads - reads) & set(analysis.constants))]
+    return [n.value for g in given for n in ast.walk(g) if isinstance(n, ast.Constant) and id(n) not in own]
+
+
+def _expected_nodes(analysis: FileAnalysis, test: TestFunction, slot: Slot) -> set[int]:
+    """The nodes of what ``slot`` expects: its expected side, the local and module constants that side reads, and
+    every row's cell of the parameter columns it reads (what blinding takes out of the graded file)."""
+    sides = _sides(slot)
+    reads = {n.id for side in sides for n in ast.walk(side) if isinstance(n, ast.Name)}
+    sources = [*sides, *(test.constants[name] for name in reads & set(test.constants))]
+    sources += [analysis.constants[name] for name in reads & set(analysis.constants)]
+    param = test.parametrize
+    if param is not None:
+        sources += [row[param.names.index(name)] for row in param.rows for name in reads & set(param.names)]
+    return {id(node) for source in sources for node in ast.walk(source)}
+
+
+def _left(analysis: FileAnalysis) -> list[object]:
+    """The constants the graded file keeps: every one but what its slots expect (``_expected_nodes``; a constant only
+    an expected side reads goes too, so this holds more than the graded file: the safe side)."""
+    taken = {n for t in analysis.tests.values() for s in t.slots for n in _expected_nodes(analysis, t, s)}
     return [n.value for n in ast.walk(analysis.module) if isinstance(n, ast.Constant) and id(n) not in taken]
 
 
