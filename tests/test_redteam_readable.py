@@ -1023,7 +1023,11 @@ def _kept(kit, world: World) -> bool:
 def test_a_diff_reading_the_answer_from_the_workspace_earns_nothing_on_a_kept_task(kit, key) -> None:
     """The task is honest (its gold scores 1, the empty diff 0); the attack wins when the gate keeps it and the
     policy's diff, which leaves the bug in and reads the hidden test's answer from the workspace, scores 1."""
-    attack = ATTACKS[key]
+    assert_the_trick_loses(kit, key, ATTACKS[key])
+
+
+def assert_the_trick_loses(kit, key: str, attack: Attack) -> None:
+    """The task is honest; the gate drops it, or the diff reading the workspace earns nothing on it."""
     world = _mine(kit, key, attack)
     kept = _kept(kit, world)
     reward = world.grade({f"kit/{attack.name}.py": attack.trick}).reward
@@ -1068,8 +1072,11 @@ CONTROLS = {
 @pytest.mark.parametrize("key", sorted(CONTROLS))
 def test_the_same_trick_where_the_workspace_spells_the_answer_plainly_is_on_a_dropped_task(kit, key) -> None:
     """The rule's own cases: the task is dropped, and the trick that reads the answer would have scored 1 on it."""
-    attack = CONTROLS[key]
-    world = _mine(kit, f"control-{key}", attack)
+    assert_dropped_where_the_trick_wins(kit, f"control-{key}", CONTROLS[key])
+
+
+def assert_dropped_where_the_trick_wins(kit, key: str, attack: Attack) -> None:
+    world = _mine(kit, key, attack)
     assert not _kept(kit, world)
     assert world.grade({f"kit/{attack.name}.py": attack.trick}).reward == 1.0
 
@@ -1178,7 +1185,12 @@ HONEST = {
 @pytest.mark.xfail(strict=False, reason="COST: an honest task the readability rule drops")
 @pytest.mark.parametrize("key", sorted(HONEST))
 def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit, key) -> None:
-    world = _mine(kit, f"honest-{key}", HONEST[key])
+    assert_honest_and_kept(kit, f"honest-{key}", HONEST[key])
+
+
+def assert_honest_and_kept(kit, key: str, attack: Attack) -> None:
+    """The task is honest (its gold scores 1, the empty diff 0) and the whole gate keeps it."""
+    world = _mine(kit, key, attack)
     assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
     assert world.grader.grade(world.task, "").reward == 0.0
     assert _kept(kit, world)

@@ -146,6 +146,9 @@ from test_redteam_readable import (
     _reading,
     _spelled_plainly,
     _tree,
+    assert_dropped_where_the_trick_wins,
+    assert_honest_and_kept,
+    assert_the_trick_loses,
     kit,  # noqa: F401 (the module-scoped fixture, reused)
 )
 
@@ -816,13 +819,7 @@ def _marked(keys, reasons: dict[str, str]) -> list:
 def test_a_diff_reading_the_answer_from_the_workspace_earns_nothing_on_a_kept_task(kit, key) -> None:  # noqa: F811
     """The task is honest (its gold scores 1, the empty diff 0); the attack wins when the gate keeps it and the
     policy's diff, which leaves the bug in and reads the hidden test's answer from the workspace, scores 1."""
-    attack = ATTACKS[key]
-    world = _mine(kit, f"r2-{key}", attack)
-    kept = _kept(kit, world)
-    reward = world.grade({f"kit/{attack.name}.py": attack.trick}).reward
-    assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
-    assert world.grader.grade(world.task, "").reward == 0.0
-    assert not (kept and reward == 1.0), f"{key}: the gate keeps the task and the diff reading the workspace scores 1"
+    assert_the_trick_loses(kit, f"r2-{key}", ATTACKS[key])
 
 
 # ---- controls: the same tricks where the workspace spells the answer plainly (the rule's own cases) ----------------
@@ -861,10 +858,7 @@ CONTROLS = {
 def test_the_same_trick_where_the_workspace_spells_the_answer_plainly_is_on_a_dropped_task(kit, key) -> None:  # noqa: F811
     """The rule's own cases: the task is dropped, and the trick that reads the answer would have scored 1 on it (so
     each attack's 1 above is the trick's, and the rule is the only defence)."""
-    attack = CONTROLS[key]
-    world = _mine(kit, f"r2-control-{key}", attack)
-    assert not _kept(kit, world)
-    assert world.grade({f"kit/{attack.name}.py": attack.trick}).reward == 1.0
+    assert_dropped_where_the_trick_wins(kit, f"r2-control-{key}", CONTROLS[key])
 
 
 @pytest.mark.sandbox
@@ -957,10 +951,7 @@ HONEST = {
 @pytest.mark.xfail(strict=False, reason="COST: an honest task the readability rule drops")
 @pytest.mark.parametrize("key", sorted(HONEST))
 def test_an_honest_task_whose_answer_the_workspace_spells_by_chance_is_kept(kit, key) -> None:  # noqa: F811
-    world = _mine(kit, f"r2-honest-{key}", HONEST[key])
-    assert world.grader.grade(world.task, world.task.gold_patch).reward == 1.0
-    assert world.grader.grade(world.task, "").reward == 0.0
-    assert _kept(kit, world)
+    assert_honest_and_kept(kit, f"r2-honest-{key}", HONEST[key])
 
 
 @pytest.mark.sandbox

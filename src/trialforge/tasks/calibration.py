@@ -252,23 +252,6 @@ def _sides(slot: Slot) -> list[ast.expr]:
     return [side for side in (*slot.expected, slot.match, *(v for _, v in slot.options)) if side is not None]
 
 
-def _inputs(analysis: FileAnalysis, test: TestFunction, slot: Slot) -> list[object]:
-    """The test's input literals: the constants of its function, its decorators and the module constants it reads,
-    less those of what ``slot`` expects (its expected side, the local or module constants and the parameter column
-    that side reads). Another slot's expected value counts: a module spelling both is a copy of the test."""
-    sides = _sides(slot)
-    reads = {n.id for side in sides for n in ast.walk(side) if isinstance(n, ast.Name)}
-    sources = [*sides, *(test.constants[name] for name in reads & set(test.constants))]
-    sources += [analysis.constants[name] for name in reads & set(analysis.constants)]
-    param = test.parametrize
-    if param is not None:
-        sources += [row[param.names.index(name)] for row in param.rows for name in reads & set(param.names)]
-    own = {id(node) for source in sources for node in ast.walk(source)}
-    loads = {n.id for n in ast.walk(test.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    given = [test.node, *(analysis.constants[name] for name in (loads - reads) & set(analysis.constants))]
-    return [n.value for g in given for n in ast.walk(g) if isinstance(n, ast.Constant) and id(n) not in own]
-
-
 def check_values(check: Check) -> tuple[object, ...]:
     """What a check expects: its expected side (a unittest method's expected arguments each; ``pytest.approx``'s
     value) and ``match=``."""
