@@ -82,8 +82,9 @@ class WorkspaceText:
     modules' docstrings and comments, file paths, the statement); ``cut``: the tree holds more than the caps, and
     every distinctive value counts as readable (a dataset past them is one the code can read and the host did not)."""
 
-    def __init__(self, modules: list[str], data: list[str], cut: bool = False) -> None:
+    def __init__(self, modules: list[str], data: list[str], cut: bool = False, folded: list[str] | None = None) -> None:
         self.modules, self.data, self.cut = modules, data, cut
+        self.folded = folded or []  # each data text on one line, whitespace alike: searched whole, never by line
 
     @classmethod
     def of(
@@ -98,6 +99,7 @@ class WorkspaceText:
         workspace as the policy first sees it), the files at ``changed`` (the test patch's paths) as they are there;
         ``statement``."""
         modules: list[str] = []
+        folded: list[str] = []
         data: list[str] = [_normal(statement)] if statement else []
         total, paths = 0, []
         files = [(p, p.relative_to(tree).as_posix()) for p in sorted(tree.rglob("*"))]
@@ -122,8 +124,9 @@ class WorkspaceText:
                 data.append(_prose(text))
             else:
                 data += _views(text)
+                folded.append(" ".join(text.split()))  # a string folded over lines (YAML's ``>``)
         data.append("\n".join(paths))
-        return cls(modules, [d for d in data if d])
+        return cls(modules, [d for d in data if d], folded=folded)
 
     def answers(self, value: object, inputs: Collection[object], left: Collection[object] = ()) -> bool:
         """Whether ``value`` is readable (module docstring): as one of ``inputs`` (the test's own) or of ``left`` (the
@@ -134,13 +137,13 @@ class WorkspaceText:
         the distinctive inputs, and a value when a line spells it beside a short numeric input (``fib(30)``)."""
         telling = [given for given in inputs if distinctive(given)]
         if not distinctive(value):
-            return self._beside(value, telling)
+            return False  # as guessable as readable (a short answer beside its input on a line: an open door)
         if self.cut:
             return True  # a tree past the caps, unread: any value may be in it
         if any(_same(value, given) for given in (*inputs, *left)):
             return True  # an echo of an input
-        keyed = [text for text in self.data if not telling or any(_spells(text, given) for given in telling)]
-        keyed += [text for text in self.modules if telling and any(_spells(text, given) for given in telling)]
+        keyed = [text for text in (*self.data, *self.folded) if not telling or any(_spells(text, k) for k in telling)]
+        keyed += [text for text in self.modules if any(_spells(text, key) for key in telling)]
         words = [_text(given) for given in inputs if isinstance(given, (str, bytes)) and _text(given).strip()]
         short = [g for g in inputs if isinstance(g, int) and not isinstance(g, bool) and not distinctive(g) and g >= 10]
         return _found(value, keyed, words) or any(self._beside(given, [value]) for given in short)
@@ -281,7 +284,6 @@ def _views(text: str) -> list[str]:
         found.append(_normal(html.unescape(text)))  # XML's and HTML's character references
     if re.search(r"=\n|=[0-9a-f]{2}", text):  # quoted-printable (mail, MIME fixtures)
         found.append(_normal(quopri.decodestring(text.encode("utf-8", "replace")).decode("utf-8", "replace")))
-    found.append(" ".join(text.split()))  # a string folded over lines (YAML's ``>``), whitespace alike
     return found
 
 
