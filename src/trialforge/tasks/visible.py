@@ -133,8 +133,8 @@ class WorkspaceText:
         constants the graded test files keep: ``decode("MZXW6YTBOI======") == b"foobar"`` beside ``encode(b"foobar")``
         answers it at grading), or in a text that spells one of the distinctive inputs too (any text, when the test has
         none: its inputs come from elsewhere), a module's code counting only with such an input. A container is
-        readable when each of its distinctive elements is; a short value (``== 3``) when a line spells it beside one of
-        the distinctive inputs, and a value when a line spells it beside a short numeric input (``fib(30)``)."""
+        readable when each of its distinctive elements is, and a value when a line spells it beside a short numeric
+        input (``fib(30)``). A short value (``== 3``) is never read: as guessable as readable."""
         telling = [given for given in inputs if distinctive(given)]
         if not distinctive(value):
             return False  # as guessable as readable (a short answer beside its input on a line: an open door)
