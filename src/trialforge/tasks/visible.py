@@ -46,6 +46,7 @@ import io
 import json
 import lzma
 import math
+import operator
 import pickle
 import pickletools
 import quopri
@@ -324,10 +325,28 @@ def _constants(source: str) -> str:
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and _foldable(node):
             with contextlib.suppress(Exception):  # 1 / 0, a type error: nothing to read
-                found.append(str(eval(compile(ast.Expression(node), "<constant>", "eval"), {"__builtins__": {}})))
+                found.append(str(_folded(node)))
         elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
             found.append(_text(node.value))
     return _normal("\n".join(found))
+
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+              ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitOr: operator.or_,
+              ast.BitAnd: operator.and_, ast.BitXor: operator.xor, ast.USub: operator.neg, ast.UAdd: operator.pos,
+              ast.Invert: operator.invert}  # fmt: skip
+
+
+def _folded(node: ast.expr) -> object:
+    """The value of arithmetic on constants, computed here (compiling an AST object that fails to convert leaves
+    CPython 3.11's AST state broken for every later parse in the process)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp):
+        return _OPERATORS[type(node.op)](_folded(node.operand))
+    assert isinstance(node, ast.BinOp)
+    return _OPERATORS[type(node.op)](_folded(node.left), _folded(node.right))
 
 
 def _foldable(node: ast.BinOp) -> bool:
