@@ -11,8 +11,8 @@ decimal comma, ``%.18e``/``%e``, percentage, ISO dates; only 3+ digit numbers an
 
 **Since the round: 14 of its 20 wins closed**, 6 still win and are marked strict xfails named as open doors
 (``OPEN``, in docs/verification.md): a short answer beside its inputs, a golden file with more digits than the test's
-``pytest.approx`` value, a PDF's content stream, an image's pixels, raw binary numbers, fixed-width digits. Closed: floats by value in any notation
-(``%.17g``, ``E``, Fortran ``D``), no-break and apostrophe thousands, accounting and trailing-minus negatives, US,
+``pytest.approx`` value, a PDF's content stream, an image's pixels, raw binary numbers, fixed-width digits.
+Closed: floats by value in any notation (``%.17g``, ``E``, Fortran ``D``), no-break and apostrophe thousands, accounting and trailing-minus negatives, US,
 European, compact and written-out dates, epoch seconds, ``str(timedelta)``, bytes in hex, XML/HTML references,
 quoted-printable, folded whitespace, UTF-16 with no mark, zlib and tar, containers four deep, ``.pytest_cache`` (packed
 with the snapshot) read, a module's constants folded (implicit concatenation, ``10 * 1024**2``), ``pytest.approx``'s
