@@ -9,16 +9,16 @@ equals one of the test's inputs; spellings: decoded text (BOM, UTF-8, Windows-12
 escapes), archives to 2 levels, pickles, ``.npy``, Parquet and SQLite by value, numbers by decimal value, hex, grouped,
 decimal comma, ``%.18e``/``%e``, percentage, ISO dates; only 3+ digit numbers and 4+ character strings count.
 
-**Since the round: 14 of its 20 wins closed**, 6 still win and are marked strict xfails named as open doors
-(``OPEN``, in docs/verification.md): a short answer beside its inputs, a golden file with more digits than the test's
-``pytest.approx`` value, a PDF's content stream, an image's pixels, raw binary numbers, fixed-width digits.
-Closed: floats by value in any notation (``%.17g``, ``E``, Fortran ``D``), no-break and apostrophe thousands, accounting and trailing-minus negatives, US,
-European, compact and written-out dates, epoch seconds, ``str(timedelta)``, bytes in hex, XML/HTML references,
-quoted-printable, folded whitespace, UTF-16 with no mark, zlib and tar, containers four deep, ``.pytest_cache`` (packed
-with the snapshot) read, a module's constants folded (implicit concatenation, ``10 * 1024**2``), ``pytest.approx``'s
-value looked up, a value beside a short numeric input on one line, and the graded file's other constants as
-echoes (the sibling encode/decode pair). Of the pure spellings 8 stay unread (``UNREAD``). New cost: ``readme_words``'s
-bare control (the package's own levels table spells 30 beside ``'WARNING'``).
+**Since the round: 14 of its 20 wins closed**, 6 still win and are marked strict xfails named as open doors (``OPEN``,
+in docs/verification.md): a short answer beside its inputs, a golden file with more digits than the test's
+``pytest.approx`` value, a PDF's content stream, an image's pixels, raw binary numbers, fixed-width digits. Closed:
+floats by value in any notation (``%.17g``, ``E``, Fortran ``D``), no-break and apostrophe thousands, accounting and
+trailing-minus negatives, US, European, compact and written-out dates, epoch seconds, ``str(timedelta)``, bytes in hex,
+XML/HTML references, quoted-printable, folded whitespace, UTF-16 with no mark, zlib and tar, containers four deep,
+``.pytest_cache`` (packed with the snapshot) read, a module's constants folded (implicit concatenation, ``10 *
+1024**2``), ``pytest.approx``'s value looked up, a value beside a short numeric input on one line, and the graded file's
+other constants as echoes (the sibling encode/decode pair). Of the pure spellings 8 stay unread (``UNREAD``). New cost:
+``readme_words``'s bare control (the package's own levels table spells 30 beside ``'WARNING'``).
 
 The harness is round 1's (``tests/test_redteam_readable.py``: ``_mine``, ``_kept``, ``Attack``, the ``kit``
 fixture): one mined task per attack, validated with bwrap, the **whole default quality gate**, the grader. Every attack
