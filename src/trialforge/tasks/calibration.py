@@ -88,6 +88,7 @@ def calibrate(
     in_process = {key for rel, keys in demoted.items() for key in close_demotions(analyses[rel], keys)}
     recorded = {key: value for key, value in recorded.items() if key not in in_process}
     record = HostJudged(in_process=sorted(in_process), param_rows=param_rows, recorded=recorded)
+    left: dict[str, list[object]] = {}  # each file's constants its graded copy keeps (``_left``)
     for test_id in (*fail_to_pass, *pass_to_pass):
         found = _test(analyses, test_id)
         # the slots this id's row reaches: a row whose branch holds no slot is judged in process, however many the
@@ -99,7 +100,10 @@ def calibrate(
         if test_id in fail_to_pass:
             record.fail_to_pass += 1
             record.fail_to_pass_host_judged += entirely
-            why = _unanchored(found, slots, param_rows.get(test_id), recorded, workspace)
+            if found and found[0].rel not in left:
+                left[found[0].rel] = _left(found[0])  # once per file: it walks every slot of the file
+            kept = left[found[0].rel] if found else []
+            why = _unanchored(found, slots, param_rows.get(test_id), recorded, workspace, kept)
             record.fail_to_pass_anchored += not why
             if why:
                 record.unanchored[test_id] = why
@@ -167,8 +171,10 @@ def _unanchored(
     row: int | None,
     recorded: Mapping[str, object],
     workspace: WorkspaceText | None,
+    left: Sequence[object],
 ) -> str:
-    """Why a fail-to-pass test has no anchor ("" when it has one): what a user reads to see why the gate dropped it."""
+    """Why a fail-to-pass test has no anchor ("" when it has one): what a user reads to see why the gate dropped it;
+    ``left``: the constants its file's graded copy keeps (``_left``)."""
     if found is None:
         return "no test function the host reads (generated, inherited or not Python)"
     test = found[1]
@@ -181,7 +187,6 @@ def _unanchored(
     strong = [s for s in slots if not _weak(s, recorded)]
     if not strong:
         return "only guessable checks (truthiness, None, a bool, a class, a raises without its message)"
-    left = _left(found[0]) if workspace is not None else []
     if all(_readable(*found, row, s, recorded, workspace, left) for s in strong):
         return "every expected value it has is readable in the workspace (tasks/visible.py)"
     return ""
@@ -204,17 +209,6 @@ def _readable(
     values = [v for v in check_values(check) if v is not None] if check else []
     inputs = _inputs(analysis, test, slot)
     return bool(values) and all(workspace.answers(v, inputs, left) for v in values)
-
-
-def _left(analysis: FileAnalysis) -> list[object]:
-    """The constants the graded file keeps: every one but those of its slots' expected sides (what blinding takes out;
-    a constant only an expected side reads goes too, so this holds more than the graded file: the safe side)."""
-    taken = {id(n) for t in analysis.tests.values() for s in t.slots for e in _sides(s) for n in ast.walk(e)}
-    return [n.value for n in ast.walk(analysis.module) if isinstance(n, ast.Constant) and id(n) not in taken]
-
-
-def _sides(slot: Slot) -> list[ast.expr]:
-    return [side for side in (*slot.expected, slot.match, *(v for _, v in slot.options)) if side is not None]
 
 
 def _inputs(analysis: FileAnalysis, test: TestFunction, slot: Slot) -> list[object]:

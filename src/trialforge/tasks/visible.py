@@ -59,7 +59,7 @@ import unicodedata
 import urllib.parse
 import zipfile
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import numpy
@@ -147,22 +147,18 @@ class WorkspaceText:
         keyed += [text for text in self.modules if any(_spells(text, key) for key in telling)]
         words = [_text(given) for given in inputs if isinstance(given, (str, bytes)) and _text(given).strip()]
         short = [g for g in inputs if isinstance(g, int) and not isinstance(g, bool) and not distinctive(g) and g >= 10]
-        return _found(value, keyed, words) or any(self._beside(given, [value]) for given in short)
+        return _found(value, keyed, words) or any(self._beside(value, number) for number in short)
 
-    def _beside(self, value: object, telling: Collection[object]) -> bool:
-        """Whether a line of any text spells ``value`` (a number, as a whole) beside one of ``telling``."""
-        if not isinstance(value, _NUMBERS) or isinstance(value, bool) or self.cut:
-            return False
-        for given in telling:
-            needle = _normal(_text(given)) if isinstance(given, (str, bytes)) else _canonical(str(given))
-            for text in (*self.data, *self.modules):
-                at = text.find(needle)
-                while at >= 0:
-                    start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
-                    line = text[start : len(text) if end < 0 else end]
-                    if _spells(line.replace(needle, " "), value):
-                        return True
-                    at = -1 if end < 0 else text.find(needle, end)
+    def _beside(self, value: object, number: int) -> bool:
+        """Whether a line of any text spells ``value`` and, apart from it, ``number`` as a whole number."""
+        needle = _normal(_text(value)) if isinstance(value, (str, bytes)) else _canonical(str(value))
+        for text in (*self.data, *self.modules):
+            at = text.find(needle)
+            while at >= 0:
+                start, end = text.rfind("\n", 0, at) + 1, text.find("\n", at)
+                if _spells(text[start : len(text) if end < 0 else end].replace(needle, " "), number):
+                    return True
+                at = -1 if end < 0 else text.find(needle, end)
         return False
 
 
@@ -204,16 +200,13 @@ def text_of(raw: bytes, depth: int = 0) -> str:
         if depth < _DEPTH and raw[:1] == b"\x78" and raw[1:2] in (b"\x01", b"\x5e", b"\x9c", b"\xda"):
             return text_of(zlib.decompressobj().decompress(raw, MAX_FILE_BYTES), depth + 1)
         if depth < _DEPTH and raw[257:262] == b"ustar":
-            return _tar_text(raw, depth)
+            with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+                files = ((m.name, tar.extractfile(m)) for m in tar if m.isfile())
+                return _members_text(((name, handle.read) for name, handle in files if handle), depth)
         if depth < _DEPTH and raw.startswith(b"PK\x03\x04"):
-            texts, left = [], MAX_FILE_BYTES  # the members together, as much as one file
             with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-                for member in (m for m in archive.infolist() if not m.is_dir()):
-                    if left <= 0:
-                        break
-                    texts += [member.filename, text_of(archive.open(member).read(left), depth + 1)[:left]]
-                    left -= len(texts[-1])
-            return "\n".join(texts)
+                files = ((m.filename, archive.open(m)) for m in archive.infolist() if not m.is_dir())
+                return _members_text(((name, handle.read) for name, handle in files), depth)
         if raw.startswith(b"\x80") and raw[1:2] and raw[1] <= pickle.HIGHEST_PROTOCOL:
             return "\n".join(str(arg) for _op, arg, _pos in pickletools.genops(raw) if arg is not None)
         if raw.startswith(b"\x93NUMPY"):
@@ -227,16 +220,14 @@ def text_of(raw: bytes, depth: int = 0) -> str:
     return _decoded(raw)
 
 
-def _tar_text(raw: bytes, depth: int) -> str:
-    """A tar archive's members, each as ``text_of`` reads it, together as much as one file."""
+def _members_text(members: Iterator[tuple[str, Callable[[int], bytes]]], depth: int) -> str:
+    """An archive's members (name, read), each as ``text_of`` reads it, together as much as one file."""
     texts, left = [], MAX_FILE_BYTES
-    with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
-        for member in archive:
-            handle = archive.extractfile(member) if member.isfile() else None
-            if handle is None or left <= 0:
-                continue
-            texts += [member.name, text_of(handle.read(left), depth + 1)[:left]]
-            left -= len(texts[-1])
+    for name, read in members:
+        if left <= 0:
+            break
+        texts += [name, text_of(read(left), depth + 1)[:left]]
+        left -= len(texts[-1])
     return "\n".join(texts)
 
 
